@@ -1,0 +1,96 @@
+"""Requests, stored as columns.
+
+A workload of millions of requests is held as one :class:`Workload`: parallel numpy arrays, one
+entry per request, in arrival order. The engine never builds a Python object per request or per
+token; it indexes these arrays by request id (the row number).
+
+A request is: an SLA class (0 = P0, the most urgent, .. 4 = P4), an arrival time, a prompt length,
+an output length, and optionally a chain of prefix block hashes. Progress is derived, never
+flagged: a request has computed ``num_computed`` tokens of the ``prompt + outputs so far`` it
+knows; it is "in prefill" while ``num_computed < prompt`` and "decoding" after.
+
+Prefix hashes are ragged: request ``i`` owns ``prefix_hashes[prefix_offsets[i]:prefix_offsets[i+1]]``,
+one hash per ``prefix_block_tokens`` tokens of its prompt, chained (a block's hash already depends
+on every block before it, as in vLLM's and Mooncake's hashing), so equal hashes mean equal prefixes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+NUM_CLASSES = 5
+CLASS_NAMES = tuple(f"P{i}" for i in range(NUM_CLASSES))
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request, for building small workloads by hand (tests, examples)."""
+
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    klass: int = 0
+    prefix_hashes: tuple[int, ...] = ()
+    session: int = -1
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """Columns of a workload, sorted by arrival (``arrival_s`` is NaN for closed-loop requests,
+    whose arrival is decided during the run by their client's think time)."""
+
+    arrival_s: np.ndarray  # float64 [n]
+    prompt_tokens: np.ndarray  # int64 [n]
+    output_tokens: np.ndarray  # int64 [n]
+    klass: np.ndarray  # int8 [n]
+    session: np.ndarray | None = None  # int64 [n], -1 = no session
+    prefix_offsets: np.ndarray | None = None  # int64 [n+1]
+    prefix_hashes: np.ndarray | None = None  # int64 [total blocks]
+    prefix_block_tokens: int = 0
+    notes: tuple[str, ...] = field(default=())  # human-readable lines for the run header
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        for name in ("prompt_tokens", "output_tokens", "klass"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"Workload.{name} has {len(getattr(self, name))} rows, expected {n}")
+        if self.prefix_offsets is not None:
+            if len(self.prefix_offsets) != n + 1 or self.prefix_hashes is None:
+                raise ValueError("Workload.prefix_offsets must have n+1 entries and come with prefix_hashes")
+            if self.prefix_block_tokens <= 0:
+                raise ValueError("Workload.prefix_block_tokens must be positive when hashes are given")
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    @property
+    def has_prefixes(self) -> bool:
+        return self.prefix_offsets is not None
+
+    def hashes_of(self, i: int) -> np.ndarray:
+        if self.prefix_offsets is None:
+            return np.empty(0, dtype=np.int64)
+        return self.prefix_hashes[self.prefix_offsets[i] : self.prefix_offsets[i + 1]]
+
+    @classmethod
+    def from_requests(cls, requests: Sequence[Request], prefix_block_tokens: int = 0) -> "Workload":
+        reqs = sorted(requests, key=lambda r: r.arrival_s)
+        has_hashes = any(r.prefix_hashes for r in reqs)
+        offsets = hashes = None
+        if has_hashes:
+            lens = [len(r.prefix_hashes) for r in reqs]
+            offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+            hashes = np.array([h for r in reqs for h in r.prefix_hashes], dtype=np.int64)
+        return cls(
+            arrival_s=np.array([r.arrival_s for r in reqs], dtype=np.float64),
+            prompt_tokens=np.array([r.prompt_tokens for r in reqs], dtype=np.int64),
+            output_tokens=np.array([r.output_tokens for r in reqs], dtype=np.int64),
+            klass=np.array([r.klass for r in reqs], dtype=np.int8),
+            session=np.array([r.session for r in reqs], dtype=np.int64),
+            prefix_offsets=offsets,
+            prefix_hashes=hashes,
+            prefix_block_tokens=prefix_block_tokens if has_hashes else 0,
+        )
