@@ -1,0 +1,430 @@
+"""Config blocks for replaying real workloads: length files, traces, ServeGen fits, class rules,
+multi-turn sessions.
+
+These are plain, frozen, validated data; reading files happens in :mod:`servesim.workload.traces`,
+:mod:`servesim.workload.servegen` and :mod:`servesim.workload.sessions`, never here (loading a
+config has no side effects). Paths stay as written: loaders resolve a relative path against the
+folder of the scenario file (their ``base_dir`` argument), so a scenario folder can be moved
+together with its traces.
+
+YAML shapes (inside ``workload:``)::
+
+    lengths:  {file: PATH, prompt_column: num_prefill_tokens, output_column: num_decode_tokens,
+               min_prompt: 4, max_prompt: 1024, min_output: 4, max_total: 2048}
+    trace:    {file: PATH, format: azure | mooncake | burstgpt, rate_scale: 1.0,
+               start_s: 0, duration_s: null, max_gap_s: null}
+    arrival:  {process: servegen, dir: PATH, clients: [5, 38], start_s: 338400, rate_scale: 0.01}
+    classes:  {column: Model, values: {GPT-4: 0, ChatGPT: 2},
+               rules: [{when: {prompt_gt: 4096}, klass: P2}], default: 0}
+    sessions: {turns: {dist: geometric, mean: 4}, think_s: 10, think_dist: exponential,
+               new_input: {dist: lognormal, mean: 200, sigma: 1}, output: {dist: fixed, value: 200},
+               system_prompt_tokens: 512, block_tokens: 16}
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+NUM_CLASSES = 5  # P0..P4, as in servesim.request (repeated to keep this module import-light)
+
+OnBadRow = Literal["error", "skip"]
+TraceFormat = Literal["azure", "mooncake", "burstgpt"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _check_path(v: str) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError(f"{v!r} is not a file path (give a path, relative to the scenario file's folder)")
+    return v
+
+
+def _parse_klass(v: Any) -> int:
+    """A class is an int 0..4 or a name 'P0'..'P4' (case-insensitive)."""
+    if isinstance(v, bool):
+        raise ValueError(f"{v!r} is not a class (allowed: 0..4 or P0..P4)")
+    if isinstance(v, str) and v.strip().upper().startswith("P") and v.strip()[1:].isdigit():
+        v = int(v.strip()[1:])
+    if isinstance(v, int) and 0 <= v < NUM_CLASSES:
+        return v
+    raise ValueError(f"{v!r} is not a class (allowed: 0..{NUM_CLASSES - 1} or P0..P{NUM_CLASSES - 1})")
+
+
+# ------------------------------------------------------------------------------ length filter
+class LengthFilter(_Frozen):
+    """Serving-benchmark filters: a (prompt, output) pair outside any bound is dropped, never
+    clipped, so the kept pairs keep their joint distribution (what vLLM's and Sarathi's benchmark
+    samplers do). ``None`` means unbounded. The run header reports how many rows each bound
+    dropped."""
+
+    min_prompt: Annotated[int, Field(ge=0)] = 1
+    max_prompt: Annotated[int, Field(ge=1)] | None = None
+    min_output: Annotated[int, Field(ge=0)] = 1
+    max_output: Annotated[int, Field(ge=1)] | None = None
+    max_total: Annotated[int, Field(ge=2)] | None = None
+    on_bad_row: OnBadRow = "error"
+
+    @model_validator(mode="after")
+    def _bounds_ordered(self) -> "LengthFilter":
+        for lo, hi in (("min_prompt", "max_prompt"), ("min_output", "max_output")):
+            a, b = getattr(self, lo), getattr(self, hi)
+            if b is not None and a > b:
+                raise ValueError(f"{lo} {a} exceeds {hi} {b}: no row could be kept")
+        if self.max_total is not None and self.min_prompt + self.min_output > self.max_total:
+            raise ValueError(
+                f"min_prompt {self.min_prompt} + min_output {self.min_output} exceeds "
+                f"max_total {self.max_total}: no row could be kept"
+            )
+        return self
+
+
+class LengthsConfig(LengthFilter):
+    """Paired (prompt, output) lengths sampled jointly, row by row, from a CSV (with a header) or
+    JSONL file. Replaces the ``prompt``/``output`` distributions; arrivals come from
+    ``workload.arrival``."""
+
+    file: str
+    prompt_column: str = "num_prefill_tokens"
+    output_column: str = "num_decode_tokens"
+
+    @field_validator("file")
+    @classmethod
+    def _file(cls, v: str) -> str:
+        return _check_path(v)
+
+    @field_validator("prompt_column", "output_column")
+    @classmethod
+    def _column_named(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("a column name must not be empty")
+        return v
+
+
+# ------------------------------------------------------------------------------------- trace
+class TraceSessionsConfig(_Frozen):
+    """Session ids in a trace (e.g. BurstGPT_3's ``Session ID``): turns of one session share
+    their history as a prefix.
+
+    ``prompt: full`` means the trace's prompt length already includes the history (what a chat
+    API bills); ``prompt: new`` means it is only the new user input, so the replayed prompt is
+    every earlier turn's prompt and output plus this input. Prefix chains are built in
+    ``block_tokens``-token blocks (see :mod:`servesim.workload.sessions`)."""
+
+    column: str
+    prompt: Literal["full", "new"] = "full"
+    block_tokens: Annotated[int, Field(ge=1, le=4096)] = 16
+
+
+class TraceConfig(LengthFilter):
+    """A full trace replay: arrival times, lengths (and, for Mooncake, prefix hashes) come from
+    the file; replaces ``workload.arrival`` and the length distributions.
+
+    Trace time: Azure timestamps are wall clock, so trace time 0 is the first row; Mooncake (ms)
+    and BurstGPT (s) timestamps are already relative and used as they are. The replay keeps the
+    rows with ``start_s <= t < start_s + duration_s``, shifts ``start_s`` to simulated time 0,
+    shortens every gap longer than ``max_gap_s`` to ``max_gap_s`` (time compression of idle
+    periods), and divides all times by ``rate_scale`` (2 = twice the request rate, half the gaps).
+    """
+
+    file: str
+    format: TraceFormat
+    rate_scale: float = 1.0
+    start_s: float = 0.0
+    duration_s: float | None = None
+    max_gap_s: float | None = None
+    # Mooncake hash block size; other JSONL traces of the same schema use other sizes
+    # (Qwen-Bailian traces: 16).
+    hash_block_tokens: Annotated[int, Field(ge=1, le=1 << 20)] = 512
+    sessions: TraceSessionsConfig | None = None
+
+    @field_validator("file")
+    @classmethod
+    def _file(cls, v: str) -> str:
+        return _check_path(v)
+
+    @field_validator("rate_scale")
+    @classmethod
+    def _rate_scale_positive(cls, v: float) -> float:
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"rate_scale {v!r} must be a finite number > 0 (2 replays twice as fast)")
+        return v
+
+    @field_validator("start_s")
+    @classmethod
+    def _start_non_negative(cls, v: float) -> float:
+        if not (math.isfinite(v) and v >= 0):
+            raise ValueError(f"start_s {v!r} must be a finite number >= 0 (seconds of trace time)")
+        return v
+
+    @field_validator("duration_s", "max_gap_s")
+    @classmethod
+    def _positive_or_none(cls, v: float | None) -> float | None:
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{v!r} must be a finite number of seconds > 0, or null for no limit")
+        return v
+
+    @model_validator(mode="after")
+    def _format_options(self) -> "TraceConfig":
+        if self.sessions is not None and self.format == "mooncake":
+            raise ValueError(
+                "sessions: mooncake traces carry no session ids; their hash_ids already give "
+                "the shared prefixes (remove trace.sessions)"
+            )
+        return self
+
+
+# ------------------------------------------------------------------------------------ servegen
+class ServeGenArrivalConfig(_Frozen):
+    """Arrivals generated from ServeGen's per-client, per-600-s-window fits
+    (``chunk-<client>-trace.csv``: rate, cv, Gamma/Weibull shape and scale).
+
+    ``clients``: which client files to use (default: every ``chunk-*-trace.csv`` in ``dir``).
+    ``start_s``/``duration_s`` pick a slice of the data's time axis (seconds from its start);
+    ``start_s`` becomes simulated time 0. ``rate_scale`` multiplies every window's rate and keeps
+    the windows' length, so a diurnal pattern keeps its shape in real time."""
+
+    process: Literal["servegen"]
+    dir: str
+    clients: list[Union[int, str]] | None = None
+    start_s: float = 0.0
+    duration_s: float | None = None
+    rate_scale: float = 1.0
+
+    @field_validator("dir")
+    @classmethod
+    def _dir(cls, v: str) -> str:
+        return _check_path(v)
+
+    @field_validator("clients")
+    @classmethod
+    def _clients(cls, v: list[int | str] | None) -> list[int | str] | None:
+        if v is not None and not v:
+            raise ValueError("clients [] selects nothing (give client ids, or leave it out for all)")
+        return v
+
+    @field_validator("rate_scale")
+    @classmethod
+    def _rate_scale_positive(cls, v: float) -> float:
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"rate_scale {v!r} must be a finite number > 0")
+        return v
+
+    @field_validator("start_s")
+    @classmethod
+    def _start_non_negative(cls, v: float) -> float:
+        if not (math.isfinite(v) and v >= 0):
+            raise ValueError(f"start_s {v!r} must be a finite number >= 0 (seconds from the data's start)")
+        return v
+
+    @field_validator("duration_s")
+    @classmethod
+    def _duration_positive(cls, v: float | None) -> float | None:
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ValueError(f"duration_s {v!r} must be a finite number > 0, or null")
+        return v
+
+
+ServeGenConfig = ServeGenArrivalConfig  # the name used in the issue
+
+
+# ---------------------------------------------------------------------------- class assignment
+class ClassCondition(_Frozen):
+    """All given tests must hold (AND). Token bounds are strict; ``column``/``equals`` compares a
+    raw trace column (string equality) and only works for trace replays."""
+
+    prompt_gt: Annotated[int, Field(ge=0)] | None = None
+    prompt_lt: Annotated[int, Field(ge=1)] | None = None
+    output_gt: Annotated[int, Field(ge=0)] | None = None
+    output_lt: Annotated[int, Field(ge=1)] | None = None
+    total_gt: Annotated[int, Field(ge=0)] | None = None
+    total_lt: Annotated[int, Field(ge=1)] | None = None
+    column: str | None = None
+    equals: str | None = None
+
+    @model_validator(mode="after")
+    def _meaningful(self) -> "ClassCondition":
+        if (self.column is None) != (self.equals is None):
+            raise ValueError("column and equals go together: {column: Model, equals: GPT-4}")
+        if all(getattr(self, f) is None for f in type(self).model_fields):
+            raise ValueError(
+                "an empty condition matches everything; use 'default' instead "
+                "(allowed tests: prompt_gt, prompt_lt, output_gt, output_lt, total_gt, total_lt, column+equals)"
+            )
+        return self
+
+    @field_validator("equals", mode="before")
+    @classmethod
+    def _as_text(cls, v: Any) -> Any:
+        return v if v is None or isinstance(v, str) else str(v)
+
+
+class ClassRule(_Frozen):
+    """``{when: {prompt_gt: 4096}, klass: 2}``: requests matching ``when`` get class ``klass``."""
+
+    when: ClassCondition
+    klass: int
+
+    @field_validator("klass", mode="before")
+    @classmethod
+    def _klass(cls, v: Any) -> int:
+        return _parse_klass(v)
+
+
+class ClassAssignmentConfig(_Frozen):
+    """Deterministic class assignment, in priority order:
+
+    1. the first rule in ``rules`` whose condition holds;
+    2. else, when ``column`` is set, the column's value mapped through ``values`` (a value not in
+       ``values`` is read as a class itself: ``2`` or ``P2``; anything else is an error);
+    3. else ``default``.
+    """
+
+    column: str | None = None
+    values: dict[str, int] = Field(default_factory=dict)
+    rules: list[ClassRule] = Field(default_factory=list)
+    default: int = 0
+
+    @field_validator("default", mode="before")
+    @classmethod
+    def _default(cls, v: Any) -> int:
+        return _parse_klass(v)
+
+    @field_validator("values", mode="before")
+    @classmethod
+    def _values(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            raise ValueError(f"{v!r} is not a mapping of column value -> class")
+        return {str(k): _parse_klass(c) for k, c in v.items()}
+
+    @model_validator(mode="after")
+    def _values_need_column(self) -> "ClassAssignmentConfig":
+        if self.values and self.column is None:
+            raise ValueError("values map a column's values to classes: give 'column' too")
+        return self
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Raw trace columns this assignment reads."""
+        cols = [self.column] if self.column else []
+        cols += [r.when.column for r in self.rules if r.when.column and r.when.column not in cols]
+        return tuple(cols)
+
+
+# ------------------------------------------------------------------------------------ sessions
+class _Bounded(_Frozen):
+    min: Annotated[int, Field(ge=1)] = 1
+    max: Annotated[int, Field(ge=1)] = 1 << 20
+
+    @model_validator(mode="after")
+    def _order(self):
+        if self.min > self.max:
+            raise ValueError(f"min {self.min} must not exceed max {self.max}")
+        return self
+
+
+class SFixed(_Frozen):
+    dist: Literal["fixed"]
+    value: Annotated[int, Field(ge=1)]
+
+
+class SUniform(_Bounded):
+    """Integers uniform on [min, max]."""
+
+    dist: Literal["uniform"]
+
+
+class SLognormal(_Bounded):
+    """Arithmetic mean ``mean``, log-space sd ``sigma``; rounded, clipped to [min, max]."""
+
+    dist: Literal["lognormal"]
+    mean: Annotated[float, Field(gt=0)]
+    sigma: Annotated[float, Field(ge=0)]
+
+
+class SExponential(_Bounded):
+    dist: Literal["exponential"]
+    mean: Annotated[float, Field(gt=0)]
+
+
+class SGeometric(_Bounded):
+    """On {1, 2, ...} with the given mean."""
+
+    dist: Literal["geometric"]
+    mean: Annotated[float, Field(ge=1)]
+
+
+# Same YAML shape as the scenario's prompt/output distributions (kept separate to avoid an import
+# cycle: scenario.py imports this module).
+SessionDist = Annotated[Union[SFixed, SUniform, SLognormal, SExponential, SGeometric], Field(discriminator="dist")]
+
+
+def _int_shorthand(v: Any) -> Any:
+    """``turns: 3`` is short for ``{dist: fixed, value: 3}``."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return {"dist": "fixed", "value": v}
+    return v
+
+
+class SessionsConfig(_Frozen):
+    """Synthetic multi-turn chat sessions. Session starts come from ``workload.arrival``; each
+    session has ``turns`` turns; turn k+1 arrives ``think`` seconds after turn k *arrived* (an
+    open-loop approximation; see docs/traces.md). Turn k's prompt is the whole history — an
+    optional system prompt, every earlier turn's new input and output — plus its new input; its
+    prefix chain covers that prompt in ``block_tokens``-token blocks, so a prefix cache can hit
+    on the history.
+
+    New input and output lengths come either from ``new_input``/``output`` distributions or,
+    jointly, from a length file (``pairs``). A session stops early before a turn whose prompt
+    plus output would exceed ``max_context_tokens``."""
+
+    turns: SessionDist = SGeometric(dist="geometric", mean=4.0)
+    think_s: Annotated[float, Field(ge=0)] = 10.0
+    think_dist: Literal["fixed", "exponential"] = "exponential"
+    new_input: SessionDist | None = None
+    output: SessionDist | None = None
+    pairs: LengthsConfig | None = None
+    system_prompt_tokens: Annotated[int, Field(ge=0)] = 0
+    num_system_prompts: Annotated[int, Field(ge=1)] = 1
+    max_context_tokens: Annotated[int, Field(ge=2)] | None = None
+    block_tokens: Annotated[int, Field(ge=1, le=4096)] = 16
+
+    @field_validator("turns", "new_input", "output", mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        return _int_shorthand(v)
+
+    @model_validator(mode="after")
+    def _one_length_source(self) -> "SessionsConfig":
+        dists = self.new_input is not None and self.output is not None
+        if self.pairs is not None and (self.new_input is not None or self.output is not None):
+            raise ValueError("give either pairs (a length file) or new_input + output, not both")
+        if self.pairs is None and not dists:
+            raise ValueError("give new_input and output distributions, or pairs: {file: ...}")
+        if self.max_context_tokens is not None and self.system_prompt_tokens >= self.max_context_tokens:
+            raise ValueError(
+                f"system_prompt_tokens {self.system_prompt_tokens} leaves no room under "
+                f"max_context_tokens {self.max_context_tokens}"
+            )
+        return self
+
+
+__all__ = [
+    "ClassAssignmentConfig",
+    "ClassCondition",
+    "ClassRule",
+    "LengthFilter",
+    "LengthsConfig",
+    "OnBadRow",
+    "ServeGenArrivalConfig",
+    "ServeGenConfig",
+    "SessionDist",
+    "SessionsConfig",
+    "TraceConfig",
+    "TraceFormat",
+    "TraceSessionsConfig",
+]
