@@ -1,0 +1,224 @@
+"""One replica: a SimPy process that schedules, runs an iteration, applies its progress.
+
+::
+
+    loop:  arrivals up to now ──► policy.schedule(now) ──► Batch
+             │                                            │
+             │     pure decode & stable?  ── yes ──► fast path: k iterations at once
+             │                             ── no  ──► one iteration
+             ▼
+           timeout(step time(s)) ──► apply progress (tokens, samples, finishes) ──► record
+
+The fast path: between state changes only decode contexts grow, so ``k`` consecutive decode
+iterations can be advanced together. ``k`` is the largest count such that no request finishes
+before step ``k``, every step's KV blocks are available, and no arrival (or the stop time, or the
+policy's horizon) falls before the end of step ``k - 1``. Step times come from one vectorized
+model call, end times from a sequential cumulative sum (the same float additions the one-step path
+does), and every per-request effect is applied in bulk. Single-stepping is the same code with
+``k = 1``; a property test holds both equal.
+
+Timestamps are the engine's own float clock, advanced exactly as described above; SimPy orders
+this process against others (routers, KV tier links) but its ``now`` is not read back.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from servesim.engine.inbox import INF, Inbox
+from servesim.engine.state import FINISHED, REJECTED, Reject, ReplicaState
+from servesim.metrics.collect import Recorder
+from servesim.perf.base import StepTimeModel
+from servesim.sched.base import Batch, Policy
+
+MAX_RUN_STEPS = 1 << 14  # bound on one fast-path run (memory of its per-step arrays)
+
+IterationHook = Callable[[float, float, np.ndarray, np.ndarray], None]
+
+
+class Replica:
+    def __init__(self, env, state: ReplicaState, policy: Policy, model: StepTimeModel,
+                 recorder: Recorder, inbox: Inbox, *, max_model_len: int, chunked_prefill: bool,
+                 max_num_batched_tokens: int, stop_time: float = INF, fast_path: bool = True,
+                 check_invariants: bool = False, on_iteration: IterationHook | None = None,
+                 progress: Callable[[int], None] | None = None, warmup_requests: int = 0):
+        self.env = env
+        self.st = state
+        self.req = state.req
+        self.kv = state.kv
+        self.policy = policy
+        self.model = model
+        self.rec = recorder
+        self.inbox = inbox
+        self.max_model_len = max_model_len
+        self.chunked = chunked_prefill
+        self.budget = max_num_batched_tokens
+        self.stop_time = stop_time
+        self.fast = fast_path
+        self.check = check_invariants
+        self.on_iteration = on_iteration
+        self.progress = progress
+        self.now = 0.0
+        self.ended = 0  # finished + rejected
+        self.warmup_id = warmup_requests if 0 < warmup_requests < self.req.n else -1
+        if self.warmup_id >= 0:
+            recorder.itl_from = float("inf")
+
+    # ------------------------------------------------------------------------------ process
+    def process(self):
+        st, req, policy, inbox = self.st, self.req, self.policy, self.inbox
+        segments = 0
+        while True:
+            self._pull_arrivals(self.now)
+            st.advance_clocks(self.now)
+            if self.now >= self.stop_time:
+                break
+            batch = policy.schedule(self.now)
+            st.set_causes(batch.waiting_cause)
+            if self.check:
+                self._check(batch)
+            if batch.empty:
+                t_next = min(inbox.next_time(), self.stop_time)
+                if t_next == INF:
+                    if policy.num_waiting() or len(st.running):
+                        raise RuntimeError("scheduler returned an empty batch with work pending and "
+                                           "nothing left to wait for (a policy bug)")
+                    break
+                yield self.env.timeout(max(0.0, t_next - self.env.now))
+                self.now = t_next
+                continue
+            if batch.pure_decode:
+                yield from self._decode_run(batch)
+            else:
+                yield from self._one_iteration(batch)
+            segments += 1
+            if self.progress is not None and segments % 4096 == 0:
+                self.progress(self.ended)
+        if self.progress is not None:
+            self.progress(self.ended)
+
+    # ---------------------------------------------------------------------------- arrivals
+    def _pull_arrivals(self, t: float) -> None:
+        ids = self.inbox.pop_until(t)
+        if len(ids) == 0:
+            return
+        req = self.req
+        if self.warmup_id >= 0 and ids[0] <= self.warmup_id and (ids == self.warmup_id).any():
+            self.rec.itl_from = float(req.arrival[self.warmup_id])  # ITL counts from here on
+        total = req.prompt[ids] + req.output[ids]
+        reason = np.zeros(len(ids), dtype=np.int8)
+        reason[total - 1 > self.kv.max_slots()] = Reject.KV_CAPACITY
+        reason[total > self.max_model_len] = Reject.MAX_MODEL_LEN
+        if not self.chunked:
+            reason[(reason == 0) & (req.prompt[ids] > self.budget)] = Reject.TOKEN_BUDGET
+        ok = reason == 0
+        if not ok.all():
+            bad = ids[~ok]
+            req.status[bad] = REJECTED
+            req.reject_reason[bad] = reason[~ok]
+            req.t_finish[bad] = req.arrival[bad]
+            for _ in bad:
+                self.ended += 1
+                self.inbox.request_ended(t)
+            ids = ids[ok]
+        if len(ids):
+            self.st.start_waiting(ids, req.arrival[ids])
+            enqueue = self.policy.enqueue
+            for rid in ids.tolist():
+                enqueue(rid, t)
+
+    # ------------------------------------------------------------------------- iterations
+    def _decode_run(self, batch: Batch):
+        req, ids = self.req, batch.ids
+        t0 = self.now
+        k_max = 1
+        if self.fast and batch.stable:
+            k_max = min(int((req.output[ids] - req.num_output[ids]).min()), MAX_RUN_STEPS)
+        k, used = self.kv.decode_run(ids, k_max)
+        dts = self.model.predict_decode_run(len(ids), int(req.computed[ids].sum()), k)
+        ends = np.cumsum(np.concatenate(([t0], dts)))[1:]
+        if k > 1:
+            t_cut = min(self.inbox.next_time(), self.stop_time, batch.horizon_s)
+            if ends[-1] >= t_cut:
+                k = int(np.searchsorted(ends, t_cut, side="left")) + 1
+                ends, dts, used = ends[:k], dts[:k], used[:k]
+        yield self.env.timeout(max(0.0, ends[-1] - self.env.now))
+        if self.on_iteration is not None:
+            starts = np.concatenate(([t0], ends[:-1]))
+            for j in range(k):
+                self.on_iteration(float(starts[j]), float(ends[j]), ids, np.ones(len(ids), np.int64))
+        # progress: every request computed k tokens and sampled k tokens
+        req.computed[ids] += k
+        req.num_output[ids] += k
+        self.kv.commit_decodes(ids)
+        itl_from = self.rec.itl_from
+        if ends[-1] >= itl_from:
+            last = req.t_last_token[ids]
+            if k > 1:
+                keep = ends[1:] >= itl_from
+                self.rec.itl_weighted(np.diff(ends)[keep], len(ids))
+            if ends[0] >= itl_from:
+                regular = last == t0
+                self.rec.itl_weighted(np.array([ends[0] - t0]), int(regular.sum()))
+                if not regular.all():
+                    self.rec.itl_values(ends[0] - last[~regular])
+        req.t_last_token[ids] = ends[-1]
+        self.rec.steps(t0, ends, used, len(self.st.running), self.policy.num_waiting(), len(ids))
+        self.now = float(ends[-1])
+        self._finish_done(ids)
+
+    def _one_iteration(self, batch: Batch):
+        req, ids, n = self.req, batch.ids, batch.num_new
+        t0 = self.now
+        dt = self.model.predict(n, req.computed[ids])
+        t1 = t0 + dt
+        yield self.env.timeout(max(0.0, t1 - self.env.now))
+        if self.on_iteration is not None:
+            self.on_iteration(t0, t1, ids, n)
+        used = self.kv.used_blocks
+        req.computed[ids] += n
+        sampled = ids[req.computed[ids] == req.prompt[ids] + req.num_output[ids]]
+        if len(sampled):
+            req.num_output[sampled] += 1
+            last = req.t_last_token[sampled]
+            first = np.isnan(last)
+            req.t_first_token[sampled[first]] = t1
+            if not first.all() and t1 >= self.rec.itl_from:
+                gaps = t1 - last[~first]
+                regular = last[~first] == t0
+                self.rec.itl_weighted(np.array([t1 - t0]), int(regular.sum()))
+                if not regular.all():
+                    self.rec.itl_values(gaps[~regular])
+            req.t_last_token[sampled] = t1
+        self.rec.steps(t0, np.array([t1]), np.array([used]), len(self.st.running),
+                       self.policy.num_waiting(), int(n.sum()))
+        self.now = t1
+        if len(sampled):
+            self._finish_done(sampled)
+
+    def _finish_done(self, ids: np.ndarray) -> None:
+        req = self.req
+        done = ids[req.num_output[ids] >= req.output[ids]]
+        if len(done) == 0:
+            return
+        t = self.now
+        req.t_finish[done] = t
+        req.status[done] = FINISHED
+        for rid in done.tolist():
+            self.kv.free(rid)
+            self.policy.on_finished(rid)
+            self.inbox.request_ended(t)
+        self.st.running.remove(done)
+        self.ended += len(done)
+
+    # --------------------------------------------------------------------------- invariants
+    def _check(self, batch: Batch) -> None:
+        self.kv.check()
+        if int(batch.num_new.sum()) > self.budget:
+            raise AssertionError(f"token budget exceeded: {int(batch.num_new.sum())} > {self.budget}")
+        if len(self.st.running) > self.st.max_num_seqs:
+            raise AssertionError(f"max_num_seqs exceeded: {len(self.st.running)} > {self.st.max_num_seqs}")
+        if len(batch.ids) and (batch.num_new < 1).any():
+            raise AssertionError("a scheduled request computes no token")

@@ -1,0 +1,130 @@
+"""Replica state, as columns: what the engine and the policy share.
+
+``RequestTable`` holds one row per request of the workload (numpy columns, indexed by request id);
+``ReplicaState`` adds the running set (ids in admission order), the waiting structure's bookkeeping
+and the blockage clocks. The policy decides; the state's methods (:meth:`ReplicaState.admit`,
+:meth:`ReplicaState.preempt`) apply the decision consistently so no policy can forget a field.
+
+Blockage clocks
+---------------
+Every waiting second of a request has exactly one cause (see :class:`servesim.sched.Cause`). At
+each iteration boundary the policy names, per SLA class, what blocks a waiting request of that
+class; the engine integrates this into cumulative clocks ``K[class, cause]``. A request of class
+``g`` that waits from ``a`` to ``b`` was blocked ``K[g, c](b) - K[g, c](a)`` seconds by cause ``c``.
+That costs O(classes) per iteration instead of O(waiting requests), and the per-cause seconds sum
+to the wait by construction. We store ``-K(a)`` in the request's row on arrival and add ``K(b)`` on
+admission, so no extra memory is needed. Waits after a preemption are charged to ``PREEMPTED``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from servesim.request import NUM_CLASSES, Workload
+from servesim.sched.base import NUM_CAUSES, Cause
+
+# request status codes
+PENDING, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
+
+
+class Reject:
+    NONE = 0
+    MAX_MODEL_LEN = 1
+    KV_CAPACITY = 2
+    TOKEN_BUDGET = 3
+    NAMES = {1: "exceeds_max_model_len", 2: "exceeds_kv_capacity", 3: "prompt_exceeds_token_budget"}
+
+
+class RequestTable:
+    """Per-request columns: the workload's inputs plus progress and timestamps."""
+
+    def __init__(self, workload: Workload):
+        n = len(workload)
+        self.n = n
+        self.arrival = workload.arrival_s.astype(np.float64, copy=True)
+        self.prompt = workload.prompt_tokens.astype(np.int64, copy=False)
+        self.output = workload.output_tokens.astype(np.int64, copy=False)
+        self.klass = workload.klass.astype(np.int64, copy=False)
+        self.computed = np.zeros(n, dtype=np.int64)
+        self.num_output = np.zeros(n, dtype=np.int64)
+        self.t_first_sched = np.full(n, np.nan)
+        self.t_first_token = np.full(n, np.nan)
+        self.t_finish = np.full(n, np.nan)
+        self.t_last_token = np.full(n, np.nan)
+        self.preemptions = np.zeros(n, dtype=np.int32)
+        self.status = np.zeros(n, dtype=np.int8)
+        self.reject_reason = np.zeros(n, dtype=np.int8)
+        self.blocked = np.zeros((n, NUM_CAUSES), dtype=np.float64)
+
+    def known_tokens(self, ids):
+        """Tokens whose ids are known (prompt + outputs so far): what a prefill must cover."""
+        return self.prompt[ids] + self.num_output[ids]
+
+
+class RunningSet:
+    """Running request ids in admission order (oldest first), as a numpy array."""
+
+    def __init__(self):
+        self.ids = np.empty(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add(self, rid: int) -> None:
+        self.ids = np.append(self.ids, rid)
+
+    def remove(self, rids) -> None:
+        self.ids = self.ids[~np.isin(self.ids, rids)] if np.ndim(rids) else self.ids[self.ids != rids]
+
+
+class ReplicaState:
+    def __init__(self, req: RequestTable, kv, max_num_seqs: int):
+        self.req = req
+        self.kv = kv
+        self.running = RunningSet()
+        self.max_num_seqs = max_num_seqs
+        # blockage clocks
+        self.clock_k = np.zeros((NUM_CLASSES, NUM_CAUSES), dtype=np.float64)
+        self.clock_t = 0.0
+        self.cause_now = np.full(NUM_CLASSES, int(Cause.ITERATION), dtype=np.int64)
+        self._class_idx = np.arange(NUM_CLASSES)
+
+    # -- blockage clocks --------------------------------------------------------------------
+    def advance_clocks(self, t: float) -> None:
+        dt = t - self.clock_t
+        if dt > 0:
+            self.clock_k[self._class_idx, self.cause_now] += dt
+        self.clock_t = t
+
+    def set_causes(self, causes: np.ndarray) -> None:
+        self.cause_now = causes
+
+    def start_waiting(self, ids: np.ndarray, times: np.ndarray) -> None:
+        """Fresh arrivals at ``times`` (within the current clock segment) begin to wait."""
+        g = self.req.klass[ids]
+        snap = self.clock_k[g].copy()
+        snap[np.arange(len(ids)), self.cause_now[g]] += times - self.clock_t
+        self.req.blocked[ids] -= snap
+        self.req.status[ids] = WAITING
+
+    # -- transitions (called by policies) -----------------------------------------------------
+    def admit(self, rid: int, now: float) -> None:
+        """Waiting -> running. Ends the wait: settle its blocked seconds."""
+        req = self.req
+        if np.isnan(req.t_first_sched[rid]):
+            req.t_first_sched[rid] = now
+            req.blocked[rid] += self.clock_k[req.klass[rid]]
+        else:  # resumed after a preemption
+            req.blocked[rid, Cause.PREEMPTED] += now
+        req.status[rid] = RUNNING
+        self.running.add(rid)
+
+    def preempt(self, rid: int, now: float) -> None:
+        """Running -> waiting by recompute: drop its KV, it will prefill everything it knows again."""
+        req = self.req
+        self.kv.free(rid)
+        req.computed[rid] = 0
+        req.preemptions[rid] += 1
+        req.status[rid] = WAITING
+        req.blocked[rid, Cause.PREEMPTED] -= now
+        self.running.remove(rid)

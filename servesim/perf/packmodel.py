@@ -1,0 +1,430 @@
+"""Step-time model fitted to a calibration pack: measured op timings -> seconds per iteration.
+
+One iteration of a batch with ``T`` new tokens over ``n`` sequences (``n_d`` of them decodes with
+cached contexts summing to ``S``, the others prefill chunks ``(t_i, c_i)``) costs, in ms::
+
+    lin(T)       = L * (sum of per-layer token ops(T) + residual_add(T))      (residual_add twice)
+                   + embed(T) + [tp>1] 2 L all_reduce(T*hidden*2 bytes) + (pp-1) send_recv(same)
+    rows(n)      = lm_head(n) + final_norm(n)                                  (one row per sequence)
+    overhead(n)  = overhead_cuda_graph(n) for pure-decode iterations when cuda_graph, else eager
+    attention    = L * attn_decode(n_d, S)  +  L * sum_i attn_prefill(t_i, c_i)
+
+    time = lin(T) + rows(n) + overhead(n) + attention
+
+``L`` counts all layers: with pipeline parallelism one iteration passes every stage in turn, so the
+model returns that latency (the roofline model does the same); send_recv adds one activation hop per
+stage boundary.
+
+Interpolation (all tables are built once here, the hot path only indexes and blends):
+
+* Token-keyed ops, overheads, all-reduce: piecewise linear between grid points, after pooling
+  duplicates by their median and making the curve non-decreasing by isotonic regression (PAV) --
+  more work never takes less time, and PAV moves noisy points less than a running maximum. The sum
+  over ops is tabulated at every integer token count up to the grid's end, so ``lin(T)`` is a lookup.
+* Decode attention: the pack keys it by (batch b, per-sequence context c). The model re-keys each
+  measured batch row by total KV tokens ``S = b*c`` on one shared S grid (the union of every row's
+  points, so each measured point stays exact), then enforces monotonicity along b at fixed S. A
+  query interpolates linearly in S within a batch row and linearly between batch rows, so it
+  depends only on (batch, total KV tokens) -- which is what lets ``predict_decode_run`` equal
+  ``predict`` exactly -- and is monotone in both.
+* Prefill attention: bilinear on the (chunk tokens, context) lattice, monotone in both axes.
+
+Extrapolation outside the measured grid (documented in docs/calibration.md, tested):
+
+* tokens / bytes / batch above the grid: linear, slope = least-squares slope over the top quarter
+  of the grid, clipped to [0, y_max/x_max] (GEMMs and collectives are throughput-bound there);
+  below the grid: the first value (launch-bound).
+* decode context above a batch row: linear in KV tokens with that row's top-quarter slope; below:
+  the first value. Batch above the grid: ``h(b_max, S) + beta * (b - b_max)``, beta >= 0 the
+  measured cost of one more sequence at fixed total KV.
+* prefill context above a chunk row: linear in context with slope ``t * sigma``, ``sigma`` the
+  marginal time per (query, key) pair measured along that row (or the nearest row that covers
+  enough contexts) -- attention FLOPs grow by ``4*heads*head_dim*t`` per extra key. Chunks longer
+  than the grid: split into grid-sized chunks over growing context, which has exactly the FLOPs of
+  the long chunk (causal attention of ``t`` queries = first ``t_max`` queries + the rest over the
+  longer prefix). Chunks shorter than the grid: the first row (reading the KV dominates).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from servesim.errors import PackError
+from servesim.models import MODELS, ModelShape
+from servesim.perf.pack import LAYER_TOKEN_OPS, OpRows, Pack, check_shape, load_pack, required_ops
+
+FAR = float(2**40)  # a point far beyond any query; tables end there so linear tails are interpolation
+
+
+# --- one-dimensional building blocks ----------------------------------------------------------
+
+def pool_median(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sort by x and replace repeated x by the median of their y."""
+    order = np.argsort(x, kind="stable")
+    x, y = np.asarray(x, np.float64)[order], np.asarray(y, np.float64)[order]
+    ux, start = np.unique(x, return_index=True)
+    if len(ux) == len(x):
+        return ux, y
+    ends = np.append(start[1:], len(x))
+    return ux, np.array([np.median(y[s:e]) for s, e in zip(start, ends)])
+
+
+def isotonic(y: np.ndarray) -> np.ndarray:
+    """Least-squares non-decreasing fit (pool adjacent violators, equal weights)."""
+    vals: list[float] = []
+    wts: list[int] = []
+    for v in np.asarray(y, np.float64):
+        vals.append(float(v))
+        wts.append(1)
+        while len(vals) > 1 and vals[-2] > vals[-1]:
+            w = wts[-2] + wts[-1]
+            merged = (vals[-2] * wts[-2] + vals[-1] * wts[-1]) / w
+            vals.pop()
+            wts.pop()
+            vals[-1], wts[-1] = merged, w
+    return np.repeat(np.array(vals), wts)
+
+
+def tail_slope(x: np.ndarray, y: np.ndarray) -> float:
+    """Slope of the linear tail above the grid: LSQ over the top quarter, clipped to [0, y/x]."""
+    if len(x) < 2:
+        return float(y[-1] / x[-1]) if x[-1] > 0 else 0.0
+    n = max(2, len(x) // 4)
+    xs, ys = x[-n:], y[-n:]
+    dx = xs - xs.mean()
+    slope = float((dx * (ys - ys.mean())).sum() / (dx * dx).sum())
+    cap = float(y[-1] / x[-1]) if x[-1] > 0 else np.inf
+    return float(min(max(slope, 0.0), cap))
+
+
+class Curve:
+    """Monotone piecewise-linear y(x) through a measured grid: flat below, linear tail above.
+
+    ``loglog`` interpolates between grid points in log-log space instead (same values at grid
+    points); it is an option because a sparse grid (powers of two) of a GEMM is better bridged in
+    log-log, while a dense grid makes no difference (measured: docs/calibration.md).
+    """
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, loglog: bool = False):
+        self.x, y = pool_median(x, y)
+        self.y = isotonic(y)
+        self.slope = tail_slope(self.x, self.y)
+        self.loglog = loglog and self.x[0] > 0 and len(self.x) > 1
+
+    def __call__(self, q: np.ndarray | float) -> np.ndarray:
+        q = np.asarray(q, np.float64)
+        if self.loglog:
+            lq = np.log(np.clip(q, self.x[0], self.x[-1]))
+            inner = np.exp(np.interp(lq, np.log(self.x), np.log(self.y)))
+        else:
+            inner = np.interp(q, self.x, self.y)
+        return np.where(q > self.x[-1], self.y[-1] + self.slope * (q - self.x[-1]), inner)
+
+
+def _ensure_rows(pack: Pack, op: str, rows: OpRows, what: str) -> OpRows:
+    if len(rows) == 0:
+        raise PackError(f"{pack.csv_path}: op '{op}' has no rows {what}")
+    return rows
+
+
+# --- decode attention: (batch, total KV tokens) lattice ---------------------------------------
+
+class DecodeAttention:
+    """Per-layer decode attention time in ms as a function of (batch, total cached KV tokens)."""
+
+    def __init__(self, rows: OpRows):
+        batches = np.unique(rows.batch)
+        per_row = []
+        for b in batches:
+            sel = rows.batch == b
+            c, y = pool_median(rows.context[sel], rows.time_ms[sel])
+            y = isotonic(y)
+            per_row.append((float(b), c, y, tail_slope(c, y) if len(c) > 1 else 0.0))
+        grid = np.unique(np.concatenate([[0.0, FAR]] + [b * c for b, c, _, _ in per_row]))
+        table = np.empty((len(batches), len(grid)))
+        for i, (b, c, y, slope) in enumerate(per_row):
+            s = b * c
+            row = np.interp(grid, s, y)
+            above = grid > s[-1]
+            row[above] = y[-1] + (slope / b) * (grid[above] - s[-1])
+            table[i] = row
+        table = np.maximum.accumulate(table, axis=0)  # more sequences at equal KV never cost less
+        self.batches = batches.astype(np.float64)
+        self.grid = grid
+        self.table = table
+        self.beta = self._marginal_sequence_cost()
+
+    def _marginal_sequence_cost(self) -> float:
+        """Cost of one more sequence at fixed total KV, measured between b_max and ~b_max/2."""
+        if len(self.batches) < 2:
+            return 0.0
+        b_hi = self.batches[-1]
+        j = int(np.argmin(np.abs(self.batches[:-1] - b_hi / 2)))
+        measured = self.grid <= self.batches[-1] * self._max_context()
+        diff = (self.table[-1, measured] - self.table[j, measured]) / (b_hi - self.batches[j])
+        return float(max(np.median(diff), 0.0))
+
+    def _max_context(self) -> float:
+        return float(self.grid[-2] / self.batches[-1]) if len(self.grid) > 2 else 0.0
+
+    def __call__(self, batch: int, kv_tokens: np.ndarray) -> np.ndarray:
+        """Per-layer ms for ``batch`` sequences reading ``kv_tokens`` cached tokens in all."""
+        grid, table, bs = self.grid, self.table, self.batches
+        s = np.minimum(kv_tokens, FAR)
+        j = np.searchsorted(grid, s, side="right") - 1
+        np.clip(j, 0, len(grid) - 2, out=j)
+        x0 = grid[j]
+        f = (s - x0) / (grid[j + 1] - x0)
+        if batch >= bs[-1]:
+            lo = table[-1]
+            out = lo[j] + f * (lo[j + 1] - lo[j])
+            if batch > bs[-1]:
+                out = out + self.beta * (batch - bs[-1])
+            return out
+        i = int(np.searchsorted(bs, batch, side="right")) - 1
+        if i < 0:
+            i = 0
+        lo = table[i]
+        out = lo[j] + f * (lo[j + 1] - lo[j])
+        if bs[i] == batch or batch < bs[0]:
+            return out
+        hi = table[i + 1]
+        w = (batch - bs[i]) / (bs[i + 1] - bs[i])
+        return out + w * ((hi[j] + f * (hi[j + 1] - hi[j])) - out)
+
+
+# --- prefill attention: (chunk, context) lattice ----------------------------------------------
+
+class PrefillAttention:
+    """Per-layer prefill attention time in ms of one sequence's chunk of ``t`` tokens over ``c``."""
+
+    MIN_SLOPE_POINTS = 4  # a row needs this many contexts to measure its own per-key slope
+
+    def __init__(self, rows: OpRows):
+        chunks = np.unique(rows.tokens).astype(np.float64)
+        per_row = []
+        for t in chunks:
+            sel = rows.tokens == t
+            c, y = pool_median(rows.context[sel], rows.time_ms[sel])
+            per_row.append((t, c, isotonic(y)))
+        sigma = self._per_pair_costs(per_row)
+        grid = np.unique(np.concatenate([[0.0, FAR]] + [c for _, c, _ in per_row]))
+        table = np.empty((len(chunks), len(grid)))
+        for i, (t, c, y) in enumerate(per_row):
+            row = np.interp(grid, c, y)
+            above = grid > c[-1]
+            row[above] = y[-1] + t * sigma[i] * (grid[above] - c[-1])
+            table[i] = row
+        table = np.maximum.accumulate(np.maximum.accumulate(table, axis=0), axis=1)
+        self.chunks, self.grid, self.table, self.sigma = chunks, grid, table, sigma
+
+    def _per_pair_costs(self, per_row: list) -> np.ndarray:
+        """Marginal ms per (query, key) pair of each row: LSQ slope along context / chunk tokens.
+
+        Rows with too few contexts (the far end of a triangular grid) borrow the value of the
+        nearest row (in chunk tokens) that has enough; with no such row, the average cost per
+        pair of the row itself (an upper bound for the marginal cost).
+        """
+        own = np.full(len(per_row), np.nan)
+        for i, (t, c, y) in enumerate(per_row):
+            if len(c) >= self.MIN_SLOPE_POINTS:
+                top = c >= c[len(c) // 2]
+                cs, ys = c[top], y[top]
+                if len(cs) >= 2:
+                    dc = cs - cs.mean()
+                    own[i] = max(float((dc * (ys - ys.mean())).sum() / (dc * dc).sum()), 0.0) / t
+        ok = np.flatnonzero(~np.isnan(own))
+        sigma = own.copy()
+        for i, (t, c, y) in enumerate(per_row):
+            if np.isnan(own[i]):
+                if ok.size:
+                    ts = np.array([per_row[k][0] for k in ok])
+                    sigma[i] = own[ok[np.argmin(np.abs(ts - t))]]
+                else:
+                    sigma[i] = y[-1] / (t * (c[-1] + (t + 1) / 2))
+        return sigma
+
+    def _lattice(self, t: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """Bilinear lookup for t within the chunk grid (clamped below), any c >= 0."""
+        chunks, grid, table = self.chunks, self.grid, self.table
+        t = np.clip(t, chunks[0], chunks[-1])
+        c = np.minimum(c, FAR)
+        j = np.clip(np.searchsorted(grid, c, side="right") - 1, 0, len(grid) - 2)
+        fc = (c - grid[j]) / (grid[j + 1] - grid[j])
+        if len(chunks) == 1:
+            row = table[0]
+            return row[j] + fc * (row[j + 1] - row[j])
+        i = np.clip(np.searchsorted(chunks, t, side="right") - 1, 0, len(chunks) - 2)
+        ft = (t - chunks[i]) / (chunks[i + 1] - chunks[i])
+        v0 = table[i, j] + fc * (table[i, j + 1] - table[i, j])
+        v1 = table[i + 1, j] + fc * (table[i + 1, j + 1] - table[i + 1, j])
+        return v0 + ft * (v1 - v0)
+
+    def __call__(self, t: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """Per-layer ms for each (t, c) row; chunks beyond the grid are split (same FLOPs)."""
+        t = np.asarray(t, np.float64)
+        c = np.asarray(c, np.float64)
+        t_max = self.chunks[-1]
+        if not (t > t_max).any():
+            return self._lattice(t, c)
+        pieces = np.ceil(t / t_max)
+        out = np.zeros_like(t)
+        for k in range(int(pieces.max())):
+            alive = pieces > k
+            last = pieces == k + 1
+            size = np.where(last, t - k * t_max, t_max)
+            out[alive] += self._lattice(size[alive], (c + k * t_max)[alive])
+        return out
+
+
+# --- the model --------------------------------------------------------------------------------
+
+class PackStepModel:
+    """``StepTimeModel`` built from one calibration pack; immutable after construction."""
+
+    name = "pack"
+
+    def __init__(self, pack: Pack, shape: ModelShape, tp: int = 1, pp: int = 1,
+                 cuda_graph: bool = False, loglog: bool = False):
+        if pp < 1:
+            raise PackError(f"pipeline-parallel degree must be >= 1, got {pp}")
+        pack.require(required_ops(tp, pp, cuda_graph))
+        check_shape(pack, shape)
+        self.pack, self.shape, self.tp, self.pp, self.cuda_graph = pack, shape, tp, pp, cuda_graph
+        self.layers = shape.num_layers
+        self.curves = {op: Curve(pack.rows(op).tokens, pack.rows(op).time_ms, loglog)
+                       for op in LAYER_TOKEN_OPS + ("embed", "final_norm", "lm_head")}
+        for op in ("overhead_eager", "overhead_cuda_graph"):
+            if pack.has(op):
+                self.curves[op] = Curve(pack.rows(op).batch, pack.rows(op).time_ms)
+        self._msg_bytes_per_token = shape.hidden_size * shape.dtype_bytes
+        if tp > 1:
+            ar = pack.rows("all_reduce")
+            ar = _ensure_rows(pack, "all_reduce", ar.where(ar.batch == tp), f"with batch (GPUs) == tp {tp}")
+            self.curves["all_reduce"] = Curve(ar.bytes, ar.time_ms)
+        if pp > 1:
+            sr = pack.rows("send_recv")
+            self.curves["send_recv"] = Curve(sr.bytes, sr.time_ms)
+        self.decode_attn = DecodeAttention(pack.rows("attn_decode"))
+        self.prefill_attn = PrefillAttention(pack.rows("attn_prefill"))
+        self.n_table = int(max(self.curves[op].x[-1] for op in LAYER_TOKEN_OPS + ("embed",)))
+        n = np.arange(self.n_table + 1, dtype=np.float64)
+        self._lin = self._lin_ms(n)
+        self._rows_eager = self._per_seq_ms(n, graph=False)
+        self._dec_const = self._lin + self._per_seq_ms(n, graph=cuda_graph)
+
+    # -- construction helpers (also the path for counts beyond the tables) ---------------------
+    def _lin_ms(self, tokens: np.ndarray) -> np.ndarray:
+        c = self.curves
+        per_layer = sum(c[op](tokens) for op in LAYER_TOKEN_OPS) + c["residual_add"](tokens)
+        out = self.layers * per_layer + c["embed"](tokens)
+        msg = tokens * self._msg_bytes_per_token
+        if self.tp > 1:
+            out = out + 2 * self.layers * c["all_reduce"](msg)
+        if self.pp > 1:
+            out = out + (self.pp - 1) * c["send_recv"](msg)
+        return np.where(tokens > 0, out, 0.0)
+
+    def _per_seq_ms(self, seqs: np.ndarray, graph: bool) -> np.ndarray:
+        c = self.curves
+        eager = c["overhead_eager"](seqs)
+        over = eager
+        if graph:  # a graph replay never costs more than the eager launch it replaces
+            over = np.minimum(c["overhead_cuda_graph"](seqs), eager)
+        return np.where(seqs > 0, c["lm_head"](seqs) + c["final_norm"](seqs) + over, 0.0)
+
+    def _lin_at(self, tokens: int) -> float:
+        if tokens <= self.n_table:
+            return float(self._lin[tokens])
+        return float(self._lin_ms(np.array([tokens], np.float64))[0])
+
+    def _rows_eager_at(self, seqs: int) -> float:
+        if seqs <= self.n_table:
+            return float(self._rows_eager[seqs])
+        return float(self._per_seq_ms(np.array([seqs], np.float64), graph=False)[0])
+
+    def _dec_const_at(self, seqs: int) -> float:
+        if seqs <= self.n_table:
+            return float(self._dec_const[seqs])
+        s = np.array([seqs], np.float64)
+        return float((self._lin_ms(s) + self._per_seq_ms(s, graph=self.cuda_graph))[0])
+
+    # -- the one code path for pure-decode iterations ---------------------------------------------
+    def _decode_seconds(self, num_seqs: int, kv_tokens: np.ndarray) -> np.ndarray:
+        attn = self.decode_attn(num_seqs, kv_tokens.astype(np.float64))
+        return (self._dec_const_at(num_seqs) + self.layers * attn) * 1e-3
+
+    # -- StepTimeModel ------------------------------------------------------------------------
+    def predict_decode_run(self, num_seqs: int, context_sum: int, steps: int) -> np.ndarray:
+        if num_seqs <= 0:
+            return np.zeros(steps)
+        kv = context_sum + num_seqs * np.arange(steps, dtype=np.int64)
+        return self._decode_seconds(int(num_seqs), kv)
+
+    def predict(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
+        new = np.asarray(new_tokens)
+        ctx = np.asarray(context)
+        n = new.size
+        if n == 0:
+            return 0.0
+        is_dec = new == 1
+        n_dec = int(np.count_nonzero(is_dec))
+        if n_dec == n:
+            return float(self._decode_seconds(n, np.array([int(ctx.sum())], np.int64))[0])
+        tokens = int(new.sum())
+        is_pre = ~is_dec
+        ms = self._lin_at(tokens) + self._rows_eager_at(n)
+        ms += self.layers * float(self.prefill_attn(new[is_pre], ctx[is_pre]).sum())
+        if n_dec:
+            kv = np.array([float(ctx[is_dec].sum())])
+            ms += self.layers * float(self.decode_attn(n_dec, kv)[0])
+        return ms * 1e-3
+
+    def describe(self) -> str:
+        meta = self.pack.meta
+        return (f"pack {self.pack.gpu}/{self.pack.csv_path.stem} ({meta.get('source')}: "
+                f"{meta.get('origin', '?')}), tp {self.tp}, pp {self.pp}, "
+                f"{'cuda graph for decode' if self.cuda_graph else 'eager'}")
+
+    # -- diagnostics (not in the hot path) -----------------------------------------------------
+    def breakdown_ms(self, new_tokens: np.ndarray, context: np.ndarray) -> dict[str, float]:
+        """Per-component ms of one iteration (for the CLI and the fidelity benchmark)."""
+        new = np.asarray(new_tokens)
+        ctx = np.asarray(context)
+        n = new.size
+        is_dec = new == 1
+        n_dec = int(is_dec.sum())
+        pure = n_dec == n
+        s = np.array([float(n)])
+        t = np.array([float(new.sum())])
+        over_op = "overhead_cuda_graph" if (pure and self.cuda_graph) else "overhead_eager"
+        out = {"linear_ops": float(self._lin_ms(t)[0]),
+               "lm_head+final_norm": float((self.curves["lm_head"](s) + self.curves["final_norm"](s))[0]),
+               "overhead": float(self._per_seq_ms(s, graph=pure and self.cuda_graph)[0])
+               - float((self.curves["lm_head"](s) + self.curves["final_norm"](s))[0]),
+               "attn_prefill": self.layers * float(self.prefill_attn(new[~is_dec], ctx[~is_dec]).sum()),
+               "attn_decode": (self.layers * float(self.decode_attn(n_dec, np.array([float(ctx[is_dec].sum())]))[0])
+                               if n_dec else 0.0)}
+        out["overhead_op"] = over_op  # type: ignore[assignment]
+        return out
+
+
+@lru_cache(maxsize=32)
+def _cached_model(gpu: str, shape: ModelShape, tp: int, pp: int, cuda_graph: bool) -> PackStepModel:
+    return PackStepModel(load_pack(gpu, shape, tp), shape, tp=tp, pp=pp, cuda_graph=cuda_graph)
+
+
+def load_pack_model(gpu: str, model: ModelShape | str, tp: int = 1, pp: int = 1,
+                    cuda_graph: bool = False) -> PackStepModel:
+    """The step-time model for ``step_time: {model: pack}``: find the pack, validate, build.
+
+    Models are immutable, so one instance per (gpu, shape, tp, pp, cuda_graph) is cached and shared.
+    """
+    if isinstance(model, str):
+        if model not in MODELS:
+            raise PackError(f"unknown model '{model}' for a calibration pack; allowed: "
+                            f"{', '.join(sorted(MODELS))}")
+        model = MODELS[model]
+    return _cached_model(gpu, model, int(tp), int(pp), bool(cuda_graph))

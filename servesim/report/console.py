@@ -1,0 +1,108 @@
+"""Terminal output for the CLI: run header, progress bar, summary table."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from servesim.metrics.stats import PCT_KEYS
+from servesim.sched.base import CAUSE_LABELS, CAUSE_NAMES, Cause
+
+SHOW_AFTER_S = 2.0  # a progress bar appears only on runs longer than this
+
+
+def print_header(console: Console, built) -> None:
+    sc = built.scenario
+    hw, e, shape = sc.hardware, sc.engine, sc.model_shape
+    console.rule(f"[bold]servesim[/] · {sc.name}")
+    console.print(f"model     {shape.name}: {shape.num_layers} layers, hidden {shape.hidden_size}, "
+                  f"heads {shape.num_heads}/{shape.num_kv_heads} kv, {shape.num_params() / 1e9:.2f} B params")
+    console.print(f"hardware  {hw.replicas} x replica of {hw.gpus_per_replica} x {hw.gpu} "
+                  f"(tp {hw.tensor_parallel}, pp {hw.pp})")
+    console.print(f"KV cache  {built.memory.describe()}")
+    chunk = "chunked prefill" if e.enable_chunked_prefill else "no chunked prefill"
+    console.print(f"engine    {e.scheduler}: max_num_seqs {e.max_num_seqs}, max_num_batched_tokens "
+                  f"{e.max_num_batched_tokens}, {chunk}, block {e.block_size}, preemption {e.preemption}, "
+                  f"max_model_len {sc.max_model_len}")
+    console.print(f"step time {built.model.describe()}")
+    w = built.workload
+    console.print(f"workload  {len(w):,} requests; {sc.workload.arrival.model_dump()}; "
+                  f"prompt mean {w.prompt_tokens.mean():.0f}, output mean {w.output_tokens.mean():.0f} tokens")
+    for note in w.notes:
+        console.print(f"          {note}")
+
+
+class ProgressReporter:
+    """Shows a bar only once a run has lasted a few seconds; cheap to call often."""
+
+    def __init__(self, console: Console, total: int | None, enabled: bool = True):
+        self.console = console
+        self.total = total
+        self.enabled = enabled
+        self._t0 = 0.0
+        self._progress: Progress | None = None
+        self._task = None
+
+    def __enter__(self):
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        if self._progress is not None:
+            self._progress.stop()
+
+    def update(self, done: int) -> None:
+        if not self.enabled:
+            return
+        if self._progress is None:
+            if time.perf_counter() - self._t0 < SHOW_AFTER_S:
+                return
+            self._progress = Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(),
+                                      TextColumn("requests"), TimeElapsedColumn(), console=self.console,
+                                      transient=True)
+            self._progress.start()
+            self._task = self._progress.add_task("sim", total=self.total)
+        self._progress.update(self._task, completed=done)
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x * 1e3:,.1f}"
+
+
+def print_summary(console: Console, res) -> None:
+    s = res.summary
+    r = s["requests"]
+    console.rule("summary")
+    console.print(f"requests  {r['arrived']:,} arrived, {r['completed']:,} completed, "
+                  f"{r['rejected']:,} rejected, {r['in_flight']:,} in flight; {r['preemptions']:,} preemptions"
+                  + (f"; rejected: {r['rejected_by_reason']}" if r["rejected_by_reason"] else ""))
+    t = s["throughput"]
+    att = s["slo"]["attainment"]
+    console.print(f"throughput {t['req_per_s']:.3f} req/s, {t['output_tok_per_s']:,.0f} output tok/s; "
+                  f"goodput {t['goodput_req_per_s']:.3f} req/s "
+                  f"(SLO TTFT <= {s['slo']['ttft_s']} s, TPOT <= {s['slo']['tpot_s']} s: "
+                  f"{'-' if att is None else f'{att:.1%}'} met)")
+    table = Table(title="latency (ms)", show_edge=False, header_style="bold")
+    table.add_column("metric")
+    for col in ("mean",) + PCT_KEYS:
+        table.add_column(col.replace("p999", "p99.9"), justify="right")
+    for name in ("ttft", "tpot", "itl", "e2e", "queue"):
+        d = s["latency_s"][name]
+        table.add_row(name.upper() if name != "queue" else "queue", *(_ms(d[k]) for k in ("mean",) + PCT_KEYS))
+    console.print(table)
+    kv = s["kv"]
+    console.print(f"KV        {kv['blocks_total']:,} blocks; peak {kv['peak_usage']:.1%}, "
+                  f"time-mean {kv['mean_usage']:.1%}")
+    b = s["blockage"].get("all")
+    if b and b["waiting_s"] > 0:
+        top = sorted(b["share"].items(), key=lambda kv_: -kv_[1])[:3]
+        parts = [f"{CAUSE_LABELS[Cause(CAUSE_NAMES.index(k))]} {v:.0%}" for k, v in top if v > 0]
+        console.print(f"waiting   {b['waiting_s']:,.1f} s in all; by cause: " + ", ".join(parts))
+    e = s["engine"]
+    console.print(f"engine    {e['iterations']:,} iterations, busy {e['busy_fraction']:.1%}, "
+                  f"mean {e['mean_running']:.1f} running, {e['mean_batch_tokens']:.0f} tokens/iteration")
+    console.print(f"simulated {s['sim_time_s']:,.1f} s in {s['wall_s']:.2f} s wall "
+                  f"({r['arrived'] / max(s['wall_s'], 1e-9):,.0f} requests/s)")

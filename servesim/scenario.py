@@ -1,0 +1,441 @@
+"""Scenario files: typed, frozen, validated configs.
+
+A scenario is everything one simulation needs: hardware, model, engine knobs, step-time model,
+workload, stop condition, SLO. It is loaded from YAML, optionally patched by dotted-path overrides
+(``--set engine.max_num_seqs=64``), and validated in one place. Any mistake becomes a
+:class:`~servesim.errors.ScenarioError` whose message is one line naming the field path, the value
+and what is allowed. Loading has no side effects.
+
+Engine knob names follow the real engines (vLLM's ``max_num_seqs``, ``max_num_batched_tokens``,
+``gpu_memory_utilization``, ``enable_chunked_prefill``; SGLang's ``chunked_prefill_size``,
+``max_running_requests``) so users can paste their flags.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from servesim.errors import ScenarioError
+from servesim.hardware import GPUS
+from servesim.models import MODELS, ModelShape
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --------------------------------------------------------------------------------------- stop
+class StopConfig(Frozen):
+    """When to stop. ``requests``: that many requests arrive and the run drains until each is
+    finished or rejected. ``duration_s``: arrivals stop and the clock stops at that time; unfinished
+    requests are reported as in flight. Give one or both (both: whichever comes first)."""
+
+    requests: Annotated[int, Field(gt=0)] | None = None
+    duration_s: Annotated[float, Field(gt=0)] | None = None
+    warmup_requests: Annotated[int, Field(ge=0)] = 0
+
+    @model_validator(mode="after")
+    def _one_limit(self) -> "StopConfig":
+        if self.requests is None and self.duration_s is None:
+            raise ValueError("give stop.requests or stop.duration_s (or both)")
+        if self.requests is not None and self.warmup_requests >= self.requests:
+            raise ValueError(
+                f"warmup_requests {self.warmup_requests} must be smaller than requests {self.requests}"
+            )
+        return self
+
+
+# ---------------------------------------------------------------------------------- hardware
+GpuName = Literal["a100-80g", "h100-80g", "h200"]
+
+
+class HardwareConfig(Frozen):
+    gpu: GpuName = "a100-80g"
+    replicas: Annotated[int, Field(ge=1, le=4096)] = 1
+    gpus_per_replica: Annotated[int, Field(ge=1, le=64)] = 1
+    tp: Annotated[int, Field(ge=1, le=64)] | None = None  # default: gpus_per_replica / pp
+    pp: Annotated[int, Field(ge=1, le=64)] = 1
+
+    @model_validator(mode="after")
+    def _parallelism(self) -> "HardwareConfig":
+        tp = self.tensor_parallel
+        if tp * self.pp != self.gpus_per_replica:
+            raise ValueError(
+                f"tp {tp} x pp {self.pp} must equal gpus_per_replica {self.gpus_per_replica}"
+            )
+        return self
+
+    @property
+    def tensor_parallel(self) -> int:
+        if self.tp is not None:
+            return self.tp
+        if self.gpus_per_replica % self.pp:
+            raise ValueError(f"gpus_per_replica {self.gpus_per_replica} is not divisible by pp {self.pp}")
+        return self.gpus_per_replica // self.pp
+
+
+# ------------------------------------------------------------------------------------- model
+class ModelShapeConfig(Frozen):
+    """An inline model shape, for models that are not built in."""
+
+    name: str = "custom"
+    num_layers: Annotated[int, Field(ge=1)]
+    hidden_size: Annotated[int, Field(ge=1)]
+    num_heads: Annotated[int, Field(ge=1)]
+    num_kv_heads: Annotated[int, Field(ge=1)]
+    head_dim: Annotated[int, Field(ge=1)]
+    intermediate_size: Annotated[int, Field(ge=1)]
+    vocab_size: Annotated[int, Field(ge=1)]
+    max_model_len: Annotated[int, Field(ge=1)] = 8192
+    tie_word_embeddings: bool = False
+
+    def shape(self) -> ModelShape:
+        return ModelShape(**self.model_dump())
+
+
+ModelName = Literal[tuple(sorted(MODELS))]  # type: ignore[valid-type]
+
+
+# ------------------------------------------------------------------------------------ engine
+SchedulerName = str  # validated against the policy registry when the scenario is built
+
+
+class EngineConfig(Frozen):
+    scheduler: SchedulerName = "vllm"
+    block_size: Annotated[int, Field(ge=1, le=256)] = 16
+    max_num_seqs: Annotated[int, Field(ge=1, le=65536)] = 256
+    max_num_batched_tokens: Annotated[int, Field(ge=1, le=1 << 22)] = 8192
+    enable_chunked_prefill: bool = False
+    gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = 0.9
+    preemption: Literal["recompute", "swap"] = "recompute"
+    max_model_len: Annotated[int, Field(ge=1)] | None = None  # default: the model's
+    num_gpu_blocks_override: Annotated[int, Field(ge=1)] | None = None  # vLLM's flag of that name
+
+
+# --------------------------------------------------------------------------------- step time
+class ConstantStepConfig(Frozen):
+    """Every iteration takes ``seconds``, whatever the batch: for theory tests."""
+
+    model: Literal["constant"]
+    seconds: Annotated[float, Field(gt=0)] = 0.01
+
+
+class RooflineStepConfig(Frozen):
+    """Per op, max(FLOPs / (peak x mfu), bytes / (bandwidth x mbu)), plus a fixed overhead."""
+
+    model: Literal["roofline"]
+    mfu: Annotated[float, Field(gt=0, le=1)] = 0.6
+    mbu: Annotated[float, Field(gt=0, le=1)] = 0.8
+    overhead_s: Annotated[float, Field(ge=0)] = 0.002
+
+
+class PackStepConfig(Frozen):
+    """Measured kernel timings from a calibration pack, found from (gpu, model, tp)."""
+
+    model: Literal["pack"]
+    cuda_graph: bool = True
+
+
+StepTimeConfig = Annotated[
+    Union[ConstantStepConfig, RooflineStepConfig, PackStepConfig], Field(discriminator="model")
+]
+
+
+# ---------------------------------------------------------------------------------- workload
+class PoissonArrival(Frozen):
+    process: Literal["poisson"]
+    rate: Annotated[float, Field(gt=0)]
+
+
+class GammaArrival(Frozen):
+    """Gamma inter-arrival times with mean 1/rate and coefficient of variation ``cv`` (cv=1 is
+    Poisson, cv>1 bursty)."""
+
+    process: Literal["gamma"]
+    rate: Annotated[float, Field(gt=0)]
+    cv: Annotated[float, Field(gt=0)] = 1.0
+
+
+class ConstantArrival(Frozen):
+    process: Literal["constant"]
+    rate: Annotated[float, Field(gt=0)]
+
+
+class ClosedArrival(Frozen):
+    """Closed loop: ``clients`` users, each sends a request, waits for its last token, thinks for
+    ``think_s`` seconds (exponential with that mean when ``think_dist: exponential``), repeats."""
+
+    process: Literal["closed"]
+    clients: Annotated[int, Field(ge=1)]
+    think_s: Annotated[float, Field(ge=0)] = 0.0
+    think_dist: Literal["fixed", "exponential"] = "fixed"
+
+
+ArrivalConfig = Annotated[
+    Union[PoissonArrival, GammaArrival, ConstantArrival, ClosedArrival],
+    Field(discriminator="process"),
+]
+
+
+class _Bounded(Frozen):
+    min: Annotated[int, Field(ge=1)] = 1
+    max: Annotated[int, Field(ge=1)] = 1 << 20
+
+    @model_validator(mode="after")
+    def _order(self):
+        if self.min > self.max:
+            raise ValueError(f"min {self.min} must not exceed max {self.max}")
+        return self
+
+
+class FixedDist(Frozen):
+    dist: Literal["fixed"]
+    value: Annotated[int, Field(ge=1)]
+
+
+class NormalDist(_Bounded):
+    """Normal, rounded and clipped to [min, max]."""
+
+    dist: Literal["normal"]
+    mean: Annotated[float, Field(gt=0)]
+    std: Annotated[float, Field(ge=0)]
+
+
+class LognormalDist(_Bounded):
+    """Lognormal with arithmetic mean ``mean`` and log-space standard deviation ``sigma``
+    (mu = ln(mean) - sigma^2/2), rounded and clipped to [min, max]."""
+
+    dist: Literal["lognormal"]
+    mean: Annotated[float, Field(gt=0)]
+    sigma: Annotated[float, Field(ge=0)]
+
+
+class UniformDist(_Bounded):
+    """Integers uniform on [min, max]."""
+
+    dist: Literal["uniform"]
+
+
+class ExponentialDist(_Bounded):
+    dist: Literal["exponential"]
+    mean: Annotated[float, Field(gt=0)]
+
+
+class GeometricDist(_Bounded):
+    """Geometric on {1, 2, ...} with the given mean (success probability 1/mean)."""
+
+    dist: Literal["geometric"]
+    mean: Annotated[float, Field(ge=1)]
+
+
+LengthDist = Annotated[
+    Union[FixedDist, NormalDist, LognormalDist, UniformDist, ExponentialDist, GeometricDist],
+    Field(discriminator="dist"),
+]
+
+
+class ClassMix(Frozen):
+    """Request SLA classes P0..P4 drawn independently with these weights (normalized)."""
+
+    weights: Annotated[list[Annotated[float, Field(ge=0)]], Field(min_length=1, max_length=5)] = [1.0]
+
+    @model_validator(mode="after")
+    def _positive(self):
+        if sum(self.weights) <= 0:
+            raise ValueError("at least one class weight must be positive")
+        return self
+
+
+class WorkloadConfig(Frozen):
+    arrival: ArrivalConfig = PoissonArrival(process="poisson", rate=1.0)
+    prompt: LengthDist = FixedDist(dist="fixed", value=512)
+    output: LengthDist = FixedDist(dist="fixed", value=128)
+    classes: ClassMix = ClassMix()
+
+
+class SLOConfig(Frozen):
+    ttft_s: Annotated[float, Field(gt=0)] = 1.0
+    tpot_s: Annotated[float, Field(gt=0)] = 0.1
+
+
+class MetricsConfig(Frozen):
+    timeseries_bin_s: Annotated[float, Field(gt=0)] = 1.0
+
+
+class SimConfig(Frozen):
+    """How to simulate (not what): switches that must not change results."""
+
+    fast_path: bool = True
+    check_invariants: bool = False
+
+
+# ---------------------------------------------------------------------------------- scenario
+class Scenario(Frozen):
+    name: str = "scenario"
+    seed: Annotated[int, Field(ge=0)] = 0
+    stop: StopConfig = StopConfig(requests=1000)
+    hardware: HardwareConfig = HardwareConfig()
+    model: Union[ModelName, ModelShapeConfig] = "llama-3-8b"  # type: ignore[valid-type]
+    engine: EngineConfig = EngineConfig()
+    step_time: StepTimeConfig = RooflineStepConfig(model="roofline")
+    workload: WorkloadConfig = WorkloadConfig()
+    slo: SLOConfig = SLOConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    sim: SimConfig = SimConfig()
+    # folder the scenario file was read from; relative paths in it resolve against this
+    base_dir: str = "."
+
+    @property
+    def model_shape(self) -> ModelShape:
+        if isinstance(self.model, str):
+            return MODELS[self.model]
+        return self.model.shape()
+
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.max_model_len or self.model_shape.max_model_len
+
+    @model_validator(mode="after")
+    def _engine_consistency(self) -> "Scenario":
+        e = self.engine
+        mml = self.max_model_len
+        if not e.enable_chunked_prefill and e.max_num_batched_tokens < mml:
+            raise ValueError(
+                f"engine.max_num_batched_tokens {e.max_num_batched_tokens} is smaller than "
+                f"max_model_len {mml} with chunked prefill off, so long prompts could never run; "
+                f"raise it, set engine.max_model_len <= {e.max_num_batched_tokens}, "
+                f"or set engine.enable_chunked_prefill: true (vLLM refuses this config too)"
+            )
+        from servesim.sched import policy_names, resolve_policy
+
+        try:
+            resolve_policy(e.scheduler)
+        except KeyError:
+            raise ValueError(
+                f"engine.scheduler {e.scheduler!r} is not a known policy "
+                f"(allowed: {', '.join(policy_names())}, or an import path 'module:Class')"
+            ) from None
+        from servesim.memory import plan_memory
+
+        plan_memory(self)  # raises ValueError when the model does not fit
+        return self
+
+
+# ------------------------------------------------------------------------- loading + errors
+def _format_loc(loc: tuple) -> str:
+    parts: list[str] = []
+    for p in loc:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif p in ("function-after", "function-before") or "[" in str(p) or str(p).startswith(
+            ("Literal", "union", "int", "float", "str", "list", "ModelShape", "Fixed", "Normal")
+        ):
+            continue  # pydantic's internal union/validator branch labels
+        else:
+            parts.append(("." if parts else "") + str(p))
+    return "".join(parts) or "scenario"
+
+
+def _first_error(err: ValidationError, source: str) -> str:
+    errors = err.errors()
+    # prefer the most specific error: longest location
+    e = max(errors, key=lambda x: len(x["loc"])) if errors else None
+    if e is None:
+        return f"{source}: invalid scenario"
+    loc = _format_loc(e["loc"])
+    kind = e["type"]
+    value = e.get("input")
+    msg = e["msg"].removeprefix("Value error, ")
+    if kind == "extra_forbidden":
+        return f"{source}: {loc}: unknown field (check the spelling; see docs/scenario.md for the allowed fields)"
+    if kind == "missing":
+        return f"{source}: {loc}: required field is missing"
+    shown = repr(value) if not isinstance(value, dict) else "{...}"
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    if kind in ("value_error", "assertion_error") and loc == "scenario":
+        return f"{source}: {msg}{more}"
+    return f"{source}: {loc} = {shown}: {msg}{more}"
+
+
+def _apply_override(raw: dict, path: str, value_text: str, source: str) -> None:
+    try:
+        value = yaml.safe_load(value_text) if value_text != "" else ""
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{source}: --set {path}: value {value_text!r} is not valid YAML ({exc.problem})") from None
+    keys = path.split(".")
+    if not all(keys):
+        raise ScenarioError(f"{source}: --set {path!r}: empty key in dotted path")
+    node: Any = raw
+    for i, k in enumerate(keys[:-1]):
+        nxt = node.get(k) if isinstance(node, dict) else None
+        if nxt is None:
+            nxt = {}
+            node[k] = nxt
+        if not isinstance(nxt, dict):
+            raise ScenarioError(
+                f"{source}: --set {path}: {'.'.join(keys[: i + 1])} is {nxt!r}, not a mapping"
+            )
+        node = nxt
+    node[keys[-1]] = value
+
+
+def parse_overrides(items: list[str] | None) -> list[tuple[str, str]]:
+    out = []
+    for item in items or []:
+        if "=" not in item:
+            raise ScenarioError(f"--set {item!r}: expected KEY=VALUE with a dotted KEY, e.g. engine.max_num_seqs=64")
+        k, v = item.split("=", 1)
+        out.append((k.strip(), v.strip()))
+    return out
+
+
+def scenario_from_dict(raw: dict, source: str = "scenario", overrides: list[tuple[str, str]] | None = None,
+                       base_dir: str | Path | None = None) -> Scenario:
+    """Validate a raw mapping (plus overrides) into a :class:`Scenario`, or raise one clear line."""
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{source}: the scenario must be a YAML mapping, got {type(raw).__name__}")
+    raw = _deep_copy(raw)
+    for path, value in overrides or []:
+        _apply_override(raw, path, value, source)
+    if base_dir is not None:
+        raw["base_dir"] = str(base_dir)
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as err:
+        raise ScenarioError(_first_error(err, source)) from None
+    except ValueError as err:  # raised outside pydantic's wrapping
+        raise ScenarioError(f"{source}: {err}") from None
+
+
+def load_scenario(path: str | Path, overrides: list[str] | list[tuple[str, str]] | None = None) -> Scenario:
+    """Load a YAML scenario file, apply ``KEY=VALUE`` overrides, validate."""
+    p = Path(path)
+    source = str(path)
+    if not p.is_file():
+        raise ScenarioError(f"{source}: no such scenario file")
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ScenarioError(f"{source}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if raw is None:
+        raise ScenarioError(f"{source}: the file is empty")
+    pairs = overrides
+    if overrides and isinstance(overrides[0], str):
+        pairs = parse_overrides(overrides)  # type: ignore[arg-type]
+    return scenario_from_dict(raw, source, pairs, base_dir=p.resolve().parent)  # type: ignore[arg-type]
+
+
+def _deep_copy(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _deep_copy(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_deep_copy(v) for v in x]
+    return x

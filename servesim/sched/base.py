@@ -1,0 +1,125 @@
+"""The scheduler contract: what a policy sees, what it returns, and why requests wait.
+
+A policy is called at every iteration boundary. It may admit waiting requests, preempt running
+ones and allocate KV slots (through the KV manager, never by touching blocks), and returns the
+:class:`Batch` of the next iteration: which requests compute how many tokens. It also says, per
+SLA class, what currently blocks a waiting request of that class (a :class:`Cause`): the engine
+integrates those causes over time into per-request "blocked seconds by cause".
+
+The engine's fast path relies on one promise, :attr:`Batch.stable`: if nothing happens (no arrival,
+no completion, no failed KV allocation, no ``horizon_s`` reached), the policy's next decisions would
+be the same decode batch again. Then the engine advances many decode iterations in one step instead
+of calling the policy each time. A policy that cannot promise it returns ``stable=False`` and is
+called every iteration; results are identical either way, only slower.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from servesim.request import NUM_CLASSES
+
+if TYPE_CHECKING:
+    from servesim.engine.state import ReplicaState
+    from servesim.scenario import EngineConfig
+
+
+class Cause(IntEnum):
+    """Why a waiting request was not admitted. Every waiting second has exactly one cause."""
+
+    KV_BLOCKS = 0  # the head request's KV allocation failed
+    TOKEN_BUDGET = 1  # max_num_batched_tokens spent by requests ahead
+    BATCH_SLOTS = 2  # max_num_seqs / max_running_requests / max batch size reached
+    HIGHER_CLASS = 3  # a request of a higher SLA class is ahead and blocked
+    STATIC_BATCH = 4  # a static (request-level) batch is still running
+    TIER_TRANSFER = 5  # the request's KV is being fetched from a lower tier
+    PREEMPTED = 6  # evicted from the running set, waiting to resume
+    ITERATION = 7  # arrived during an iteration; waits for the next boundary
+
+
+NUM_CAUSES = len(Cause)
+CAUSE_NAMES = tuple(c.name.lower() for c in Cause)
+CAUSE_LABELS = {
+    Cause.KV_BLOCKS: "no free KV blocks",
+    Cause.TOKEN_BUDGET: "token budget spent",
+    Cause.BATCH_SLOTS: "batch slots full",
+    Cause.HIGHER_CLASS: "a higher class ahead",
+    Cause.STATIC_BATCH: "static batch in progress",
+    Cause.TIER_TRANSFER: "waiting for a KV tier transfer",
+    Cause.PREEMPTED: "preempted",
+    Cause.ITERATION: "waiting for the iteration boundary",
+}
+
+
+def uniform_causes(cause: Cause) -> np.ndarray:
+    return np.full(NUM_CLASSES, int(cause), dtype=np.int64)
+
+
+@dataclass
+class Batch:
+    """One iteration's work: request ``ids[i]`` computes ``num_new[i]`` tokens."""
+
+    ids: np.ndarray  # int64 request ids, in the policy's order
+    num_new: np.ndarray  # int64 tokens per request, >= 1
+    waiting_cause: np.ndarray  # int64 [NUM_CLASSES]: what blocks a waiting request of each class
+    pure_decode: bool = False  # every request computes 1 token and samples one
+    stable: bool = False  # see module docstring
+    horizon_s: float = float("inf")  # the decision may change at this time without an event
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return len(self.ids) == 0
+
+
+class Policy(Protocol):
+    """A scheduling policy. Built once per replica with the engine config and the replica state."""
+
+    name: str
+
+    def enqueue(self, rid: int, now: float) -> None:
+        """A request arrived (or was preempted back): put it in the waiting structure."""
+
+    def schedule(self, now: float) -> Batch:
+        """Admit, preempt, allocate; return the next iteration's batch."""
+
+    def num_waiting(self) -> int: ...
+
+    def on_finished(self, rid: int) -> None:
+        """A running request finished (its blocks are already freed)."""
+
+
+_POLICIES: dict[str, str] = {
+    # name -> "module:Class"; resolved lazily so importing the registry stays cheap
+    "vllm": "servesim.sched.continuous:ContinuousBatching",
+}
+
+
+def register_policy(name: str, target: str) -> None:
+    _POLICIES[name] = target
+
+
+def policy_names() -> list[str]:
+    return sorted(_POLICIES)
+
+
+def resolve_policy(name: str):
+    """Name from the registry, or an import path ``package.module:Class`` for user policies."""
+    import importlib
+
+    target = _POLICIES.get(name, name if ":" in name else None)
+    if target is None:
+        raise KeyError(name)
+    module, _, cls = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), cls)
+    except (ImportError, AttributeError):
+        raise KeyError(name) from None
+
+
+def build_policy(cfg: "EngineConfig", state: "ReplicaState") -> Policy:
+    return resolve_policy(cfg.scheduler)(cfg, state)

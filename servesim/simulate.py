@@ -1,0 +1,147 @@
+"""build -> run -> post-process -> Result. No I/O here; the CLI and report write files."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from servesim.engine.inbox import INF, Inbox
+from servesim.engine.replica import IterationHook, Replica
+from servesim.engine.state import ReplicaState, RequestTable
+from servesim.kv.paged import PagedKV
+from servesim.memory import MemoryPlan, plan_memory
+from servesim.metrics.collect import Recorder
+from servesim.metrics.summary import build_summary, request_frame, timeseries_frame
+from servesim.perf.base import StepTimeModel
+from servesim.perf.build import build_step_model
+from servesim.request import Workload
+from servesim.scenario import ClosedArrival, Scenario
+from servesim.sched.base import build_policy
+from servesim.workload.generate import generate_workload
+from servesim.workload.streams import stream
+
+
+@dataclass
+class Result:
+    """What one simulation produced. ``requests`` is one row per request; ``summary`` the dict
+    written to ``summary.json``; ``timeseries`` the binned KV/queue signals."""
+
+    scenario: Scenario
+    summary: dict
+    table: RequestTable = field(repr=False)
+    recorder: Recorder = field(repr=False)
+    memory: MemoryPlan
+    step_model: str
+    workload_notes: tuple[str, ...] = ()
+
+    @cached_property
+    def requests(self) -> pd.DataFrame:
+        return request_frame(self.table)
+
+    @cached_property
+    def timeseries(self) -> pd.DataFrame:
+        return timeseries_frame(self.recorder)
+
+    def write(self, out_dir: str | Path) -> Path:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.requests.to_parquet(out / "requests.parquet", index=False)
+        self.timeseries.to_parquet(out / "timeseries.parquet", index=False)
+        (out / "summary.json").write_text(summary_json(self.summary))
+        return out
+
+
+def summary_json(summary: dict) -> str:
+    return json.dumps(summary, indent=2, sort_keys=False) + "\n"
+
+
+@dataclass
+class Built:
+    """A simulation ready to run (exposed for tests that want to observe iterations)."""
+
+    scenario: Scenario
+    env: simpy.Environment
+    replica: Replica
+    table: RequestTable
+    recorder: Recorder
+    memory: MemoryPlan
+    model: StepTimeModel
+    workload: Workload
+
+
+def build(scenario: Scenario, seed: int | None = None, workload: Workload | None = None,
+          step_model: StepTimeModel | None = None, on_iteration: IterationHook | None = None,
+          progress: Callable[[int], None] | None = None) -> Built:
+    sc = scenario
+    seed = sc.seed if seed is None else seed
+    if sc.hardware.replicas != 1:
+        from servesim.errors import ScenarioError
+
+        raise ScenarioError(
+            f"hardware.replicas = {sc.hardware.replicas}: only 1 replica per simulation is supported "
+            f"so far (clusters with routers come next); run replicas as separate scenarios meanwhile"
+        )
+    plan = plan_memory(sc)
+    wl = workload if workload is not None else generate_workload(sc, seed)
+    model = step_model if step_model is not None else build_step_model(sc)
+    table = RequestTable(wl)
+    kv = PagedKV(plan.num_blocks, sc.engine.block_size, table.computed)
+    state = ReplicaState(table, kv, sc.engine.max_num_seqs)
+    policy = build_policy(sc.engine, state)
+    rec = Recorder(sc.metrics.timeseries_bin_s)
+    arr = sc.workload.arrival
+    if isinstance(arr, ClosedArrival):
+        inbox = Inbox(table.arrival, closed_clients=arr.clients, think_s=arr.think_s,
+                      think_rng=stream(seed, "think"), think_exponential=arr.think_dist == "exponential")
+    else:
+        inbox = Inbox(table.arrival)
+    env = simpy.Environment()
+    replica = Replica(
+        env, state, policy, model, rec, inbox,
+        max_model_len=sc.max_model_len,
+        chunked_prefill=sc.engine.enable_chunked_prefill,
+        max_num_batched_tokens=sc.engine.max_num_batched_tokens,
+        stop_time=sc.stop.duration_s if sc.stop.duration_s is not None else INF,
+        fast_path=sc.sim.fast_path,
+        check_invariants=sc.sim.check_invariants,
+        on_iteration=on_iteration,
+        progress=progress,
+        warmup_requests=sc.stop.warmup_requests,
+    )
+    env.process(replica.process())
+    return Built(sc, env, replica, table, rec, plan, model, wl)
+
+
+def run_built(b: Built, seed: int | None = None) -> Result:
+    sc = b.scenario
+    t0 = time.perf_counter()
+    b.env.run()
+    wall = time.perf_counter() - t0
+    sim_time = b.replica.now
+    if sc.stop.duration_s is not None:
+        sim_time = min(sim_time, sc.stop.duration_s) if b.replica.now >= sc.stop.duration_s else sim_time
+    frame = request_frame(b.table)
+    summary = build_summary(
+        name=sc.name, seed=sc.seed if seed is None else seed, req=b.table, rec=b.recorder,
+        num_blocks=b.memory.num_blocks, sim_time=b.replica.now, wall_s=wall,
+        warmup=sc.stop.warmup_requests, slo_ttft=sc.slo.ttft_s, slo_tpot=sc.slo.tpot_s, frame=frame,
+    )
+    res = Result(sc, summary, b.table, b.recorder, b.memory, b.model.describe(), b.workload.notes)
+    res.__dict__["requests"] = frame
+    return res
+
+
+def simulate(scenario: Scenario, seed: int | None = None, *, workload: Workload | None = None,
+             step_model: StepTimeModel | None = None, on_iteration: IterationHook | None = None,
+             progress: Callable[[int], None] | None = None) -> Result:
+    """Run one simulation of ``scenario`` (optionally with another seed) and return its Result."""
+    b = build(scenario, seed, workload, step_model, on_iteration, progress)
+    return run_built(b, seed)
