@@ -151,7 +151,7 @@ def available_packs(root: Path | None = None) -> list[tuple[str, str, int]]:
             if tail.isdigit():
                 model, tp = head, int(tail)
         found.append((gpu, model, tp))
-    return found
+    return sorted(found)
 
 
 def _check_names(gpu: str, model: str, tp: int) -> None:
