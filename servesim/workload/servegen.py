@@ -166,7 +166,8 @@ def servegen_arrivals(
     ``min(duration_s, cfg.duration_s)``; fewer when the data ends first.
 
     Windows are generated in 6-hour steps, each step drawing client by client from ``rng``, so
-    the first k arrivals do not depend on ``n_max`` (a longer run extends a shorter one)."""
+    the first k arrivals depend on neither ``n_max`` nor the duration (a longer run extends a
+    shorter one)."""
     limits = [d for d in (duration_s, cfg.duration_s) if d is not None]
     if n_max is None and not limits:
         raise TraceError("servegen arrivals need a bound: stop.requests, stop.duration_s or arrival.duration_s")
@@ -185,7 +186,8 @@ def servegen_arrivals(
         t_next = t + CHUNK_WINDOWS * window
         parts = []
         for f in fits:
-            w = np.flatnonzero((f.start_s + f.window_s > max(t, start)) & (f.start_s < min(t_next, end)))
+            # whole windows of the step, whatever the limits: the draws do not depend on them
+            w = np.flatnonzero((f.start_s + f.window_s > t) & (f.start_s < t_next))
             parts.append(_window_arrivals(f, w, cfg.rate_scale, rng))
         a = np.sort(np.concatenate(parts))
         a = a[(a >= max(t, start)) & (a < min(t_next, end))]

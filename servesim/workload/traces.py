@@ -395,7 +395,7 @@ def assign_classes(
     if cfg.column is not None:
         uniq, inverse = np.unique(np.asarray(columns[cfg.column], dtype=str), return_inverse=True)
         mapped = np.empty(len(uniq), dtype=np.int8)
-        for i, v in enumerate(uniq):
+        for i, v in enumerate(uniq.tolist()):
             c = cfg.values.get(v, _klass_of(v))
             if c is None:
                 allowed = ", ".join(sorted(cfg.values)) or "none"
