@@ -106,8 +106,10 @@ def is_prefix_closed(offsets: np.ndarray, ids: np.ndarray) -> bool:
     lens = np.diff(offsets)
     pos = np.arange(len(ids)) - np.repeat(offsets[:-1], lens)
     parent = np.where(pos > 0, np.roll(ids, 1), np.int64(-1) << np.int64(62))
-    table = np.unique(np.stack([ids, parent, pos]), axis=1)
-    return len(np.unique(table[0])) == table.shape[1]
+    order = np.lexsort((pos, parent, ids))  # sort-based: np.unique is slow on large int64 arrays
+    i, p, q = ids[order], parent[order], pos[order]
+    same = i[1:] == i[:-1]
+    return not np.any(same & ((p[1:] != p[:-1]) | (q[1:] != q[:-1])))
 
 
 def expand_prefix_blocks(workload: Workload, engine_block_size: int) -> Workload:
