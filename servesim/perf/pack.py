@@ -342,7 +342,7 @@ def _check_keys(csv_path: Path, op: str, rows: OpRows) -> None:
 def write_pack(rows: list[tuple], meta: Mapping[str, Any], csv_path: Path) -> None:
     """Write rows ``(op, tokens, batch, context, bytes, time_ms, std_ms)`` and the YAML next to them.
 
-    Times are written with 6 significant decimals of a millisecond (nanoseconds), which keeps the
+    Times are written with 9 significant digits, which keeps the
     imported medians exact (Vidur stores microsecond-resolution values).
     """
     csv_path = Path(csv_path)
@@ -352,6 +352,6 @@ def write_pack(rows: list[tuple], meta: Mapping[str, Any], csv_path: Path) -> No
         w.writerow(COLUMNS)
         for op, tokens, batch, context, nbytes, t, std in rows:
             std_txt = "" if std is None or not math.isfinite(std) else f"{std:.6g}"
-            w.writerow([op, int(tokens), int(batch), int(context), int(nbytes), f"{t:.6g}", std_txt])
+            w.writerow([op, int(tokens), int(batch), int(context), int(nbytes), f"{t:.9g}", std_txt])
     with csv_path.with_suffix(".yaml").open("w") as fh:
         yaml.safe_dump(dict(meta), fh, sort_keys=False, width=100)

@@ -1,0 +1,205 @@
+"""The pack step-time model: exact at grid points, stated extrapolation rules, monotone, and
+``predict_decode_run`` bit-identical to ``predict``.
+
+The synthetic pack (test_pack.synthetic_pack) has affine token ops, a prefill attention that is
+exactly FLOP-shaped and a decode attention affine in (batch, KV tokens), so its iteration time has
+a closed form wherever interpolation is exact; the imported A100 pack adds real measurement noise
+for the property tests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from servesim.models import MODELS
+from servesim.perf.base import StepTimeModel
+from servesim.perf.pack import LAYER_TOKEN_OPS, read_pack
+from servesim.perf.packmodel import PackStepModel, load_pack_model
+from test_pack import (CHUNKS, DEC_BATCH, DEC_CTX, PREFILL_CTX, SHAPE, TOKENS, decode_time,
+                       prefill_time, synthetic_pack, token_time)
+
+L = SHAPE.num_layers
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory):
+    pack = read_pack(synthetic_pack(tmp_path_factory.mktemp("pack")))
+    return {g: PackStepModel(pack, SHAPE, cuda_graph=g) for g in (False, True)}
+
+
+@pytest.fixture(scope="module")
+def a100():
+    """Real (noisy) data: the imported A100 packs at TP1 and TP8 (all-reduce in every layer)."""
+    models = {g: load_pack_model("a100-80g", "llama-3-8b", cuda_graph=g) for g in (False, True)}
+    models.update({("tp8", g): load_pack_model("a100-80g", "llama-3-8b", tp=8, cuda_graph=g)
+                   for g in (False, True)})
+    return models
+
+
+def pick(synth, a100, which, graph):
+    if which == "synth":
+        return synth[graph]
+    return a100[graph] if which == "a100" else a100[("tp8", graph)]
+
+
+def lin_ms(t: float) -> float:
+    per_layer = sum(token_time(op, t) for op in LAYER_TOKEN_OPS) + token_time("residual_add", t)
+    return L * per_layer + token_time("embed", t)
+
+
+def rows_ms(n: int, graph: bool) -> float:
+    over = 0.1 + 0.0001 * n if graph else 1.0 + 0.001 * n
+    return token_time("lm_head", n) + token_time("final_norm", n) + over
+
+
+def test_is_a_step_time_model(synth):
+    assert isinstance(synth[False], StepTimeModel)
+    assert "h200" in synth[False].describe()
+
+
+@pytest.mark.parametrize("t", CHUNKS)
+@pytest.mark.parametrize("c", PREFILL_CTX)
+def test_exact_at_prefill_grid_points(synth, t, c):
+    expected = lin_ms(t) + rows_ms(1, False) + L * prefill_time(t, c)
+    assert synth[False].predict(np.array([t]), np.array([c])) == pytest.approx(expected * 1e-3, rel=1e-7)
+
+
+@pytest.mark.parametrize("b", DEC_BATCH)
+@pytest.mark.parametrize("c", DEC_CTX)
+@pytest.mark.parametrize("graph", [False, True])
+def test_exact_at_decode_grid_points(synth, b, c, graph):
+    expected = lin_ms(b) + rows_ms(b, graph) + L * decode_time(b, c)
+    got = synth[graph].predict(np.ones(b, np.int64), np.full(b, c))
+    assert got == pytest.approx(expected * 1e-3, rel=1e-7)
+
+
+def test_token_ops_exact_between_and_beyond_grid(synth):
+    """Affine ops: linear interpolation is exact inside, the top-quarter LSQ tail exact beyond."""
+    m = synth[False]
+    for t in (3, 700, 4096, 5000, 20000):
+        assert m._lin_at(t) == pytest.approx(lin_ms(t), rel=1e-7)
+    assert m.n_table == max(TOKENS)
+
+
+def test_decode_extrapolation_rules(synth):
+    m = synth[False]
+    # context beyond the grid: linear in KV tokens with the row's slope (exact for affine data)
+    assert m.decode_attn(8, np.array([8 * 10000.0]))[0] == pytest.approx(decode_time(8, 10000), rel=1e-7)
+    # between batch rows: linear in batch at fixed KV tokens
+    assert m.decode_attn(3, np.array([3 * 1024.0]))[0] == pytest.approx(decode_time(3, 1024), rel=1e-7)
+    # batch beyond the grid: h(b_max, S) + beta * (b - b_max), beta = cost of a sequence at fixed S
+    assert m.decode_attn.beta == pytest.approx(0.0005, rel=1e-6)
+    assert m.decode_attn(64, np.array([64 * 1024.0]))[0] == pytest.approx(decode_time(64, 1024), rel=1e-7)
+    # context below the grid: the first measured value (launch-bound)
+    assert m.decode_attn(1, np.array([4.0]))[0] == pytest.approx(decode_time(1, 16), rel=1e-7)
+
+
+def test_prefill_extrapolation_rules(synth):
+    pa = synth[False].prefill_attn
+    # context beyond the grid: linear with slope t * sigma (per (query, key) cost) -- exact here
+    assert pa(np.array([256.0]), np.array([9000.0]))[0] == pytest.approx(prefill_time(256, 9000), rel=1e-7)
+    assert pa.sigma == pytest.approx(np.full(len(CHUNKS), 1e-8), rel=1e-6)
+    # chunk beyond the grid: grid-sized pieces over a growing context (same FLOPs)
+    t_max = max(CHUNKS)
+    whole = pa(np.array([2500.0]), np.array([100.0]))[0]
+    pieces = (pa(np.array([1024.0]), np.array([100.0]))[0] + pa(np.array([1024.0]), np.array([1124.0]))[0]
+              + pa(np.array([2500.0 - 2 * t_max]), np.array([2148.0]))[0])
+    assert whole == pytest.approx(pieces, rel=1e-12)
+    two = pa(np.array([2048.0]), np.array([0.0]))[0]
+    # the pieces carry exactly the FLOPs of the whole chunk, plus one more launch floor (0.01 ms)
+    assert two - 0.02 == pytest.approx(prefill_time(2048, 0) - 0.01, rel=1e-7)
+    # chunk below the grid: the first row (reading the KV dominates)
+    assert pa(np.array([4.0]), np.array([1024.0]))[0] == pytest.approx(prefill_time(16, 1024), rel=1e-7)
+
+
+def test_mixed_batch_composes(synth):
+    m = synth[False]
+    new = np.array([256, 1, 1, 1, 1])
+    ctx = np.array([1024, 256, 256, 256, 256])
+    expected = lin_ms(260) + rows_ms(5, False) + L * (prefill_time(256, 1024) + decode_time(4, 256))
+    assert m.predict(new, ctx) == pytest.approx(expected * 1e-3, rel=1e-7)
+    assert m.predict(np.array([], np.int64), np.array([], np.int64)) == 0.0
+
+
+def test_tp_adds_two_all_reduces_per_layer(tmp_path):
+    pack = read_pack(synthetic_pack(tmp_path))
+    one = PackStepModel(pack, SHAPE, tp=1)
+    two = PackStepModel(pack, SHAPE, tp=2)  # the synthetic pack holds all_reduce rows for 2 GPUs
+    t = 256
+    nbytes = t * SHAPE.hidden_size * 2
+    expected = 2 * L * (0.01 + nbytes * 1e-8)
+    got = two._lin_at(t) - one._lin_at(t)
+    assert got == pytest.approx(expected, rel=1e-7)
+    pp2 = PackStepModel(pack, SHAPE, pp=2)
+    assert pp2._lin_at(t) - one._lin_at(t) == pytest.approx(0.02 + nbytes * 1e-8, rel=1e-7)
+
+
+# --- predict_decode_run == predict, bit for bit ------------------------------------------------
+
+@st.composite
+def decode_runs(draw):
+    b = draw(st.integers(1, 300))
+    ctx = np.array(draw(st.lists(st.integers(0, 12000), min_size=b, max_size=b)), np.int64)
+    steps = draw(st.integers(1, 40))
+    j = draw(st.integers(0, steps - 1))
+    seed = draw(st.integers(0, 2**32 - 1))
+    return b, ctx, steps, j, seed
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(run=decode_runs(), graph=st.booleans(), which=st.sampled_from(["synth", "a100", "a100-tp8"]))
+def test_decode_run_bit_identical_to_predict(synth, a100, run, graph, which):
+    m = pick(synth, a100, which, graph)
+    b, ctx, steps, j, seed = run
+    times = m.predict_decode_run(b, int(ctx.sum()), steps)
+    assert times.shape == (steps,)
+    grown = ctx + j  # every sequence grew by one token per step
+    assert times[j] == m.predict(np.ones(b, np.int64), grown)
+    # any other split of the same KV total gives the same time
+    rng = np.random.default_rng(seed)
+    total = int(grown.sum())
+    cuts = np.sort(rng.integers(0, total + 1, size=b - 1))
+    split = np.diff(np.concatenate([[0], cuts, [total]]))
+    assert times[j] == m.predict(np.ones(b, np.int64), split)
+
+
+# --- monotone: more tokens or more context never predicts less time ---------------------------
+
+@st.composite
+def batches(draw):
+    n = draw(st.integers(1, 40))
+    new = draw(st.lists(st.one_of(st.just(1), st.integers(2, 9000)), min_size=n, max_size=n))
+    ctx = draw(st.lists(st.integers(0, 9000), min_size=n, max_size=n))
+    return np.array(new, np.int64), np.array(ctx, np.int64)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=batches(), i=st.integers(0, 10**6), k=st.integers(1, 3000), graph=st.booleans(),
+       which=st.sampled_from(["synth", "a100", "a100-tp8"]), change=st.sampled_from(
+           ["context", "tokens", "add_decode", "add_prefill", "decode_to_prefill"]))
+def test_monotone(synth, a100, batch, i, k, graph, which, change):
+    m = pick(synth, a100, which, graph)
+    new, ctx = batch
+    i %= len(new)
+    base = m.predict(new, ctx)
+    new2, ctx2 = new.copy(), ctx.copy()
+    if change == "context":
+        ctx2[i] += k
+    elif change == "tokens":
+        new2[i] += k if new2[i] > 1 else 0
+    elif change == "add_decode":
+        new2, ctx2 = np.append(new2, 1), np.append(ctx2, k % 9000)
+    elif change == "add_prefill":
+        new2, ctx2 = np.append(new2, 1 + k), np.append(ctx2, (7 * k) % 9000)
+    else:
+        new2[i] += k if new2[i] == 1 else 0
+    assert m.predict(new2, ctx2) >= base
+
+
+def test_load_pack_model_is_cached_and_accepts_shapes():
+    a = load_pack_model("a100-80g", "llama-3-8b")
+    b = load_pack_model("a100-80g", MODELS["llama-3-8b"], tp=1, pp=1, cuda_graph=False)
+    assert a is b
