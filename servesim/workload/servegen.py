@@ -32,7 +32,7 @@ import numpy as np
 
 from servesim.errors import TraceError
 from servesim.workload.trace_config import ServeGenArrivalConfig
-from servesim.workload.traces import resolve_path
+from servesim.workload.trace_readers import resolve_path
 
 _NAME = re.compile(r"^chunk-(.+)-trace\.csv$")
 _PATTERNS = {"": 0, "Gamma": 1, "Weibull": 2}
