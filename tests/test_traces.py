@@ -88,6 +88,7 @@ def test_mooncake_exact_requests_and_shared_prefixes():
     assert h[0][2] != h[1][2] and h[2][1] != h[0][1]
     assert h[3][0] != h[0][0]
     assert len(np.unique(w.prefix_hashes)) == 8  # distinct raw ids 0..8 minus the unused 6
+    assert "prefix chains in 512-token blocks: 13 block refs, 8 distinct (38% repeats)" in w.notes[-2]
 
 
 def test_mooncake_hash_block_check(tmp_path):
@@ -135,9 +136,13 @@ def test_class_rules_on_lengths_only():
         assign_classes(ClassAssignmentConfig(column="Model"), np.array([1]), np.array([1]))
 
 
-def test_unmapped_class_value_is_an_error():
-    with pytest.raises(TraceError, match=r"column Model: value 'GPT-4' maps to no class"):
+def test_unmapped_class_value_is_an_error_at_its_line():
+    with pytest.raises(TraceError) as e:
         load_trace(trace("burstgpt_tiny.csv", "burstgpt"), FIX, ClassAssignmentConfig(column="Model", values={"ChatGPT": 1}))
+    assert str(e.value) == (
+        f"{FIX / 'burstgpt_tiny.csv'}:4: column Model: value 'GPT-4' maps to no class "
+        "(classes.values has: ChatGPT; a value may also be 0..4 or P0..P4)"
+    )
 
 
 def test_burstgpt_sessions_new_input_prompts_and_chains():

@@ -86,10 +86,11 @@ def assign_classes(
     output: np.ndarray,
     columns: Mapping[str, Sequence[str]] | None = None,
     where: str = "workload",
+    lines: np.ndarray | None = None,
 ) -> np.ndarray:
     """Classes (int8, 0..4) by ``cfg``: first matching rule, else the mapped column, else the
     default. ``columns`` holds raw trace columns by name (needed by ``column`` and by rules that
-    test a column); ``where`` prefixes error messages."""
+    test a column); ``where`` (a file) and ``lines`` (each row's line in it) locate errors."""
     n = len(prompt)
     if cfg is None:
         return np.zeros(n, dtype=np.int8)
@@ -105,8 +106,9 @@ def assign_classes(
             c = cfg.values.get(v, _klass_of(v))
             if c is None:
                 allowed = ", ".join(sorted(cfg.values)) or "none"
+                at = f":{lines[np.argmax(inverse == i)]}" if lines is not None else ""
                 raise TraceError(
-                    f"{where}: column {cfg.column}: value {v!r} maps to no class "
+                    f"{where}{at}: column {cfg.column}: value {v!r} maps to no class "
                     f"(classes.values has: {allowed}; a value may also be 0..4 or P0..P4)"
                 )
             mapped[i] = c
@@ -202,11 +204,17 @@ def load_trace(cfg: TraceConfig, base_dir: Path | str | None, classes: ClassAssi
     klass = assign_classes(
         classes, prompt[sel], output[sel],
         {name: [buf[i] for i in src_rows] for name, buf in extras.items()}, where=str(path),
+        lines=cols["line"][src_rows],
     )
     if offsets is not None:
         offsets, hashes = _take_ragged(offsets, hashes, sel)
         if cfg.format == "mooncake":
             hashes = chain_hashes(offsets, hashes)
+        refs, distinct = len(hashes), _distinct(hashes)
+        notes.append(
+            f"{label}: prefix chains in {block}-token blocks: {refs:,} block refs, {distinct:,} distinct "
+            f"({1 - distinct / max(refs, 1):.0%} repeats)"
+        )
     arrival = replay_times(t[sel], cfg.start_s, cfg.rate_scale, cfg.max_gap_s)
     span = float(arrival[-1]) if len(arrival) else 0.0
     notes.append(
@@ -228,6 +236,12 @@ def load_trace(cfg: TraceConfig, base_dir: Path | str | None, classes: ClassAssi
     )
 
 
+def _distinct(x: np.ndarray) -> int:
+    """Number of distinct values, sort-based (np.unique is slow on millions of int64)."""
+    s = np.sort(x)
+    return int(len(s) > 0) + int(np.count_nonzero(s[1:] != s[:-1]))
+
+
 def _session_codes(values: Sequence[str]) -> np.ndarray:
     """Session strings -> int codes in first-seen order; empty, '-1', 'nan', 'None' = no session."""
     codes: dict[str, int] = {}
@@ -238,6 +252,7 @@ def _session_codes(values: Sequence[str]) -> np.ndarray:
         else:
             out[i] = codes.setdefault(v, len(codes))
     return out
+
 
 @lru_cache(maxsize=16)
 def _cached_pairs(path_s: str, mtime_ns: int, size: int, cfg: LengthsConfig) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
