@@ -194,7 +194,7 @@ def test_skip_bad_rows_summarized(tmp_path):
 
 
 def test_missing_file_and_missing_column(tmp_path):
-    with pytest.raises(TraceError, match=r"nope\.csv: no such trace file$"):
+    with pytest.raises(TraceError, match=r"nope\.csv: no such file$"):
         load_trace(trace("nope.csv", "azure"), tmp_path)
     f = tmp_path / "h.csv"
     f.write_text("TIMESTAMP,Prompt,GeneratedTokens\n")

@@ -38,7 +38,7 @@ def resolve_path(file: str, base_dir: Path | str | None) -> Path:
 
 def _open_text(path: Path) -> io.TextIOBase:
     if not path.is_file():
-        raise TraceError(f"{path}: no such trace file" + (" (it is a folder)" if path.is_dir() else ""))
+        raise TraceError(f"{path}: no such file" + (" (it is a folder)" if path.is_dir() else ""))
     if path.suffix == ".gz":
         return gzip.open(path, "rt", encoding="utf-8", newline="")
     return open(path, encoding="utf-8", newline="")
@@ -103,7 +103,8 @@ def _seconds(value: object, where: str, col: str) -> float:
 
 def _csv_rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, int], list[str]]]:
     """(line number, column index, fields) for each non-blank data row, after checking the
-    header holds every ``required`` column. Field-count errors are raised as :class:`_Bad`."""
+    header holds every ``required`` column. A row of the wrong width comes with empty fields
+    (the caller reports it, so ``on_bad_row`` applies)."""
     with _open_text(path) as fh:
         reader = csv.reader(fh)
         try:
@@ -179,17 +180,17 @@ class Rows:
             self.hash_ids.extend(hashes)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        out = {
-            "line": np.frombuffer(self.line, dtype=np.int64) if len(self.line) else np.empty(0, np.int64),
-            "t": np.frombuffer(self.t, dtype=np.float64) if len(self.t) else np.empty(0),
-            "prompt": np.frombuffer(self.prompt, dtype=np.int64) if len(self.prompt) else np.empty(0, np.int64),
-            "output": np.frombuffer(self.output, dtype=np.int64) if len(self.output) else np.empty(0, np.int64),
-        }
+        """Zero-copy numpy views of the buffers (``offsets``/``hash_ids`` when rows had hashes)."""
+        out = {name: _view(getattr(self, name)) for name in ("line", "t", "prompt", "output")}
         if self.with_hashes:
-            lens = np.frombuffer(self.hash_len, dtype=np.int64) if len(self.hash_len) else np.zeros(0, np.int64)
-            out["offsets"] = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-            out["hash_ids"] = np.frombuffer(self.hash_ids, dtype=np.int64) if len(self.hash_ids) else np.empty(0, np.int64)
+            out["offsets"] = np.concatenate([[0], np.cumsum(_view(self.hash_len))]).astype(np.int64)
+            out["hash_ids"] = _view(self.hash_ids)
         return out
+
+
+def _view(buf: array) -> np.ndarray:
+    dtype = np.float64 if buf.typecode == "d" else np.int64
+    return np.frombuffer(buf, dtype=dtype) if len(buf) else np.empty(0, dtype=dtype)
 
 
 class _Window:
