@@ -17,10 +17,13 @@ stage boundary.
 
 Interpolation (all tables are built once here, the hot path only indexes and blends):
 
-* Token-keyed ops, overheads, all-reduce: piecewise linear between grid points, after pooling
-  duplicates by their median and making the curve non-decreasing by isotonic regression (PAV) --
-  more work never takes less time, and PAV moves noisy points less than a running maximum. The sum
-  over ops is tabulated at every integer token count up to the grid's end, so ``lin(T)`` is a lookup.
+* Token-keyed ops: piecewise linear between grid points (duplicates pooled by their median), so
+  each op passes through its measurements. Their per-iteration sum ``lin`` is made non-decreasing
+  by isotonic regression (PAV: more work never takes less time, and PAV moves noisy or
+  alignment-favoured points less than a running maximum would) and tabulated at every integer token
+  count up to the grid's end, so ``lin(T)`` is a lookup.
+* Overheads, LM head, final norm, all-reduce, send/recv: piecewise linear, each curve made
+  non-decreasing by PAV.
 * Decode attention: the pack keys it by (batch b, per-sequence context c). The model re-keys each
   measured batch row by total KV tokens ``S = b*c`` on one shared S grid (the union of every row's
   points, so each measured point stays exact), then enforces monotonicity along b at fixed S. A
@@ -100,16 +103,19 @@ def tail_slope(x: np.ndarray, y: np.ndarray) -> float:
 
 
 class Curve:
-    """Monotone piecewise-linear y(x) through a measured grid: flat below, linear tail above.
+    """Piecewise-linear y(x) through a measured grid: flat below, linear tail above.
+
+    With ``monotone`` (the default) the grid values are first made non-decreasing by PAV; token
+    ops are kept raw and the monotone fix is applied to their per-iteration sum instead.
 
     ``loglog`` interpolates between grid points in log-log space instead (same values at grid
     points); it is an option because a sparse grid (powers of two) of a GEMM is better bridged in
     log-log, while a dense grid makes no difference (measured: docs/calibration.md).
     """
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, loglog: bool = False):
+    def __init__(self, x: np.ndarray, y: np.ndarray, loglog: bool = False, monotone: bool = True):
         self.x, y = pool_median(x, y)
-        self.y = isotonic(y)
+        self.y = isotonic(y) if monotone else y
         self.slope = tail_slope(self.x, self.y)
         self.loglog = loglog and self.x[0] > 0 and len(self.x) > 1
 
@@ -294,8 +300,10 @@ class PackStepModel:
         check_shape(pack, shape)
         self.pack, self.shape, self.tp, self.pp, self.cuda_graph = pack, shape, tp, pp, cuda_graph
         self.layers = shape.num_layers
-        self.curves = {op: Curve(pack.rows(op).tokens, pack.rows(op).time_ms, loglog)
-                       for op in LAYER_TOKEN_OPS + ("embed", "final_norm", "lm_head")}
+        self.curves = {op: Curve(pack.rows(op).tokens, pack.rows(op).time_ms, loglog, monotone=False)
+                       for op in LAYER_TOKEN_OPS + ("embed",)}
+        for op in ("final_norm", "lm_head"):
+            self.curves[op] = Curve(pack.rows(op).tokens, pack.rows(op).time_ms, loglog)
         for op in ("overhead_eager", "overhead_cuda_graph"):
             if pack.has(op):
                 self.curves[op] = Curve(pack.rows(op).batch, pack.rows(op).time_ms)
@@ -311,7 +319,7 @@ class PackStepModel:
         self.prefill_attn = PrefillAttention(pack.rows("attn_prefill"))
         self.n_table = int(max(self.curves[op].x[-1] for op in LAYER_TOKEN_OPS + ("embed",)))
         n = np.arange(self.n_table + 1, dtype=np.float64)
-        self._lin = self._lin_ms(n)
+        self._lin = self._monotone_lin_table(n)
         self._rows_eager = self._per_seq_ms(n, graph=False)
         self._dec_const = self._lin + self._per_seq_ms(n, graph=cuda_graph)
 
@@ -327,6 +335,23 @@ class PackStepModel:
             out = out + (self.pp - 1) * c["send_recv"](msg)
         return np.where(tokens > 0, out, 0.0)
 
+    def _monotone_lin_table(self, n: np.ndarray) -> np.ndarray:
+        """``lin`` at every integer token count, made non-decreasing by PAV on the raw sum.
+
+        The raw sum is piecewise linear with breakpoints at the union of the ops' grids, so it is
+        evaluated there, fitted by PAV (the least-squares monotone fit: measured GEMM timings dip
+        at well-aligned sizes and with noise) and interpolated back -- exact where the sum is
+        already monotone.
+        """
+        pts = [self.curves[op].x for op in LAYER_TOKEN_OPS + ("embed",)]
+        for op, on in (("all_reduce", self.tp > 1), ("send_recv", self.pp > 1)):
+            if on:
+                pts.append(self.curves[op].x / self._msg_bytes_per_token)
+        grid = np.unique(np.concatenate(pts))
+        grid = grid[(grid >= 1) & (grid <= self.n_table)]
+        mono = isotonic(self._lin_ms(grid))
+        return np.where(n > 0, np.interp(n, grid, mono), 0.0)
+
     def _per_seq_ms(self, seqs: np.ndarray, graph: bool) -> np.ndarray:
         c = self.curves
         eager = c["overhead_eager"](seqs)
@@ -336,9 +361,11 @@ class PackStepModel:
         return np.where(seqs > 0, c["lm_head"](seqs) + c["final_norm"](seqs) + over, 0.0)
 
     def _lin_at(self, tokens: int) -> float:
+        """``lin`` of one token count; beyond the table the raw sum's linear tails continue it."""
         if tokens <= self.n_table:
             return float(self._lin[tokens])
-        return float(self._lin_ms(np.array([tokens], np.float64))[0])
+        raw = self._lin_ms(np.array([float(self.n_table), float(tokens)]))
+        return float(self._lin[self.n_table] + (raw[1] - raw[0]))
 
     def _rows_eager_at(self, seqs: int) -> float:
         if seqs <= self.n_table:
@@ -349,7 +376,7 @@ class PackStepModel:
         if seqs <= self.n_table:
             return float(self._dec_const[seqs])
         s = np.array([seqs], np.float64)
-        return float((self._lin_ms(s) + self._per_seq_ms(s, graph=self.cuda_graph))[0])
+        return self._lin_at(seqs) + float(self._per_seq_ms(s, graph=self.cuda_graph)[0])
 
     # -- the one code path for pure-decode iterations ---------------------------------------------
     def _decode_seconds(self, num_seqs: int, kv_tokens: np.ndarray) -> np.ndarray:
@@ -390,25 +417,23 @@ class PackStepModel:
 
     # -- diagnostics (not in the hot path) -----------------------------------------------------
     def breakdown_ms(self, new_tokens: np.ndarray, context: np.ndarray) -> dict[str, float]:
-        """Per-component ms of one iteration (for the CLI and the fidelity benchmark)."""
+        """Per-component ms of one iteration (sums to ``predict`` * 1e3 up to rounding)."""
         new = np.asarray(new_tokens)
         ctx = np.asarray(context)
         n = new.size
         is_dec = new == 1
         n_dec = int(is_dec.sum())
-        pure = n_dec == n
-        s = np.array([float(n)])
-        t = np.array([float(new.sum())])
-        over_op = "overhead_cuda_graph" if (pure and self.cuda_graph) else "overhead_eager"
-        out = {"linear_ops": float(self._lin_ms(t)[0]),
-               "lm_head+final_norm": float((self.curves["lm_head"](s) + self.curves["final_norm"](s))[0]),
-               "overhead": float(self._per_seq_ms(s, graph=pure and self.cuda_graph)[0])
-               - float((self.curves["lm_head"](s) + self.curves["final_norm"](s))[0]),
-               "attn_prefill": self.layers * float(self.prefill_attn(new[~is_dec], ctx[~is_dec]).sum()),
-               "attn_decode": (self.layers * float(self.decode_attn(n_dec, np.array([float(ctx[is_dec].sum())]))[0])
-                               if n_dec else 0.0)}
-        out["overhead_op"] = over_op  # type: ignore[assignment]
-        return out
+        graph = self.cuda_graph and n_dec == n
+        seqs = np.array([float(n)])
+        head = float((self.curves["lm_head"](seqs) + self.curves["final_norm"](seqs))[0])
+        kv = np.array([float(ctx[is_dec].sum())])
+        return {
+            "linear_ops": self._lin_at(int(new.sum())),
+            "lm_head+final_norm": head,
+            "overhead": float(self._per_seq_ms(seqs, graph=graph)[0]) - head,
+            "attn_prefill": self.layers * float(self.prefill_attn(new[~is_dec], ctx[~is_dec]).sum()),
+            "attn_decode": self.layers * float(self.decode_attn(n_dec, kv)[0]) if n_dec else 0.0,
+        }
 
 
 @lru_cache(maxsize=32)
