@@ -203,6 +203,30 @@ def test_missing_file_and_missing_column(tmp_path):
     assert str(e.value) == f"{f}:1: missing column 'ContextTokens' (header has: TIMESTAMP, Prompt, GeneratedTokens)"
 
 
+def test_gzip_and_utc_offset_timestamps(tmp_path):
+    """The Azure 2024 week-long files carry '+00:00' and are often kept gzipped."""
+    import gzip
+
+    f = tmp_path / "week.csv.gz"
+    with gzip.open(f, "wt") as fh:
+        fh.write("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                 "2024-05-10 00:00:00.000000+00:00,10,1\n2024-05-10 00:00:01.250000+00:00,20,2\n")
+    w = load_trace(trace(str(f), "azure"), None)
+    np.testing.assert_allclose(w.arrival_s, [0.0, 1.25])
+
+
+def test_mooncake_skip_counts_missing_fields(tmp_path):
+    f = tmp_path / "m.jsonl"
+    f.write_text(
+        '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [0]}\n'
+        '{"timestamp": 1, "input_length": 5, "hash_ids": [0]}\n'
+        '[1, 2]\n'
+    )
+    w = load_trace(trace(str(f), "mooncake", on_bad_row="skip"), None)
+    assert len(w) == 1
+    assert w.notes[0] == f"mooncake m.jsonl: skipped 2 malformed rows (first: {f}:2: missing field 'output_length')"
+
+
 def test_mooncake_malformed_json(tmp_path):
     f = tmp_path / "m.jsonl"
     f.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [0]}\n{"timestamp": 1,\n')
