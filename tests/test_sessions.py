@@ -189,6 +189,8 @@ def test_synthetic_sessions_deterministic_and_capped():
     c = synthesize_sessions(cfg, starts, np.random.default_rng(5), max_requests=100)
     assert len(c) == 100
     np.testing.assert_array_equal(c.arrival_s, a.arrival_s[:100])
+    d = synthesize_sessions(cfg, starts, np.random.default_rng(5), until_s=50.0)
+    np.testing.assert_array_equal(d.arrival_s, a.arrival_s[a.arrival_s < 50.0])
 
 
 def test_synthetic_sessions_from_length_pairs():

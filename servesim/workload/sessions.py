@@ -246,11 +246,12 @@ def synthesize_sessions(
     rng: np.random.Generator,
     base_dir=None,
     max_requests: int | None = None,
+    until_s: float | None = None,
 ) -> Workload:
     """Multi-turn chat sessions, one per entry of ``session_starts`` (seconds, from the scenario's
-    arrival process). Returns every turn as a request, sorted by arrival (the first
-    ``max_requests`` when given), with ``session`` ids and prefix chains in ``cfg.block_tokens``
-    blocks. Classes are all 0 (apply class rules afterwards).
+    arrival process). Returns every turn arriving before ``until_s`` as a request, sorted by
+    arrival (the first ``max_requests`` when given), with ``session`` ids and prefix chains in
+    ``cfg.block_tokens`` blocks. Classes are all 0 (apply class rules afterwards).
 
     Random draws come from independent children of ``rng`` (turn counts, system prompt choice,
     lengths, think times), so changing one distribution does not move the others' numbers."""
@@ -285,6 +286,8 @@ def synthesize_sessions(
         keep = _exclusive_group_cumsum(over.astype(np.int64), first) + over == 0
     stream_key = mix(_SESSION_NS, sess)
     system_key = mix(_SYSTEM_NS, system_id[sess])
+    if until_s is not None:
+        keep &= arrival < until_s
     order = np.flatnonzero(keep)
     order = order[np.argsort(arrival[order], kind="stable")]
     if max_requests is not None:
@@ -295,7 +298,7 @@ def synthesize_sessions(
     shared = _history_share(prompt_k, new_input[order])
     notes = (
         f"sessions: {n_sessions:,} sessions, {n:,} turns drawn (mean {n / max(n_sessions, 1):.2f} a session)"
-        + (f", {n - int(keep.sum()):,} cut by max_context_tokens {cfg.max_context_tokens:,}" if not keep.all() else "")
+        + (f", {n - int(keep.sum()):,} cut by max_context_tokens or the end of the run" if not keep.all() else "")
         + f"; {kept_turns:,} requests kept",
         f"sessions: mean prompt {prompt_k.mean() if kept_turns else 0:,.0f} tokens, {shared:.0%} of prompt tokens "
         f"are history (an upper bound on prefix-cache hits); chains in {cfg.block_tokens}-token blocks",
