@@ -262,10 +262,11 @@ def synthesize_sessions(
     system_id = r_system.integers(0, cfg.num_system_prompts, n_sessions)
     sess, k = _ragged_positions(turns)
     n = len(sess)
+    pair_notes: tuple[str, ...] = ()
     if cfg.pairs is not None:
         from servesim.workload.traces import sample_length_pairs  # late: traces imports this module
 
-        new_input, output, _ = sample_length_pairs(cfg.pairs, base_dir, n, r_lengths)
+        new_input, output, pair_notes = sample_length_pairs(cfg.pairs, base_dir, n, r_lengths)
     else:
         r_in, r_out = r_lengths.spawn(2)
         new_input = sample_session_dist(cfg.new_input, n, r_in)
@@ -296,7 +297,7 @@ def synthesize_sessions(
     offsets, hashes = stream_chains(stream_key[order], prompt_k, cfg.block_tokens, system_key[order], L0)
     kept_turns = len(order)
     shared = _history_share(prompt_k, new_input[order])
-    notes = (
+    notes = pair_notes + (
         f"sessions: {n_sessions:,} sessions, {n:,} turns drawn (mean {n / max(n_sessions, 1):.2f} a session)"
         + (f", {n - int(keep.sum()):,} cut by max_context_tokens or the end of the run" if not keep.all() else "")
         + f"; {kept_turns:,} requests kept",
