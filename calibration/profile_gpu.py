@@ -1,0 +1,1763 @@
+#!/usr/bin/env python3
+"""Measure op timings on a GPU and write servesim calibration packs and validation data.
+
+Why this exists: servesim predicts an iteration's time by summing per-op timings from a
+calibration pack (format: calibration/PACK_FORMAT.md). Those timings must come from a real GPU,
+and the prediction must be checked against whole iterations measured on the same GPU. This one
+script does both, on any CUDA GPU, with nothing but PyTorch and NumPy installed (the GPU machines
+have no servesim dependencies, so the four model shapes are embedded here and must stay identical
+to servesim/models.py).
+
+Modes (see ``--help``):
+
+* ``ops``         every op of PACK_FORMAT.md for one model shape and TP degree (per-rank slices),
+                  plus ``overhead_eager`` / ``overhead_cuda_graph`` from a few calibration forwards.
+* ``iterations``  whole random-weight forwards of mixed prefill/decode batches, eager and as a CUDA
+                  graph: validation data, never read by the fit.
+* ``allreduce``   NCCL ``all_reduce`` over N GPUs and ``send_recv`` between two (one process a GPU).
+* ``all``         the above for several models, spread over the visible GPUs, then packs merged.
+* ``merge``       add measured collectives to the packs (used by ``all``; also runnable by hand).
+
+How op times are taken: random bf16 tensors (never zeros), warm-up, then the op is captured
+``R`` times back to back in a CUDA graph and the graph is replayed; the op time is replay time / R,
+median over repeats, with the standard deviation recorded. Graph replay removes the CPU launch cost
+from op times on purpose: that cost is measured separately as ``overhead_eager`` /
+``overhead_cuda_graph`` (the wall time of a real forward minus the sum of its ops as the tables
+predict). Weights and KV caches are rotated among several copies so that a small op does not run
+out of the L2 cache, which it never does in a real forward where every layer has its own weights.
+On CPU (``--device cpu``, for logic tests only) times are wall-clock.
+
+NVLink multicast (NVLS) is forced off for NCCL, PyTorch and NVSHMEM before torch is imported:
+on shared multi-GPU hosts a program that uses it can take the GPUs out of service.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Multicast off, before torch or NCCL is loaded, and inherited by every child process we start.
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
+
+import argparse  # noqa: E402
+import csv  # noqa: E402
+import datetime  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import queue  # noqa: E402
+import shlex  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Callable, Optional  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+try:  # bottom-right causal mask for a prefill chunk over cached context (torch >= 2.2)
+    from torch.nn.attention.bias import causal_lower_right
+except Exception:  # pragma: no cover - old torch
+    causal_lower_right = None
+
+try:  # optional: nicer YAML; a small writer below is used without it
+    import yaml  # type: ignore
+except Exception:  # pragma: no cover - depends on the machine
+    yaml = None
+
+# ============================================================================== model shapes
+#: Copied from servesim/models.py (the models' published config.json files). Keep identical.
+SHAPES: dict[str, dict] = {
+    "llama-3-8b": dict(num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
+                       intermediate_size=14336, vocab_size=128256, max_model_len=8192,
+                       tie_word_embeddings=False),
+    "qwen3-4b": dict(num_layers=36, hidden_size=2560, num_heads=32, num_kv_heads=8, head_dim=128,
+                     intermediate_size=9728, vocab_size=151936, max_model_len=32768,
+                     tie_word_embeddings=True),
+    "qwen3-8b": dict(num_layers=36, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
+                     intermediate_size=12288, vocab_size=151936, max_model_len=32768,
+                     tie_word_embeddings=False),
+    "qwen3-14b": dict(num_layers=40, hidden_size=5120, num_heads=40, num_kv_heads=8, head_dim=128,
+                      intermediate_size=17408, vocab_size=151936, max_model_len=32768,
+                      tie_word_embeddings=False),
+}
+#: Tiny shapes for logic tests on CPU (not servesim models; never written as real packs).
+TEST_SHAPES: dict[str, dict] = {
+    "tiny": dict(num_layers=2, hidden_size=256, num_heads=4, num_kv_heads=2, head_dim=64,
+                 intermediate_size=512, vocab_size=1000, max_model_len=2048,
+                 tie_word_embeddings=False),
+    "tiny-tied": dict(num_layers=3, hidden_size=128, num_heads=4, num_kv_heads=4, head_dim=32,
+                      intermediate_size=256, vocab_size=777, max_model_len=1024,
+                      tie_word_embeddings=True),
+}
+SHAPE_KEYS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
+              "intermediate_size", "vocab_size")
+ALL_SHAPES = {**SHAPES, **TEST_SHAPES}
+
+RMS_EPS = 1e-6
+
+# ============================================================================== grids
+TOKENS = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
+          4096, 6144, 8192, 12288, 16384]
+#: lm_head / final_norm run on the sampled rows (one per sequence), so far fewer than tokens.
+SAMPLED_MAX = 4096
+PREFILL_CHUNKS = [16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192,
+                  12288, 16384]
+PREFILL_CTX = [0, 128, 256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768]
+DECODE_BATCH = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+DECODE_CTX = [16, 32, 64, 128, 256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576,
+              32768]
+#: Decode batches whose whole forward calibrates the overheads (disjoint from validation).
+CALIB_BATCHES = [1, 8, 32, 128, 256]
+CALIB_CTX = 1024
+
+QUICK_TOKENS = [1, 8, 32, 128, 1024]
+QUICK_CHUNKS = [16, 256, 1024]
+QUICK_CTX = [0, 512, 1024]
+QUICK_DECODE_BATCH = [1, 8, 32]
+QUICK_DECODE_CTX = [128, 1024]
+QUICK_CALIB_BATCHES = [1, 8, 32]
+
+#: all_reduce / send_recv message sizes: 2 KiB .. 512 MiB in steps of 2 and 1.5.
+COLL_SIZES = sorted({2 ** e for e in range(11, 30)} | {3 * 2 ** (e - 1) for e in range(11, 29)})
+QUICK_COLL_SIZES = [2048, 65536, 1 << 20, 16 << 20]
+
+
+def log(msg: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+# ============================================================================== shapes per rank
+@dataclass(frozen=True)
+class RankShape:
+    """What one tensor-parallel rank computes: heads, KV heads, MLP width and vocab split by TP.
+
+    KV heads are replicated when TP exceeds them (min 1), as vLLM does; the hidden size is not
+    split (activations are full width on every rank after each all-reduce).
+    """
+
+    model: str
+    tp: int
+    L: int
+    h: int
+    H: int
+    KVH: int
+    D: int
+    I: int  # noqa: E741 - intermediate size, the usual name
+    V: int
+    max_len: int
+    tied: bool
+
+    @classmethod
+    def of(cls, model: str, tp: int) -> "RankShape":
+        s = ALL_SHAPES[model]
+        if s["num_heads"] % tp or s["intermediate_size"] % tp:
+            raise SystemExit(f"tp={tp} does not divide the heads/intermediate size of {model}")
+        return cls(model=model, tp=tp, L=s["num_layers"], h=s["hidden_size"], H=s["num_heads"] // tp,
+                   KVH=max(1, s["num_kv_heads"] // tp), D=s["head_dim"],
+                   I=s["intermediate_size"] // tp, V=-(-s["vocab_size"] // tp),
+                   max_len=s["max_model_len"], tied=bool(s["tie_word_embeddings"]))
+
+    @property
+    def qkv_out(self) -> int:
+        return (self.H + 2 * self.KVH) * self.D
+
+    def as_dict(self) -> dict:
+        return dict(num_layers=self.L, hidden_size=self.h, num_heads=self.H, num_kv_heads=self.KVH,
+                    head_dim=self.D, intermediate_size=self.I, vocab_size=self.V)
+
+
+def pack_stem(model: str, tp: int) -> str:
+    return model if tp == 1 else f"{model}-tp{tp}"
+
+
+def stem_tp(stem: str) -> int:
+    head, sep, tail = stem.rpartition("-tp")
+    return int(tail) if sep and tail.isdigit() else 1
+
+
+# ============================================================================== time budget
+class BudgetExceeded(RuntimeError):
+    """Raised when the hard deadline passes: the caller writes what it has and says what it skipped."""
+
+
+@dataclass
+class Budget:
+    """Deadlines (epoch seconds). Past ``soft`` measurements use the minimum repeats; past ``hard``
+    they stop. This keeps one device call inside its limit and still returns files."""
+
+    soft: Optional[float] = None
+    hard: Optional[float] = None
+
+    def fast(self) -> bool:
+        return self.soft is not None and time.time() > self.soft
+
+    def check(self) -> None:
+        if self.hard is not None and time.time() > self.hard:
+            raise BudgetExceeded("hard deadline passed")
+
+
+# ============================================================================== timing
+@dataclass
+class Meas:
+    median_ms: float
+    std_ms: float
+    n: int
+    method: str
+
+
+class Timer:
+    """Median-of-repeats timing that never returns a zero, negative or non-finite time.
+
+    CUDA: op time = (CUDA-event time of a graph replay holding R back-to-back calls) / R; falls back
+    to events around R eager calls if capture fails. CPU: wall clock around R calls.
+    """
+
+    def __init__(self, device: torch.device, budget: Budget, quick: bool = False):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.budget = budget
+        self.quick = quick
+        self.warmup = 2 if quick else 5
+        self.min_rep = 3 if quick else 5
+        self.max_rep = 5 if quick else 20
+        self.target_graph_ms = 1.0     # make one replay at least this long (amortizes its launch)
+        self.budget_ms = 200.0         # GPU time spent on the timed repeats of one point, about
+        self.max_r = 64
+        self.fwd_budget_ms = 400.0     # the same for whole forwards
+        self.fwd_max_rep = 5 if quick else 15
+        self.capture_failures: dict[str, str] = {}
+        self.dropped: list[str] = []
+        self._stream = torch.cuda.Stream(device) if self.cuda else None
+
+    # --- helpers -------------------------------------------------------------------------
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    @staticmethod
+    def _event():
+        return torch.cuda.Event(enable_timing=True)
+
+    def capture(self, body: Callable[[], object]) -> "torch.cuda.CUDAGraph":
+        """Capture ``body`` into a CUDA graph on a side stream.
+
+        Done by hand rather than with ``torch.cuda.graph`` because that context manager empties the
+        allocator cache on every capture, which makes hundreds of captures slow.
+        """
+        g = torch.cuda.CUDAGraph()
+        s = self._stream
+        s.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(s):
+            g.capture_begin()
+            try:
+                body()
+            finally:
+                g.capture_end()
+        torch.cuda.current_stream(self.device).wait_stream(s)
+        return g
+
+    @staticmethod
+    def _summarize(times: list[float], method: str) -> Optional[Meas]:
+        good = [t for t in times if math.isfinite(t) and t > 0]
+        if not good or len(good) < max(1, len(times) // 2):
+            return None
+        arr = np.asarray(good, dtype=np.float64)
+        med = float(np.median(arr))
+        std = float(arr.std(ddof=1)) if len(arr) > 1 else 0.0
+        if not (math.isfinite(med) and med > 0):
+            return None
+        return Meas(med, std, len(arr), method)
+
+    def _reps(self, one_ms: float, budget_ms: float, max_rep: int) -> int:
+        if self.budget.fast():
+            return self.min_rep
+        n = int(budget_ms / max(one_ms, 1e-6))
+        return max(self.min_rep, min(max_rep, n))
+
+    # --- ops -----------------------------------------------------------------------------
+    def measure(self, fns: list[Callable[[], object]], label: str = "") -> Optional[Meas]:
+        """Time one op given as ``len(fns)`` variants (same op on rotated copies of its inputs)."""
+        self.budget.check()
+        for attempt in range(3):
+            m = self._measure_cuda(fns, label) if self.cuda else self._measure_cpu(fns)
+            if m is not None:
+                return m
+            log(f"  re-measuring {label}: attempt {attempt + 1} gave no positive finite time")
+        self.dropped.append(label)
+        log(f"  DROPPED {label}: no positive finite time after 3 attempts")
+        return None
+
+    def _measure_cpu(self, fns) -> Optional[Meas]:
+        k = len(fns)
+        for i in range(max(self.warmup, k)):
+            fns[i % k]()
+        t0 = time.perf_counter()
+        for f in fns:
+            f()
+        one = (time.perf_counter() - t0) * 1e3 / k
+        r = max(k, min(self.max_r, math.ceil(self.target_graph_ms / max(one, 1e-4))))
+        n = self._reps(one * r, self.budget_ms, self.max_rep)
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            for i in range(r):
+                fns[i % k]()
+            times.append((time.perf_counter() - t0) * 1e3 / r)
+        return self._summarize(times, "wall-clock")
+
+    def _measure_cuda(self, fns, label) -> Optional[Meas]:
+        k = len(fns)
+        for i in range(max(self.warmup, k)):
+            fns[i % k]()
+        self.sync()
+        e0, e1 = self._event(), self._event()
+        e0.record()
+        for f in fns:
+            f()
+        e1.record()
+        self.sync()
+        one = e0.elapsed_time(e1) / k
+        r = max(k, min(self.max_r, math.ceil(self.target_graph_ms / max(one, 1e-4))))
+        n = self._reps(one * r, self.budget_ms, self.max_rep)
+        try:
+            g = self.capture(lambda: [fns[i % k]() for i in range(r)])
+        except Exception as exc:  # fall back to eager, and say so in the metadata
+            self.capture_failures.setdefault(label.split(" ")[0], f"{type(exc).__name__}: {exc}"[:300])
+            g = None
+            self.sync()
+        starts = [self._event() for _ in range(n)]
+        ends = [self._event() for _ in range(n)]
+        if g is not None:
+            g.replay()
+            g.replay()
+            for j in range(n):
+                starts[j].record()
+                g.replay()
+                ends[j].record()
+            method = "cuda-graph"
+        else:
+            for j in range(n):
+                starts[j].record()
+                for i in range(r):
+                    fns[i % k]()
+                ends[j].record()
+            method = "eager-events"
+        self.sync()
+        times = [starts[j].elapsed_time(ends[j]) / r for j in range(n)]
+        del g
+        return self._summarize(times, method)
+
+    # --- whole forwards ---------------------------------------------------------------------
+    def measure_forward(self, fwd: Callable[[], object], graph: bool, label: str = "") -> Optional[Meas]:
+        """Wall time of one forward: synchronize, event, forward (or graph replay), event, sync.
+
+        Synchronizing before each repeat keeps the CPU launch time in the eager number, as in a
+        serving loop that waits for each step's tokens before launching the next step.
+        """
+        self.budget.check()
+        for attempt in range(3):
+            m = self._measure_forward_once(fwd, graph)
+            if m is not None:
+                return m
+            log(f"  re-measuring {label}: attempt {attempt + 1} gave no positive finite time")
+        self.dropped.append(label)
+        log(f"  DROPPED {label}: no positive finite time after 3 attempts")
+        return None
+
+    def _measure_forward_once(self, fwd, graph: bool) -> Optional[Meas]:
+        warm = 1 if self.quick else 2
+        if not self.cuda:
+            if graph:
+                raise RuntimeError("CUDA graphs need a CUDA device")
+            for _ in range(warm):
+                fwd()
+            t0 = time.perf_counter()
+            fwd()
+            one = (time.perf_counter() - t0) * 1e3
+            n = self._reps(one, self.fwd_budget_ms, self.fwd_max_rep)
+            times = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                fwd()
+                times.append((time.perf_counter() - t0) * 1e3)
+            return self._summarize(times, "wall-clock")
+        for _ in range(warm):
+            fwd()
+        self.sync()
+        run: Callable[[], object] = fwd
+        g = None
+        if graph:
+            g = self.capture(fwd)
+            run = g.replay
+            for _ in range(warm):
+                run()
+            self.sync()
+        e0, e1 = self._event(), self._event()
+        e0.record()
+        run()
+        e1.record()
+        self.sync()
+        one = e0.elapsed_time(e1)
+        n = self._reps(one, self.fwd_budget_ms, self.fwd_max_rep)
+        times = []
+        for _ in range(n):
+            self.sync()
+            e0.record()
+            run()
+            e1.record()
+            self.sync()
+            times.append(e0.elapsed_time(e1))
+        del g, run
+        return self._summarize(times, "cuda-graph" if graph else "eager")
+
+
+# ============================================================================== SDPA backend
+BACKEND_NAMES = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+                 "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
+
+
+class Sdpa:
+    """One SDPA backend for the whole run, enabled alone so that nothing falls back silently.
+
+    ``choose`` tries the preferred backends in order on small decode, causal-prefill and
+    cached-context prefill shapes, checks each result against a float64 reference, and keeps the
+    first that passes all three. Calls the chosen backend cannot serve raise, and the point is
+    skipped with the reason logged, rather than timed on another kernel.
+
+    Prefill over cached context uses bottom-right causal alignment (``causal_lower_right``): each of
+    the chunk's queries sees the whole cached context plus the chunk's earlier tokens. PyTorch
+    routes that to flash attention when flash supports the inputs, else to memory-efficient
+    attention, else to a materialized mask (which, with only the chosen backend enabled, fails
+    loudly unless that backend takes masks).
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.backend: Optional[str] = None
+        self.checks: dict[str, float] = {}
+        self.tried: dict[str, str] = {}
+        self.kernels: dict[str, list[str]] = {}
+
+    # --- the calls ---------------------------------------------------------------------------
+    @staticmethod
+    def prefill(q, k, v):
+        """q [1,H,Tq,D], k/v [1,KVH,Tk,D] with Tk >= Tq: causal, bottom-right aligned."""
+        tq, tk = q.shape[-2], k.shape[-2]
+        if tq == tk:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(tq, tk),
+                                              enable_gqa=True)
+
+    @staticmethod
+    def decode(q, k, v):
+        """q [B,H,1,D], k/v [B,KVH,ctx+1,D]: one query sees every key, no mask needed."""
+        return F.scaled_dot_product_attention(q, k, v, is_causal=False, enable_gqa=True)
+
+    # --- reference and choice ---------------------------------------------------------------
+    @staticmethod
+    def reference(q, k, v):
+        """float64 attention with explicit GQA expansion and a bottom-right causal mask."""
+        qd, kd, vd = q.double(), k.double(), v.double()
+        rep = q.shape[1] // k.shape[1]
+        kd = kd.repeat_interleave(rep, dim=1)
+        vd = vd.repeat_interleave(rep, dim=1)
+        tq, tk = q.shape[-2], k.shape[-2]
+        s = (qd @ kd.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        qi = torch.arange(tq, device=q.device)[:, None]
+        ki = torch.arange(tk, device=q.device)[None, :]
+        s = s.masked_fill(ki > qi + (tk - tq), float("-inf"))
+        return torch.softmax(s, dim=-1) @ vd
+
+    def cases(self, rs: RankShape):
+        """Small inputs laid out exactly as the op functions lay them out (strided views)."""
+        g = torch.Generator(device=self.device).manual_seed(1234)
+        dt = torch.bfloat16
+
+        def r(*shape):
+            return torch.randn(*shape, generator=g, device=self.device, dtype=dt)
+        H, KVH, D = rs.H, rs.KVH, rs.D
+        B, L = 3, 51
+        qk = r(B, H + KVH, D)
+        kc, vc = r(B * L, KVH, D), r(B * L, KVH, D)
+        q = qk[:, :H].unsqueeze(2)
+        k = kc.view(B, L, KVH, D).transpose(1, 2)
+        v = vc.view(B, L, KVH, D).transpose(1, 2)
+        yield "decode", (q, k, v), self.decode
+        for name, tq, ctx in (("prefill_causal", 40, 0), ("prefill_context", 48, 80)):
+            qk = r(tq, H + KVH, D)
+            kc, vc = r(ctx + tq, KVH, D), r(ctx + tq, KVH, D)
+            q = qk[:, :H].unsqueeze(0).transpose(1, 2)
+            yield name, (q, kc.unsqueeze(0).transpose(1, 2), vc.unsqueeze(0).transpose(1, 2)), self.prefill
+
+    def choose(self, rs: RankShape, prefer: str = "auto") -> str:
+        from torch.nn.attention import SDPBackend
+        order = ["flash", "cudnn", "efficient", "math"] if prefer == "auto" else [prefer]
+        if self.device.type != "cuda":
+            order = ["cpu-default"]
+        for name in order:
+            if name != "cpu-default" and getattr(SDPBackend, BACKEND_NAMES[name], None) is None:
+                self.tried[name] = "not in this torch"
+                continue
+            self._enable_only(name)
+            errs = {}
+            try:
+                for case, (q, k, v), fn in self.cases(rs):
+                    out = fn(q, k, v).double()
+                    ref = self.reference(q, k, v)
+                    rel = float((out - ref).norm() / ref.norm())
+                    if not math.isfinite(rel) or rel > 2e-2:
+                        raise RuntimeError(f"{case}: relative error {rel:.3g} vs float64 reference")
+                    errs[case] = round(rel, 6)
+            except Exception as exc:
+                self.tried[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                continue
+            self.backend = name
+            self.checks = errs
+            self.tried[name] = "ok"
+            return name
+        raise SystemExit(f"no SDPA backend passed the checks: {self.tried}")
+
+    def _enable_only(self, name: str) -> None:
+        if self.device.type != "cuda":
+            return  # CPU: whatever PyTorch picks; logic tests only
+        b = torch.backends.cuda
+        b.enable_flash_sdp(name == "flash")
+        b.enable_mem_efficient_sdp(name == "efficient")
+        b.enable_math_sdp(name == "math")
+        if hasattr(b, "enable_cudnn_sdp"):
+            b.enable_cudnn_sdp(name == "cudnn")
+
+    def record_kernels(self, rs: RankShape) -> None:
+        """Name the CUDA kernels each attention call launches (proof of the backend actually used)."""
+        if self.device.type != "cuda":
+            return
+        try:
+            from torch.profiler import ProfilerActivity, profile
+            for case, (q, k, v), fn in self.cases(rs):
+                fn(q, k, v)
+                torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    fn(q, k, v)
+                    torch.cuda.synchronize()
+                names = sorted({e.name for e in prof.events()
+                                if "CUDA" in str(getattr(e, "device_type", ""))})
+                self.kernels[case] = [n[:160] for n in names][:6]
+        except Exception as exc:  # informative only
+            self.kernels["error"] = [f"{type(exc).__name__}: {exc}"[:200]]
+
+
+# ============================================================================== the ops
+# Each op is one function used both by the op tables and by the whole forward, so that the
+# forward's kernels are exactly the kernels the tables time.
+
+def rms_norm_op(x, w):
+    return F.rms_norm(x, (x.shape[-1],), w, eps=RMS_EPS)
+
+
+def linear_op(x, w):
+    return F.linear(x, w)
+
+
+def rope_op(qkv, positions, cos_sin, H: int, KVH: int, D: int):
+    """Neox-style rotary embedding on q and k; returns a new [T, H+KVH, D] tensor.
+
+    Five kernels: one gather of cos|sin by position, two multiplies and two multiply-adds.
+    """
+    T = qkv.shape[0]
+    half = D // 2
+    qk = qkv[:, : (H + KVH) * D].view(T, H + KVH, D)
+    cs = cos_sin.index_select(0, positions)
+    cos = cs[:, None, :half]
+    sin = cs[:, None, half:]
+    out = torch.empty((T, H + KVH, D), device=qkv.device, dtype=qkv.dtype)
+    x1, x2 = qk[..., :half], qk[..., half:]
+    o1, o2 = out[..., :half], out[..., half:]
+    torch.mul(x1, cos, out=o1)
+    o1.addcmul_(x2, sin, value=-1)
+    torch.mul(x2, cos, out=o2)
+    o2.addcmul_(x1, sin)
+    return out
+
+
+def kv_write_op(k_cache, v_cache, k, v, slots):
+    """Scatter the step's new K and V rows ([T, KVH, D]) into flat caches ([S, KVH, D]) at slots,
+    like vLLM's reshape_and_cache (two kernels)."""
+    k_cache.index_copy_(0, slots, k)
+    v_cache.index_copy_(0, slots, v)
+
+
+def attn_prefill_op(q_rows, k_rows, v_rows, out_rows):
+    """One prefilling sequence: q_rows [Tq, H, D] over k/v_rows [ctx+Tq, KVH, D] (the sequence's
+    cache, new tokens at the end); the result is copied into out_rows [Tq, H, D]."""
+    q = q_rows.unsqueeze(0).transpose(1, 2)
+    k = k_rows.unsqueeze(0).transpose(1, 2)
+    v = v_rows.unsqueeze(0).transpose(1, 2)
+    o = Sdpa.prefill(q, k, v)
+    out_rows.copy_(o[0].transpose(0, 1))
+
+
+def attn_decode_op(q_rows, k_flat, v_flat, out_rows, batch: int, kv_len: int):
+    """A decode batch: q_rows [B, H, D], caches [B*kv_len, KVH, D] (sequence-major), out [B, H, D]."""
+    q = q_rows.unsqueeze(2)
+    kvh, d = k_flat.shape[1], k_flat.shape[2]
+    k = k_flat.view(batch, kv_len, kvh, d).transpose(1, 2)
+    v = v_flat.view(batch, kv_len, kvh, d).transpose(1, 2)
+    o = Sdpa.decode(q, k, v)
+    out_rows.copy_(o.squeeze(2))
+
+
+def act_op(gu, inter: int):
+    return F.silu(gu[:, :inter]) * gu[:, inter:]
+
+
+def embed_op(ids, table):
+    return F.embedding(ids, table)
+
+
+def make_cos_sin(max_pos: int, D: int, device, dtype, base: float = 500000.0):
+    inv = 1.0 / (base ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    ang = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv[None, :]
+    return torch.cat([ang.cos(), ang.sin()], dim=-1).to(device=device, dtype=dtype)
+
+
+# ============================================================================== op tables
+class OpBench:
+    """Times every op of one (model, TP) rank shape on its grid and returns pack rows."""
+
+    def __init__(self, rs: RankShape, device, timer: Timer, sdpa: Sdpa, quick: bool,
+                 kv_cap_bytes: int, rot_bytes: int):
+        self.rs = rs
+        self.device = device
+        self.dt = torch.bfloat16
+        self.timer = timer
+        self.sdpa = sdpa
+        self.quick = quick
+        self.kv_cap = kv_cap_bytes
+        self.rot_bytes = rot_bytes
+        self.rows: list[tuple] = []
+        self.table: dict[tuple, Meas] = {}
+        self.skipped: list[str] = []
+        self.methods: dict[str, set] = {}
+        self.gen = torch.Generator(device=device).manual_seed(0)
+
+    # --- helpers -------------------------------------------------------------------------
+    def rnd(self, *shape, scale: float = 1.0):
+        return torch.randn(*shape, generator=self.gen, device=self.device, dtype=self.dt) * scale
+
+    def copies(self, nbytes_one: int) -> int:
+        """How many copies of an op's cold inputs to rotate so that they do not sit in L2."""
+        return max(1, min(8, math.ceil(self.rot_bytes / max(nbytes_one, 1))))
+
+    def point(self, op: str, fns, tokens=0, batch=0, context=0, nbytes=0) -> Optional[Meas]:
+        label = f"{op} tokens={tokens} batch={batch} ctx={context}"
+        try:
+            m = self.timer.measure(fns, label)
+        except BudgetExceeded:
+            raise
+        except torch.cuda.OutOfMemoryError:
+            self.skipped.append(f"{label}: out of memory")
+            log(f"  SKIP {label}: out of memory")
+            self._free()
+            return None
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+            self.skipped.append(f"{label}: {why}")
+            log(f"  SKIP {label}: {why}")
+            return None
+        if m is None:
+            return None
+        self.rows.append((op, tokens, batch, context, nbytes, m.median_ms, m.std_ms))
+        self.table[(op, tokens, batch, context)] = m
+        self.methods.setdefault(op, set()).add(m.method)
+        log(f"  {label}: {m.median_ms:.4f} ms ± {m.std_ms:.4f} (n={m.n}, {m.method})")
+        return m
+
+    # --- grids ---------------------------------------------------------------------------
+    def token_grid(self):
+        return QUICK_TOKENS if self.quick else TOKENS
+
+    def prefill_grid(self):
+        chunks = QUICK_CHUNKS if self.quick else PREFILL_CHUNKS
+        ctxs = QUICK_CTX if self.quick else PREFILL_CTX
+        pts = [(t, c) for t in chunks for c in ctxs if t + c <= self.rs.max_len]
+        return sorted(pts, key=lambda p: p[0] * (p[1] + p[0] / 2))  # cheap first
+
+    def decode_grid(self):
+        batches = QUICK_DECODE_BATCH if self.quick else DECODE_BATCH
+        ctxs = [c for c in (QUICK_DECODE_CTX if self.quick else DECODE_CTX) if c + 1 <= self.rs.max_len]
+        if not self.quick and (self.rs.max_len - 1) not in ctxs:
+            ctxs.append(self.rs.max_len - 1)  # the longest context the model allows
+        per_tok = 2 * self.rs.KVH * self.rs.D * 2
+        pts = [(b, c) for b in batches for c in ctxs if b * (c + 1) * per_tok <= self.kv_cap]
+        return sorted(pts, key=lambda p: p[0] * p[1])
+
+    # --- the measurements ---------------------------------------------------------------
+    def run_token_ops(self) -> None:
+        rs, r = self.rs, self.rnd
+        h, H, KVH, D, I = rs.h, rs.H, rs.KVH, rs.D, rs.I
+        w_norm = 1.0 + 0.1 * r(h)
+        cos_sin = make_cos_sin(rs.max_len + 1, D, self.device, self.dt)
+
+        def weights(out_f, in_f):
+            n = self.copies(out_f * in_f * 2)
+            return [r(out_f, in_f, scale=in_f ** -0.5) for _ in range(n)]
+
+        w_qkv = weights(rs.qkv_out, h)
+        w_o = weights(h, H * D)
+        w_gu = weights(2 * I, h)
+        w_down = weights(h, I)
+        emb = r(rs.V, h, scale=0.02)
+        w_lm = emb if rs.tied else r(rs.V, h, scale=h ** -0.5)
+        log(f"  weight copies rotated: qkv {len(w_qkv)}, o {len(w_o)}, gate_up {len(w_gu)}, "
+            f"down {len(w_down)}, lm_head 1")
+        for T in self.token_grid():
+            self.timer.budget.check()
+            x = r(T, h)
+            self.point("input_norm", [lambda: rms_norm_op(x, w_norm)], tokens=T)
+            self.point("qkv_proj", [lambda w=w: linear_op(x, w) for w in w_qkv], tokens=T)
+            qkv = r(T, rs.qkv_out)
+            pos = torch.randint(0, rs.max_len, (T,), generator=self.gen, device=self.device)
+            self.point("rope", [lambda: rope_op(qkv, pos, cos_sin, H, KVH, D)], tokens=T)
+            qk = rope_op(qkv, pos, cos_sin, H, KVH, D)
+            k_new = qk[:, H:]
+            v_new = qkv[:, (H + KVH) * D:].view(T, KVH, D)
+            n_kv = self.copies(2 * T * KVH * D * 2)
+            caches = [(torch.empty(T, KVH, D, device=self.device, dtype=self.dt),
+                       torch.empty(T, KVH, D, device=self.device, dtype=self.dt)) for _ in range(n_kv)]
+            slots = torch.arange(T, device=self.device)
+            self.point("kv_write", [lambda c=c: kv_write_op(c[0], c[1], k_new, v_new, slots)
+                                    for c in caches], tokens=T)
+            del caches, qk, qkv, k_new, v_new
+            a = r(T, H * D)
+            self.point("o_proj", [lambda w=w: linear_op(a, w) for w in w_o], tokens=T)
+            del a
+            self.point("post_attn_norm", [lambda: rms_norm_op(x, w_norm)], tokens=T)
+            self.point("gate_up_proj", [lambda w=w: linear_op(x, w) for w in w_gu], tokens=T)
+            gu = r(T, 2 * I)
+            self.point("act", [lambda: act_op(gu, I)], tokens=T)
+            del gu
+            m = r(T, I)
+            self.point("down_proj", [lambda w=w: linear_op(m, w) for w in w_down], tokens=T)
+            del m
+            y = r(T, h)
+            self.point("residual_add", [lambda: x + y], tokens=T)
+            del y
+            ids = torch.randint(0, rs.V, (T,), generator=self.gen, device=self.device)
+            self.point("embed", [lambda: embed_op(ids, emb)], tokens=T)
+            if T <= SAMPLED_MAX:
+                self.point("final_norm", [lambda: rms_norm_op(x, w_norm)], tokens=T)
+                self.point("lm_head", [lambda: linear_op(x, w_lm)], tokens=T)
+            del x
+        del w_qkv, w_o, w_gu, w_down, emb, w_lm
+        self._free()
+
+    def run_decode(self) -> None:
+        rs = self.rs
+        for B, ctx in self.decode_grid():
+            self.timer.budget.check()
+            L = ctx + 1
+            try:
+                qk = self.rnd(B, rs.H + rs.KVH, rs.D)
+                q_rows = qk[:, : rs.H]
+                out = torch.empty(B, rs.H, rs.D, device=self.device, dtype=self.dt)
+                n = self.copies(2 * B * L * rs.KVH * rs.D * 2)
+                caches = [(self.rnd(B * L, rs.KVH, rs.D), self.rnd(B * L, rs.KVH, rs.D)) for _ in range(n)]
+            except torch.cuda.OutOfMemoryError:
+                self.skipped.append(f"attn_decode batch={B} ctx={ctx}: out of memory")
+                self._free()
+                continue
+            self.point("attn_decode", [lambda c=c: attn_decode_op(q_rows, c[0], c[1], out, B, L)
+                                       for c in caches], tokens=B, batch=B, context=ctx)
+            del caches, qk, q_rows, out
+            self._free()
+
+    def run_prefill(self) -> None:
+        rs = self.rs
+        for T, ctx in self.prefill_grid():
+            self.timer.budget.check()
+            try:
+                qk = self.rnd(T, rs.H + rs.KVH, rs.D)
+                q_rows = qk[:, : rs.H]
+                out = torch.empty(T, rs.H, rs.D, device=self.device, dtype=self.dt)
+                n = self.copies(2 * (ctx + T) * rs.KVH * rs.D * 2)
+                caches = [(self.rnd(ctx + T, rs.KVH, rs.D), self.rnd(ctx + T, rs.KVH, rs.D))
+                          for _ in range(n)]
+            except torch.cuda.OutOfMemoryError:
+                self.skipped.append(f"attn_prefill tokens={T} ctx={ctx}: out of memory")
+                self._free()
+                continue
+            self.point("attn_prefill", [lambda c=c: attn_prefill_op(q_rows, c[0], c[1], out)
+                                        for c in caches], tokens=T, context=ctx)
+            del caches, qk, q_rows, out
+            self._free()
+
+    def _free(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    # --- prediction from the tables (for the overhead rows) --------------------------------
+    def predict_decode_forward(self, B: int, ctx: int) -> Optional[float]:
+        """Sum of op times the tables give for a decode-only forward (batch B, context ctx)."""
+        def t(op, tokens=0, batch=0, context=0):
+            m = self.table.get((op, tokens, batch, context))
+            return None if m is None else m.median_ms
+        per_layer = [t(op, B) for op in ("input_norm", "qkv_proj", "rope", "kv_write", "o_proj",
+                                         "post_attn_norm", "gate_up_proj", "act", "down_proj",
+                                         "residual_add", "residual_add")]
+        per_layer.append(t("attn_decode", B, B, ctx))
+        once = [t("embed", B), t("final_norm", B), t("lm_head", B)]
+        if any(p is None for p in per_layer + once):
+            return None
+        return self.rs.L * sum(per_layer) + sum(once)
+
+
+# ============================================================================== whole forwards
+@dataclass(frozen=True)
+class Composition:
+    """One iteration's batch: n_prefill sequences each computing prefill_len new tokens on top of
+    prefill_ctx cached ones, plus n_decode sequences each with decode_ctx cached tokens."""
+
+    n_prefill: int
+    prefill_len: int
+    prefill_ctx: int
+    n_decode: int
+    decode_ctx: int
+
+    @property
+    def tokens(self) -> int:
+        return self.n_prefill * self.prefill_len + self.n_decode
+
+    @property
+    def kv_slots(self) -> int:
+        return self.n_prefill * (self.prefill_ctx + self.prefill_len) + self.n_decode * (self.decode_ctx + 1)
+
+    def key(self) -> str:
+        return (f"{self.n_prefill},{self.prefill_len},{self.prefill_ctx},"
+                f"{self.n_decode},{self.decode_ctx}")
+
+
+class Model:
+    """A random-weight decoder with the rank shape's sizes (bf16, no downloads).
+
+    Every layer has its own weights when memory allows (so no layer reads another's weights from
+    L2); otherwise all layers share one set, which is said in the metadata.
+    """
+
+    def __init__(self, rs: RankShape, device, share_layers: Optional[bool] = None, seed: int = 0):
+        self.rs = rs
+        self.device = device
+        dt = torch.bfloat16
+        g = torch.Generator(device=device).manual_seed(seed)
+
+        def r(*shape, scale=1.0):
+            return torch.randn(*shape, generator=g, device=device, dtype=dt) * scale
+        h, I = rs.h, rs.I
+        layer_bytes = 2 * (rs.qkv_out * h + h * rs.H * rs.D + 2 * I * h + h * I + 2 * h)
+        if share_layers is None:
+            share_layers = False
+            if device.type == "cuda":
+                free, _total = torch.cuda.mem_get_info(device)
+                share_layers = layer_bytes * rs.L > 0.6 * free
+        self.shared_layers = share_layers
+        n_sets = 1 if share_layers else rs.L
+        sets = []
+        for _ in range(n_sets):
+            sets.append(dict(in_norm=1.0 + 0.1 * r(h), qkv=r(rs.qkv_out, h, scale=h ** -0.5),
+                             o=r(h, rs.H * rs.D, scale=(rs.H * rs.D) ** -0.5),
+                             post_norm=1.0 + 0.1 * r(h), gu=r(2 * I, h, scale=h ** -0.5),
+                             down=r(h, I, scale=I ** -0.5)))
+        self.layers = [sets[i % n_sets] for i in range(rs.L)]
+        self.embed = r(rs.V, h, scale=0.02)
+        self.lm_head = self.embed if rs.tied else r(rs.V, h, scale=h ** -0.5)
+        self.final_norm = 1.0 + 0.1 * r(h)
+        self.cos_sin = make_cos_sin(rs.max_len + 2, rs.D, device, dt)
+
+
+class Batch:
+    """Static inputs of one composition: token ids, positions, KV slots, one layer's KV cache.
+
+    The KV cache is flat [slots, KVH, D], sequence-major: each prefilling sequence owns
+    prefill_ctx + prefill_len consecutive slots (new tokens last), each decode sequence
+    decode_ctx + 1. The same buffers serve every layer: the timing is the same and memory is
+    1 / num_layers of a real cache.
+    """
+
+    def __init__(self, comp: Composition, rs: RankShape, device, seed: int = 1):
+        self.comp = comp
+        g = torch.Generator(device=device).manual_seed(seed)
+        c = comp
+        T = c.tokens
+        self.T = T
+        pos, slots, sample, self.prefills = [], [], [], []
+        base = 0
+        for i in range(c.n_prefill):
+            ts = i * c.prefill_len
+            pos.append(torch.arange(c.prefill_ctx, c.prefill_ctx + c.prefill_len))
+            slots.append(base + c.prefill_ctx + torch.arange(c.prefill_len))
+            sample.append(ts + c.prefill_len - 1)
+            self.prefills.append((ts, ts + c.prefill_len, base, c.prefill_ctx + c.prefill_len))
+            base += c.prefill_ctx + c.prefill_len
+        self.dec_tok = c.n_prefill * c.prefill_len
+        self.dec_base = base
+        self.dec_len = c.decode_ctx + 1
+        if c.n_decode:
+            pos.append(torch.full((c.n_decode,), c.decode_ctx))
+            slots.append(base + torch.arange(c.n_decode) * self.dec_len + c.decode_ctx)
+            sample.extend(range(self.dec_tok, self.dec_tok + c.n_decode))
+        self.positions = torch.cat(pos).to(device)
+        self.slots = torch.cat(slots).to(device)
+        self.sample_idx = torch.tensor(sample, dtype=torch.long, device=device)
+        self.ids = torch.randint(0, rs.V, (T,), generator=g, device=device)
+        S = c.kv_slots
+        self.k_cache = torch.randn(S, rs.KVH, rs.D, generator=g, device=device, dtype=torch.bfloat16)
+        self.v_cache = torch.randn(S, rs.KVH, rs.D, generator=g, device=device, dtype=torch.bfloat16)
+
+
+def forward(m: Model, b: Batch):
+    """embedding -> layers (norm, qkv, rope, kv_write, attention, o_proj, add, norm, gate_up, act,
+    down, add) -> final norm and lm_head on one row per sequence. Returns the logits."""
+    rs = m.rs
+    H, KVH, D, T = rs.H, rs.KVH, rs.D, b.T
+    residual = embed_op(b.ids, m.embed)
+    n_dec = b.comp.n_decode
+    for lw in m.layers:
+        hn = rms_norm_op(residual, lw["in_norm"])
+        qkv = linear_op(hn, lw["qkv"])
+        qk = rope_op(qkv, b.positions, m.cos_sin, H, KVH, D)
+        kv_write_op(b.k_cache, b.v_cache, qk[:, H:], qkv[:, (H + KVH) * D:].view(T, KVH, D), b.slots)
+        q = qk[:, :H]
+        attn = torch.empty((T, H, D), device=qkv.device, dtype=qkv.dtype)
+        for ts, te, ks, kl in b.prefills:
+            attn_prefill_op(q[ts:te], b.k_cache[ks:ks + kl], b.v_cache[ks:ks + kl], attn[ts:te])
+        if n_dec:
+            s, e = b.dec_base, b.dec_base + n_dec * b.dec_len
+            attn_decode_op(q[b.dec_tok:], b.k_cache[s:e], b.v_cache[s:e], attn[b.dec_tok:],
+                           n_dec, b.dec_len)
+        residual = residual + linear_op(attn.view(T, H * D), lw["o"])
+        hn = rms_norm_op(residual, lw["post_norm"])
+        residual = residual + linear_op(act_op(linear_op(hn, lw["gu"]), rs.I), lw["down"])
+    rows = residual.index_select(0, b.sample_idx)
+    return linear_op(rms_norm_op(rows, m.final_norm), m.lm_head)
+
+
+def validation_compositions(model: str, quick: bool) -> list[Composition]:
+    """Batches for whole-iteration validation, chosen apart from the op grid (off-grid sizes such
+    as 300 tokens, context 1500, batch 48) and apart from the overhead calibration batches."""
+    if quick:
+        raw = [(1, 100, 0, 0, 0), (1, 300, 700, 0, 0), (0, 0, 0, 12, 300), (1, 64, 100, 6, 500)]
+    else:
+        prefill = [(1, 17), (1, 100), (1, 250), (1, 300), (1, 700), (1, 1000), (1, 1500), (1, 2000),
+                   (1, 2500), (1, 3000), (1, 4000), (1, 5000), (1, 6000), (1, 8000), (2, 300),
+                   (2, 1000), (2, 2000), (3, 700), (4, 500), (4, 1000), (8, 200), (8, 64),
+                   (16, 100), (6, 900)]
+        prefill_ctx = [(1, 300, 1500), (1, 512, 3000), (1, 1000, 1000), (1, 2000, 5000),
+                       (1, 700, 6000), (1, 100, 12000), (1, 1200, 25000), (1, 2048, 20000),
+                       (2, 512, 2500), (1, 4000, 3000), (1, 64, 7000), (1, 256, 30000),
+                       (1, 1500, 700), (1, 3000, 9000), (2, 1000, 4000), (1, 800, 15000)]
+        decode = [(1, 100), (1, 2048), (1, 15000), (3, 700), (4, 30000), (12, 3000), (16, 12000),
+                  (20, 20000), (24, 1500), (40, 7000), (48, 1500), (48, 6000), (64, 300),
+                  (64, 700), (64, 2048), (64, 5000), (96, 4000), (100, 1000), (150, 3000),
+                  (160, 500), (200, 300), (200, 2048), (250, 1500), (300, 1200), (384, 700),
+                  (450, 256), (500, 400), (72, 16000)]
+        mixed = [(1, 256, 0, 32, 1500), (1, 256, 3000, 64, 2048), (1, 256, 1000, 200, 300),
+                 (1, 512, 0, 48, 1000), (1, 512, 1500, 96, 3000), (1, 512, 6000, 160, 700),
+                 (1, 512, 0, 256, 2048), (1, 2048, 0, 32, 1500), (1, 2048, 2048, 64, 700),
+                 (1, 2048, 0, 128, 3000), (1, 2048, 5000, 256, 1000), (1, 300, 0, 40, 1200),
+                 (1, 1000, 500, 80, 2500), (1, 1500, 0, 200, 600), (1, 100, 700, 150, 1800),
+                 (1, 4000, 0, 64, 1000), (2, 256, 0, 48, 2000), (2, 512, 1000, 96, 900),
+                 (1, 768, 8000, 120, 5000), (1, 1024, 0, 250, 400), (1, 2048, 20000, 48, 20000),
+                 (1, 3000, 2000, 32, 4000), (1, 64, 100, 300, 900), (1, 512, 12000, 64, 12000)]
+        raw = ([(n, ln, 0, 0, 0) for n, ln in prefill] + [(n, ln, c, 0, 0) for n, ln, c in prefill_ctx]
+               + [(0, 0, 0, b, c) for b, c in decode] + mixed)
+    max_len = ALL_SHAPES[model]["max_model_len"]
+    calib = {(0, 0, 0, b, CALIB_CTX) for b in CALIB_BATCHES + QUICK_CALIB_BATCHES}
+    out = []
+    for t in raw:
+        c = Composition(*t)
+        if c.n_prefill and c.prefill_ctx + c.prefill_len > max_len:
+            continue
+        if c.n_decode and c.decode_ctx + 1 > max_len:
+            continue
+        if t in calib:
+            continue
+        out.append(c)
+    return out
+
+
+# ============================================================================== environment
+def device_info(device) -> dict:
+    info = dict(torch=torch.__version__, python=platform.python_version(), host=socket.gethostname())
+    if device.type == "cuda":
+        p = torch.cuda.get_device_properties(device)
+        info.update(gpu_name=p.name, gpu_mem_mib=int(p.total_memory // 2 ** 20),
+                    sms=p.multi_processor_count, l2_bytes=int(getattr(p, "L2_cache_size", 0)),
+                    cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
+                    gpus_visible=torch.cuda.device_count())
+        try:
+            q = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.mem,"
+                                "power.limit,temperature.gpu", "--format=csv,noheader", "-i", "0"],
+                               capture_output=True, text=True, timeout=20)
+            f = [x.strip() for x in q.stdout.strip().splitlines()[0].split(",")]
+            info.update(driver=f[0], sm_clock_at_start=f[1], mem_clock=f[2], power_limit=f[3],
+                        temperature_c=f[4])
+        except Exception as exc:
+            info["driver"] = f"unknown ({type(exc).__name__})"
+    else:
+        info.update(gpu_name=f"CPU {platform.processor() or platform.machine()}", cuda=None)
+    return info
+
+
+def gpu_key(info: dict, override: Optional[str]) -> str:
+    """Folder name under packs/ and validation/: a servesim.hardware.GPUS key where one fits."""
+    if override:
+        return override
+    n = str(info.get("gpu_name", "")).lower()
+    if info.get("cuda") is None:
+        return "cpu"
+    if "h200" in n:
+        return "h200"
+    if "h100" in n and ("80" in n or n.strip() == "nvidia h100"):
+        return "h100-80g"
+    if "a100" in n and "80" in n:
+        return "a100-80g"
+    return "".join(ch if ch.isalnum() else "-" for ch in n).strip("-") or "gpu"
+
+
+def device_string(info: dict) -> str:
+    if info.get("cuda") is None:
+        return f"{info['gpu_name']}, torch {info['torch']}"
+    return (f"{info['gpu_name']} {info['gpu_mem_mib']} MiB, driver {info.get('driver')}, "
+            f"CUDA {info['cuda']}, cuDNN {info.get('cudnn')}, torch {info['torch']}")
+
+
+def this_command() -> str:
+    return "python " + " ".join(shlex.quote(a) for a in sys.argv)
+
+
+# ============================================================================== writing
+COLUMNS = ("op", "tokens", "batch", "context", "bytes", "time_ms", "std_ms")
+VAL_COLUMNS = ("model", "tp", "cuda_graph", "n_prefill", "prefill_len", "prefill_ctx", "n_decode",
+               "decode_ctx", "measured_ms", "std_ms")
+
+
+def _check_time(t: float, what: str) -> None:
+    if not (isinstance(t, float) and math.isfinite(t) and t > 0):
+        raise ValueError(f"refusing to write non-positive or non-finite time {t!r} for {what}")
+
+
+def write_rows(path: Path, rows: list[tuple]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(COLUMNS)
+        for op, tokens, batch, context, nbytes, t, std in rows:
+            _check_time(float(t), f"{op} {tokens} {batch} {context} {nbytes}")
+            std_txt = "" if std is None or not math.isfinite(std) else f"{max(std, 0.0):.6g}"
+            w.writerow([op, int(tokens), int(batch), int(context), int(nbytes), f"{float(t):.6g}", std_txt])
+
+
+def read_rows(path: Path) -> list[tuple]:
+    out = []
+    with Path(path).open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            std = float(row["std_ms"]) if row["std_ms"].strip() else float("nan")
+            out.append((row["op"], int(row["tokens"]), int(row["batch"]), int(row["context"]),
+                        int(row["bytes"]), float(row["time_ms"]), std))
+    return out
+
+
+def _yaml_scalar(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return json.dumps(str(v))  # a JSON string is a valid YAML double-quoted scalar
+
+
+def _yaml_lines(d: dict, indent: int = 0) -> list[str]:
+    """Block-style YAML for nested dicts/lists of scalars (used only where PyYAML is missing)."""
+    pad = " " * indent
+    lines = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            if not v:
+                lines.append(f"{pad}{k}: {{}}")
+            elif all(not isinstance(x, (dict, list)) for x in v.values()) and len(v) <= 8:
+                inner = ", ".join(f"{kk}: {_yaml_scalar(x)}" for kk, x in v.items())
+                lines.append(f"{pad}{k}: {{{inner}}}")
+            else:
+                lines.append(f"{pad}{k}:")
+                lines.extend(_yaml_lines(v, indent + 2))
+        elif isinstance(v, list):
+            if not v:
+                lines.append(f"{pad}{k}: []")
+            else:
+                lines.append(f"{pad}{k}:")
+                for x in v:
+                    if isinstance(x, dict):
+                        sub = _yaml_lines(x, indent + 4)
+                        sub[0] = f"{pad}  - " + sub[0].lstrip()
+                        lines.extend(sub)
+                    else:
+                        lines.append(f"{pad}  - {_yaml_scalar(x)}")
+        else:
+            lines.append(f"{pad}{k}: {_yaml_scalar(v)}")
+    return lines
+
+
+def _plain(x):
+    """Plain Python types only (no numpy scalars, tuples or sets) so the YAML stays safe."""
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, set)):
+        return [_plain(v) for v in (sorted(x) if isinstance(x, set) else x)]
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    if isinstance(x, str) and type(x) is not str:  # e.g. torch.__version__ (TorchVersion)
+        return str(x)
+    return x
+
+
+def write_yaml(path: Path, meta: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if yaml is not None:
+        text = yaml.safe_dump(_plain(meta), sort_keys=False, width=100, default_flow_style=None)
+    else:
+        text = "\n".join(_yaml_lines(_plain(meta))) + "\n"
+    path.write_text(text)
+
+
+def read_yaml(path: Path) -> dict:
+    if yaml is None:
+        raise SystemExit("merge needs PyYAML to read metadata")
+    return yaml.safe_load(Path(path).read_text())
+
+
+def base_meta(gpu: str, model: str, tp: int, info: dict, rs: RankShape) -> dict:
+    s = ALL_SHAPES[model]
+    return dict(gpu=gpu, model=model, tp=tp, dtype="bf16",
+                shape={k: s[k] for k in SHAPE_KEYS},
+                source="measured",
+                origin=f"calibration/profile_gpu.py on {info.get('gpu_name')}",
+                date=datetime.date.today().isoformat(),
+                device=device_string(info),
+                rank_shape=rs.as_dict(),
+                environment=info)
+
+
+# ============================================================================== setup
+def setup(args) -> tuple[torch.device, Budget, dict]:
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device visible; use --device cpu for a logic test")
+    device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    else:
+        torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    now = time.time()
+    hard = args.deadline_epoch or (now + args.time_budget_s if args.time_budget_s else None)
+    soft = args.soft_deadline_epoch or (now + 0.8 * args.time_budget_s if args.time_budget_s else None)
+    return device, Budget(soft=soft, hard=hard), device_info(device)
+
+
+def method_text(timer: Timer, extra: str = "") -> str:
+    if timer.cuda:
+        m = (f"CUDA events; {timer.warmup} warm-up calls; op captured R times back to back in a CUDA "
+             f"graph (R so that one replay >= {timer.target_graph_ms} ms, at most {timer.max_r}), "
+             f"time = replay / R; median of {timer.min_rep}-{timer.max_rep} replays (fewer for long "
+             f"ops), std over them; weights and KV caches rotated among copies totalling >= 4x L2; "
+             f"bf16 random weights")
+    else:
+        m = (f"wall clock on CPU (logic test only); {timer.warmup} warm-up calls; median of "
+             f"{timer.min_rep}-{timer.max_rep} repeats; bf16 random weights")
+    return m + extra
+
+
+# ============================================================================== mode: ops
+def cmd_ops(args) -> int:
+    device, budget, info = setup(args)
+    gpu = gpu_key(info, args.gpu_key)
+    rs = RankShape.of(args.model, args.tp)
+    out = Path(args.out)
+    log(f"ops: model={args.model} tp={args.tp} rank shape={rs.as_dict()} on {device_string(info)}")
+    timer = Timer(device, budget, quick=args.quick)
+    sdpa = Sdpa(device)
+    backend = sdpa.choose(rs, args.sdpa)
+    sdpa.record_kernels(rs)
+    log(f"SDPA backend: {backend}; checks {sdpa.checks}; tried {sdpa.tried}; kernels {sdpa.kernels}")
+    l2 = int(info.get("l2_bytes") or 0) or 50 * 2 ** 20
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        kv_cap = int(min(16 * 2 ** 30, 0.25 * free))
+    else:
+        kv_cap = 64 * 2 ** 20
+    bench = OpBench(rs, device, timer, sdpa, args.quick, kv_cap_bytes=kv_cap, rot_bytes=4 * l2)
+    stages = ["token ops", "attn_decode", "overhead", "attn_prefill"]
+    done, skipped_stages = [], []
+    overhead_notes: dict = {}
+    t0 = time.time()
+    with torch.inference_mode():
+        for name in stages:
+            if args.skip_overhead and name == "overhead":
+                skipped_stages.append("overhead (--skip-overhead)")
+                continue
+            fn = {"token ops": bench.run_token_ops, "attn_decode": bench.run_decode,
+                  "attn_prefill": bench.run_prefill,
+                  "overhead": lambda: overhead_rows(bench, timer, device, args, overhead_notes)}[name]
+            log(f"[{args.model} tp{args.tp}] stage {name} (t={time.time() - t0:.0f}s)")
+            try:
+                fn()
+                done.append(name)
+            except BudgetExceeded:
+                skipped_stages.append(f"{name} (time budget ran out partway)")
+                log(f"  time budget ran out in stage {name}; writing what was measured")
+                break
+    for name in stages:
+        if name not in done and not any(x.startswith(name) for x in skipped_stages):
+            skipped_stages.append(f"{name} (not reached: time budget)")
+    stem = pack_stem(args.model, args.tp)
+    csv_path = out / "packs" / gpu / f"{stem}.csv"
+    rows = sorted(bench.rows, key=lambda r: (r[0], r[2], r[1], r[3], r[4]))
+    write_rows(csv_path, rows)
+    meta = base_meta(gpu, args.model, args.tp, info, rs)
+    meta.update(
+        method=method_text(timer, f"; SDPA backend {backend}"),
+        command=args.parent_command or this_command(),
+        notes=ops_notes(rs, backend, overhead_notes),
+        sdpa_backend=backend, sdpa_checks_rel_err=sdpa.checks, sdpa_tried=sdpa.tried,
+        sdpa_kernels=sdpa.kernels,
+        timing_methods={k: sorted(v) for k, v in bench.methods.items()},
+        rows=len(rows), seconds=round(time.time() - t0, 1),
+        stages_done=done, stages_skipped=skipped_stages,
+        points_skipped=bench.skipped, points_dropped=timer.dropped,
+        graph_capture_failures=timer.capture_failures,
+        overhead=overhead_notes,
+        collectives=("not merged: all_reduce needs a multi-GPU run (`allreduce`, then `merge`)"
+                     if args.tp > 1 else "send_recv not merged (no multi-GPU run)"),
+    )
+    write_yaml(csv_path.with_suffix(".yaml"), meta)
+    log(f"wrote {csv_path} ({len(rows)} rows) in {time.time() - t0:.0f}s; "
+        f"skipped {len(bench.skipped)} points, dropped {len(timer.dropped)}")
+    if args.collectives:
+        merge_collectives_into(csv_path, [Path(args.collectives)])
+    return 0
+
+
+def ops_notes(rs: RankShape, backend: str, ov: dict) -> str:
+    parts = [
+        f"Per-rank slice for tp={rs.tp}: heads {rs.H}, kv_heads {rs.KVH}, intermediate {rs.I}, "
+        f"vocab {rs.V} (lm_head/embed). Eager PyTorch ops, unfused: rms_norm = F.rms_norm; rope = "
+        f"neox rotary in 5 kernels (gather + 2 mul + 2 addcmul); kv_write = 2 index_copy_ into a "
+        f"flat [slots, kv_heads, head_dim] cache at contiguous slots; act = silu * up (2 kernels); "
+        f"attention = torch SDPA ({backend}) with enable_gqa on a sequence-major cache, output "
+        f"copied into the attention buffer; attn_prefill with context uses bottom-right causal "
+        f"alignment. embed under TP is a plain lookup in the rank's vocab slice (no masking).",
+        "Op times exclude CPU launch cost (graph replay); it is in overhead_eager / "
+        "overhead_cuda_graph.",
+        f"lm_head and final_norm are keyed by sampled rows, measured up to {SAMPLED_MAX}.",
+        "Qwen3's per-head q/k RMSNorm is not modelled (not in the pack op list).",
+    ]
+    if ov.get("note"):
+        parts.append(ov["note"])
+    return " ".join(parts)
+
+
+def overhead_rows(bench: OpBench, timer: Timer, device, args, notes: dict) -> None:
+    """overhead_eager / overhead_cuda_graph: a decode-only calibration forward's wall time minus
+    the sum of its ops as the tables just measured predict. Non-positive differences are dropped
+    and listed (never written)."""
+    rs = bench.rs
+    batches = QUICK_CALIB_BATCHES if args.quick else CALIB_BATCHES
+    model = Model(rs, device)
+    notes.update(calibration_batches=batches, calibration_context=CALIB_CTX,
+                 shared_layer_weights=model.shared_layers, points={}, dropped=[])
+    notes["note"] = (f"Overheads from decode-only forwards (batch {batches}, context {CALIB_CTX}, one "
+                     f"per-rank forward on one GPU) minus the table sum"
+                     + ("; under TP that forward has no all-reduce, so NCCL launch cost is not in "
+                        "the overhead" if rs.tp > 1 else "") + ".")
+    modes = [("overhead_eager", False)] + ([("overhead_cuda_graph", True)] if timer.cuda else [])
+    for B in batches:
+        timer.budget.check()
+        pred = bench.predict_decode_forward(B, CALIB_CTX)
+        if pred is None:
+            notes["dropped"].append(f"batch {B}: an op of the table is missing")
+            continue
+        batch = Batch(Composition(0, 0, 0, B, CALIB_CTX), rs, device)
+        for op, graph in modes:
+            try:
+                m = timer.measure_forward(lambda: forward(model, batch), graph, f"{op} batch={B}")
+            except BudgetExceeded:
+                raise
+            except Exception as exc:
+                notes["dropped"].append(f"{op} batch {B}: {type(exc).__name__}: {str(exc)[:120]}")
+                continue
+            if m is None:
+                notes["dropped"].append(f"{op} batch {B}: no valid measurement")
+                continue
+            diff = m.median_ms - pred
+            notes["points"][f"{op} batch={B}"] = dict(forward_ms=round(m.median_ms, 5),
+                                                       forward_std_ms=round(m.std_ms, 5),
+                                                       table_sum_ms=round(pred, 5),
+                                                       diff_ms=round(diff, 5))
+            log(f"  {op} batch={B}: forward {m.median_ms:.4f} ms, tables {pred:.4f} ms, "
+                f"diff {diff:.4f} ms")
+            if not (math.isfinite(diff) and diff > 0):
+                notes["dropped"].append(f"{op} batch {B}: forward - tables = {diff:.5f} ms <= 0, "
+                                        f"not written")
+                continue
+            bench.rows.append((op, B, B, 0, 0, diff, m.std_ms))
+            bench.methods.setdefault(op, set()).add(m.method)
+        del batch
+    del model
+    bench._free()
+
+
+# ============================================================================== mode: iterations
+def cmd_iterations(args) -> int:
+    device, budget, info = setup(args)
+    gpu = gpu_key(info, args.gpu_key)
+    rs = RankShape.of(args.model, 1)
+    timer = Timer(device, budget, quick=args.quick)
+    sdpa = Sdpa(device)
+    backend = sdpa.choose(rs, args.sdpa)
+    log(f"iterations: model={args.model} on {device_string(info)}; SDPA {backend}")
+    comps = validation_compositions(args.model, args.quick)
+    if args.max_compositions:
+        comps = comps[: args.max_compositions]
+    t0 = time.time()
+    rows, skipped = [], []
+    with torch.inference_mode():
+        model = Model(rs, device, share_layers=True if args.share_layer_weights else None)
+        kv_cap = 0.5 * torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else 2 ** 28
+        for i, c in enumerate(comps):
+            if 2 * c.kv_slots * rs.KVH * rs.D * 2 > kv_cap:
+                skipped.append(f"{c.key()}: KV cache over memory cap")
+                continue
+            try:
+                budget.check()
+                batch = Batch(c, rs, device)
+                res = {}
+                for graph in ([False, True] if timer.cuda else [False]):
+                    m = timer.measure_forward(lambda: forward(model, batch), graph, f"iteration {c.key()}")
+                    if m is not None:
+                        res[graph] = m
+                        rows.append((args.model, 1, graph, c.n_prefill, c.prefill_len, c.prefill_ctx,
+                                     c.n_decode, c.decode_ctx, m.median_ms, m.std_ms))
+                del batch
+                log(f"  [{i + 1}/{len(comps)}] {c.key()} tokens={c.tokens}: "
+                    + ", ".join(f"{'graph' if g else 'eager'} {m.median_ms:.3f} ms ± {m.std_ms:.3f}"
+                                for g, m in res.items()))
+            except BudgetExceeded:
+                skipped.extend(f"{x.key()}: time budget" for x in comps[i:])
+                log(f"  time budget ran out; {len(comps) - i} compositions not measured")
+                break
+            except torch.cuda.OutOfMemoryError:
+                skipped.append(f"{c.key()}: out of memory")
+            except Exception as exc:
+                skipped.append(f"{c.key()}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+                log(f"  SKIP {c.key()}: {type(exc).__name__}: {exc}")
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        shared = model.shared_layers
+        del model
+    path = Path(args.out) / "validation" / gpu / f"{args.model}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(VAL_COLUMNS)
+        for r in rows:
+            _check_time(float(r[8]), str(r))
+            w.writerow([r[0], r[1], "true" if r[2] else "false", *r[3:8], f"{r[8]:.6g}",
+                        f"{max(r[9], 0.0):.6g}"])
+    meta = base_meta(gpu, args.model, 1, info, rs)
+    meta.pop("source")
+    meta.update(
+        kind="whole-iteration validation data (never read by the fit)",
+        method=("full random-weight forward (embedding, every layer, final norm, lm_head on one row "
+                "per sequence); CUDA events around each forward (eager) or graph replay (graph, one "
+                "capture per composition), device synchronized before each repeat; "
+                f"{1 if args.quick else 2} warm-up forwards, median of {timer.min_rep}-"
+                f"{timer.fwd_max_rep}; one layer's KV buffers reused by every layer"
+                if timer.cuda else "wall clock on CPU (logic test only)"),
+        command=args.parent_command or this_command(),
+        sdpa_backend=backend, shared_layer_weights=shared, compositions=len(comps),
+        rows=len(rows), seconds=round(time.time() - t0, 1), skipped=skipped,
+        dropped=timer.dropped,
+        notes=("Prefills: one SDPA call per prefilling sequence (bottom-right causal over its cached "
+               "context); decodes: one batched SDPA call (all sequences equal context). Every "
+               "sequence samples one row (lm_head rows = sequences). Same op functions as the op "
+               "tables (calibration/profile_gpu.py). Compositions are disjoint from the overhead "
+               "calibration batches (decode-only, batch in "
+               f"{CALIB_BATCHES}, context {CALIB_CTX})."),
+    )
+    write_yaml(path.with_suffix(".yaml"), meta)
+    log(f"wrote {path} ({len(rows)} rows, {len(skipped)} compositions skipped) in {time.time() - t0:.0f}s")
+    return 0
+
+
+# ============================================================================== mode: allreduce
+def _coll_worker(rank: int, world: int, port: int, cfg: dict) -> None:
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    import torch.distributed as dist
+    cuda = cfg["device"] == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank)
+        dev = torch.device("cuda", rank)
+    else:
+        dev = torch.device("cpu")
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
+    dtype = torch.bfloat16 if cuda else torch.float32
+    esize = 2 if cuda else 4
+    n_rep = 3 if cfg["quick"] else 10
+    results = []
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(dev)
+
+    def timed(fn, iters) -> float:
+        """ms per call of fn over `iters` back-to-back calls, the maximum over ranks."""
+        flag = torch.zeros(1, device=dev, dtype=torch.float32)
+        dist.all_reduce(flag)  # line the ranks up
+        sync()
+        if cuda:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for _ in range(iters):
+                fn()
+            e1.record()
+            sync()
+            t = e0.elapsed_time(e1) / iters
+        else:
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            t = (time.perf_counter() - t0) * 1e3 / iters
+        tt = torch.tensor([t], device=dev, dtype=torch.float32)
+        dist.all_reduce(tt, op=dist.ReduceOp.MAX)
+        return float(tt.item())
+
+    for op in ("all_reduce", "send_recv"):
+        if op == "send_recv" and world < 2:
+            continue
+        group = world if op == "all_reduce" else 2
+        for nbytes in cfg["sizes"]:
+            x = torch.randn(max(1, nbytes // esize), device=dev, dtype=dtype)
+            if op == "all_reduce":
+                def fn():
+                    dist.all_reduce(x)
+            else:
+                def fn():
+                    if rank == 0:
+                        dist.send(x, 1)
+                    elif rank == 1:
+                        dist.recv(x, 0)
+            try:
+                for _ in range(3):
+                    fn()
+                sync()
+                one = timed(fn, 1)
+                iters = max(1, min(20, int(2.0 / max(one, 1e-3))))
+                times = [timed(fn, iters) for _ in range(n_rep)]
+                good = [t for t in times if math.isfinite(t) and t > 0]
+                if not good:
+                    raise RuntimeError("no positive finite time")
+                arr = np.asarray(good)
+                med = float(np.median(arr))
+                std = float(arr.std(ddof=1)) if len(arr) > 1 else 0.0
+                nb = x.numel() * esize
+                results.append((op, 0, group, 0, nb, med, std))
+                if rank == 0:
+                    bw = nb / (med * 1e-3) / 1e9
+                    print(f"{time.strftime('%H:%M:%S')}   {op} n={group} bytes={nb}: {med:.4f} ms "
+                          f"± {std:.4f} (iters {iters}, algbw {bw:.1f} GB/s)", flush=True)
+            except Exception as exc:
+                if rank == 0:
+                    print(f"  SKIP {op} bytes={nbytes}: {type(exc).__name__}: {exc}", flush=True)
+            del x
+    if rank == 0:
+        with open(cfg["tmp"], "w") as fh:
+            json.dump(results, fh)
+    dist.destroy_process_group()
+
+
+def cmd_allreduce(args) -> int:
+    device, budget, info = setup(args)
+    gpu = gpu_key(info, args.gpu_key)
+    n = args.gpus
+    if device.type == "cuda" and torch.cuda.device_count() < n:
+        raise SystemExit(f"--gpus {n} but only {torch.cuda.device_count()} visible")
+    import tempfile
+    import torch.multiprocessing as mp
+    fd, tmp = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = dict(device=device.type, quick=args.quick, tmp=tmp,
+               sizes=QUICK_COLL_SIZES if args.quick else COLL_SIZES)
+    log(f"allreduce: {n} processes, {len(cfg['sizes'])} sizes, NCCL_NVLS_ENABLE="
+        f"{os.environ['NCCL_NVLS_ENABLE']} TORCH_SYMM_MEM_DISABLE_MULTICAST="
+        f"{os.environ['TORCH_SYMM_MEM_DISABLE_MULTICAST']} NVSHMEM_DISABLE_NVLS="
+        f"{os.environ['NVSHMEM_DISABLE_NVLS']}")
+    t0 = time.time()
+    mp.spawn(_coll_worker, args=(n, port, cfg), nprocs=n, join=True)
+    with open(tmp) as fh:
+        rows = [tuple(r) for r in json.load(fh)]
+    os.unlink(tmp)
+    path = Path(args.out) / "collectives" / gpu / f"collectives_{n}gpu.csv"
+    write_rows(path, rows)
+    topo, nccl_ver = "", None
+    if device.type == "cuda":
+        try:
+            topo = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True,
+                                  timeout=20).stdout
+        except Exception:
+            pass
+        try:
+            v = torch.cuda.nccl.version()
+            nccl_ver = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        except Exception:
+            pass
+    write_yaml(path.with_suffix(".yaml"), dict(
+        gpu=gpu, gpus=n, source="measured", date=datetime.date.today().isoformat(),
+        device=device_string(info), nccl=nccl_ver,
+        method=("torch.distributed, one process per GPU (NCCL; gloo on CPU); 3 warm-up calls; per "
+                "repeat the ranks are lined up with a small all-reduce, then CUDA events around "
+                "`iters` back-to-back calls (iters so that they take ~2 ms, 1..20); time = max over "
+                f"ranks of elapsed / iters; median of {n_rep_text(args)} repeats; bf16 tensors; "
+                "send_recv: rank 0 sends to rank 1"),
+        env={k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+                                        "NVSHMEM_DISABLE_NVLS")},
+        topology=topo, command=args.parent_command or this_command(), rows=len(rows),
+        seconds=round(time.time() - t0, 1)))
+    log(f"wrote {path} ({len(rows)} rows) in {time.time() - t0:.0f}s")
+    return 0
+
+
+def n_rep_text(args) -> int:
+    return 3 if args.quick else 10
+
+
+# ============================================================================== merge
+def merge_collectives_into(pack_csv: Path, coll_csvs: list) -> None:
+    """Put measured collectives into one pack: all_reduce rows whose group size equals the pack's
+    TP (only for TP > 1) and send_recv rows (pipeline stages, any TP). Collective rows the pack
+    already had are replaced, and the YAML records where the new ones came from."""
+    tp = stem_tp(pack_csv.stem)
+    add, sources, have_send = [], [], False
+    for coll_csv in map(Path, coll_csvs):
+        rows = read_rows(coll_csv)
+        ar = [r for r in rows if r[0] == "all_reduce" and r[2] == tp and tp > 1]
+        sr = [] if have_send else [r for r in rows if r[0] == "send_recv"]
+        have_send = have_send or bool(sr)
+        if ar or sr:
+            ymeta = coll_csv.with_suffix(".yaml")
+            cmeta = read_yaml(ymeta) if ymeta.is_file() else {}
+            sources.append(dict(file=coll_csv.name, gpus=cmeta.get("gpus"), nccl=cmeta.get("nccl"),
+                                method=cmeta.get("method"), command=cmeta.get("command"),
+                                all_reduce_rows=len(ar), send_recv_rows=len(sr)))
+        add += ar + sr
+    rows = [r for r in read_rows(pack_csv) if r[0] not in ("all_reduce", "send_recv")] + add
+    write_rows(pack_csv, rows)
+    ymeta = pack_csv.with_suffix(".yaml")
+    if ymeta.is_file():
+        meta = read_yaml(ymeta)
+        meta["collectives"] = sources or "none measured for this TP degree"
+        meta["rows"] = len(rows)
+        write_yaml(ymeta, meta)
+    log(f"merged {len(add)} collective rows into {pack_csv}")
+
+
+def cmd_merge(args) -> int:
+    out = Path(args.out)
+    for gpu_dir in sorted(p for p in (out / "packs").glob("*") if p.is_dir()):
+        colls = sorted((out / "collectives" / gpu_dir.name).glob("collectives_*gpu.csv"))
+        if not colls:
+            log(f"no collectives for {gpu_dir.name}")
+            continue
+        for pack in sorted(gpu_dir.glob("*.csv")):
+            merge_collectives_into(pack, colls)
+    return 0
+
+
+# ============================================================================== mode: all
+@dataclass
+class Task:
+    name: str
+    argv: list
+    cost: float
+    rc: Optional[int] = None
+    seconds: float = 0.0
+
+
+def cmd_all(args) -> int:
+    """Run allreduce (all GPUs), then ops and iterations tasks spread over the GPUs (one process a
+    task, one GPU each, longest first), then merge the collectives into the packs."""
+    t_start = time.time()
+    out = Path(args.out)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    models = [m for m in args.models.split(",") if m]
+    tps = [int(x) for x in args.tps.split(",") if x]
+    iter_models = models if args.iter_models is None else [m for m in args.iter_models.split(",") if m]
+    for m in models + iter_models:
+        if m not in ALL_SHAPES:
+            raise SystemExit(f"unknown model {m}; known: {', '.join(ALL_SHAPES)}")
+    cuda = args.device == "cuda"
+    ngpu = torch.cuda.device_count() if cuda else 2
+    workers = min(ngpu, args.workers) if args.workers else ngpu
+    hard = t_start + args.time_budget_s - 25 if args.time_budget_s else None
+    soft = t_start + 0.75 * args.time_budget_s if args.time_budget_s else None
+    common = ["--out", str(out), "--device", args.device, "--sdpa", args.sdpa]
+    if args.quick:
+        common.append("--quick")
+    if args.gpu_key:
+        common += ["--gpu-key", args.gpu_key]
+    if hard:
+        common += ["--deadline-epoch", f"{hard:.0f}", "--soft-deadline-epoch", f"{soft:.0f}"]
+    parent = this_command()
+    common += ["--parent-command", parent]
+    me = [sys.executable, "-u", os.path.abspath(__file__)]
+    log(f"all: models {models}, tp {tps}, iterations for {iter_models}, {workers} worker(s), "
+        f"{ngpu} {'GPU(s)' if cuda else 'CPU slots'}")
+    lock = threading.Lock()
+
+    # 1. collectives first (they need every GPU at once)
+    coll_rc = None
+    want_coll = not args.skip_allreduce and ngpu >= 2
+    if want_coll:
+        coll_rc = _run_logged(me + ["allreduce", "--gpus", str(ngpu)] + common, None,
+                              out / "logs" / "allreduce.log", "allreduce", lock)
+    elif not args.skip_allreduce:
+        log("only one GPU: all_reduce / send_recv not measured")
+
+    # 2. ops and iterations, longest first, onto free GPUs
+    def size(m):
+        s = ALL_SHAPES[m]
+        return s["num_layers"] * (3 * s["hidden_size"] * s["intermediate_size"] + 2 * s["hidden_size"] ** 2)
+    tasks = [Task(f"ops-{pack_stem(m, tp)}", me + ["ops", "--model", m, "--tp", str(tp)] + common,
+                  cost=(1.0 if tp == 1 else 0.6) * size(m) * 1.2) for m in models for tp in tps]
+    tasks += [Task(f"iterations-{m}", me + ["iterations", "--model", m] + common, cost=size(m))
+              for m in iter_models]
+    tasks.sort(key=lambda t: -t.cost)
+    q: "queue.Queue[Task]" = queue.Queue()
+    for t in tasks:
+        q.put(t)
+
+    def worker(slot: int):
+        while True:
+            try:
+                t = q.get_nowait()
+            except queue.Empty:
+                return
+            if hard and time.time() > hard:
+                t.rc = -1
+                log(f"not started (time budget): {t.name}")
+                continue
+            env = {"CUDA_VISIBLE_DEVICES": str(slot)} if cuda else {}
+            t0 = time.time()
+            t.rc = _run_logged(t.argv, env, out / "logs" / f"{t.name}.log", f"w{slot} {t.name}", lock)
+            t.seconds = time.time() - t0
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(workers)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+
+    # 3. merge
+    if want_coll and coll_rc == 0:
+        cmd_merge(argparse.Namespace(out=str(out)))
+    summary = dict(command=parent, seconds=round(time.time() - t_start, 1), allreduce_rc=coll_rc,
+                   tasks=[dict(name=t.name, rc=t.rc, seconds=round(t.seconds, 1)) for t in tasks])
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    log("summary: " + json.dumps(summary))
+    return 0 if all(t.rc == 0 for t in tasks) and coll_rc in (None, 0) else 1
+
+
+def _run_logged(argv, env_add, logpath: Path, prefix: str, lock) -> int:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env_add or {}))
+    with open(logpath, "w") as lf:
+        lf.write("$ " + " ".join(shlex.quote(a) for a in argv) + "\n")
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        assert p.stdout is not None
+        for line in p.stdout:
+            lf.write(line)
+            lf.flush()
+            with lock:
+                print(f"[{prefix}] {line}", end="", flush=True)
+        rc = p.wait()
+    log(f"[{prefix}] exit {rc}")
+    return rc
+
+
+# ============================================================================== CLI
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="mode", required=True)
+
+    def common(sp):
+        sp.add_argument("--out", required=True, help="output folder (packs/, validation/, collectives/)")
+        sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="cpu: wall-clock logic test (use with a tiny model)")
+        sp.add_argument("--quick", action="store_true", help="tiny grids, for smoke tests")
+        sp.add_argument("--sdpa", choices=["auto", "flash", "cudnn", "efficient", "math"], default="auto",
+                        help="SDPA backend; auto tries flash, cudnn, efficient, math in that order")
+        sp.add_argument("--gpu-key", default=None, help="folder name for the GPU (default: from its name)")
+        sp.add_argument("--time-budget-s", type=float, default=None,
+                        help="stop measuring after this many seconds (minimum repeats after 75-80%%)")
+        sp.add_argument("--deadline-epoch", type=float, default=None, help=argparse.SUPPRESS)
+        sp.add_argument("--soft-deadline-epoch", type=float, default=None, help=argparse.SUPPRESS)
+        sp.add_argument("--parent-command", default=None, help=argparse.SUPPRESS)
+
+    models = sorted(ALL_SHAPES)
+    sp = sub.add_parser("ops", help="op tables (one pack) for one model and TP degree")
+    sp.add_argument("--model", required=True, choices=models)
+    sp.add_argument("--tp", type=int, default=1)
+    sp.add_argument("--collectives", default=None, help="collectives CSV to merge into the pack")
+    sp.add_argument("--skip-overhead", action="store_true")
+    common(sp)
+    sp = sub.add_parser("iterations", help="whole-forward validation data for one model (TP 1)")
+    sp.add_argument("--model", required=True, choices=models)
+    sp.add_argument("--max-compositions", type=int, default=None)
+    sp.add_argument("--share-layer-weights", action="store_true",
+                    help="one set of layer weights for all layers (small GPUs)")
+    common(sp)
+    sp = sub.add_parser("allreduce", help="NCCL all_reduce over N GPUs and send_recv between 2")
+    sp.add_argument("--gpus", type=int, default=2)
+    common(sp)
+    sp = sub.add_parser("all", help="collectives, then ops and iterations for several models")
+    sp.add_argument("--models", default=",".join(SHAPES))
+    sp.add_argument("--tps", default="1,2")
+    sp.add_argument("--iter-models", default=None, help="models for iterations (default: --models; '' none)")
+    sp.add_argument("--workers", type=int, default=0, help="parallel tasks (default: one per GPU)")
+    sp.add_argument("--skip-allreduce", action="store_true")
+    common(sp)
+    sp = sub.add_parser("merge", help="merge collectives/<gpu>/*.csv into the packs under --out")
+    sp.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    try:
+        return {"ops": cmd_ops, "iterations": cmd_iterations, "allreduce": cmd_allreduce,
+                "all": cmd_all, "merge": cmd_merge}[args.mode](args)
+    except SystemExit:
+        raise
+    except Exception:
+        traceback.print_exc()
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

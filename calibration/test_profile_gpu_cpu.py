@@ -1,0 +1,239 @@
+"""Logic tests of calibration/profile_gpu.py on CPU, run by hand (torch is not a servesim dependency,
+so these are deliberately outside tests/):
+
+    /work/venv-torch/bin/python -m pytest -q calibration/test_profile_gpu_cpu.py
+    # or, without pytest:
+    /work/venv-torch/bin/python calibration/test_profile_gpu_cpu.py
+
+Why: GPU time is scarce, so the profiler's semantics (attention masks, KV slot layout, batch
+composition, pack format, never writing a non-positive time) are checked here first, on CPU.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import profile_gpu as pg  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+def test_shapes_match_servesim_models():
+    """The embedded shapes must equal servesim/models.py (read with ast: no servesim deps here)."""
+    tree = ast.parse((REPO / "servesim" / "models.py").read_text())
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ModelShape":
+            kw = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+            found[kw["name"]] = kw
+    assert set(found) == set(pg.SHAPES)
+    for name, kw in found.items():
+        mine = pg.SHAPES[name]
+        for key in pg.SHAPE_KEYS + ("max_model_len",):
+            assert mine[key] == kw[key], (name, key)
+        assert mine["tie_word_embeddings"] == kw.get("tie_word_embeddings", False), name
+
+
+def test_rank_shape_slices():
+    rs = pg.RankShape.of("qwen3-14b", 2)
+    assert (rs.H, rs.KVH, rs.I, rs.V, rs.h) == (20, 4, 8704, 75968, 5120)
+    assert pg.RankShape.of("llama-3-8b", 16).KVH == 1  # KV heads replicated, min 1
+
+
+def _rand(*shape):
+    return torch.randn(*shape, dtype=torch.bfloat16)
+
+
+def test_attention_ops_match_reference():
+    """attn_prefill_op (bottom-right causal over cached context) and attn_decode_op on the flat,
+    sequence-major cache layout agree with a float64 reference."""
+    H, KVH, D = 8, 2, 32
+    for tq, ctx in ((1, 0), (7, 0), (5, 11), (16, 40)):
+        qk = _rand(tq, H + KVH, D)
+        kc, vc = _rand(ctx + tq, KVH, D), _rand(ctx + tq, KVH, D)
+        out = torch.empty(tq, H, D, dtype=torch.bfloat16)
+        pg.attn_prefill_op(qk[:, :H], kc, vc, out)
+        ref = pg.Sdpa.reference(qk[:, :H].unsqueeze(0).transpose(1, 2), kc.unsqueeze(0).transpose(1, 2),
+                                vc.unsqueeze(0).transpose(1, 2))[0].transpose(0, 1)
+        rel = float((out.double() - ref).norm() / ref.norm())
+        assert rel < 2e-2, (tq, ctx, rel)
+        # the bottom-right rule by hand: the last query sees every key, the first ctx+1 keys
+        s = (qk[0, :1].double() @ kc[:ctx + 1, 0].double().T)
+        assert s.shape[-1] == ctx + 1
+    B, ctx = 5, 13
+    L = ctx + 1
+    qk = _rand(B, H + KVH, D)
+    kc, vc = _rand(B * L, KVH, D), _rand(B * L, KVH, D)
+    out = torch.empty(B, H, D, dtype=torch.bfloat16)
+    pg.attn_decode_op(qk[:, :H], kc, vc, out, B, L)
+    for b in range(B):
+        kb, vb = kc[b * L:(b + 1) * L], vc[b * L:(b + 1) * L]
+        ref = pg.Sdpa.reference(qk[b:b + 1, :H].unsqueeze(2), kb.unsqueeze(0).transpose(1, 2),
+                                vb.unsqueeze(0).transpose(1, 2))[0, :, 0]
+        rel = float((out[b].double() - ref).norm() / ref.norm())
+        assert rel < 2e-2, (b, rel)
+
+
+def test_sdpa_choose_cpu():
+    s = pg.Sdpa(CPU)
+    assert s.choose(pg.RankShape.of("tiny", 1)) == "cpu-default"
+    assert all(v < 2e-2 for v in s.checks.values())
+
+
+def test_rope_rotates_pairs():
+    H, KVH, D, T = 2, 1, 8, 3
+    qkv = _rand(T, (H + 2 * KVH) * D)
+    cs = pg.make_cos_sin(16, D, CPU, torch.bfloat16)
+    pos = torch.tensor([0, 3, 7])
+    out = pg.rope_op(qkv, pos, cs, H, KVH, D)
+    assert out.shape == (T, H + KVH, D)
+    # position 0 is the identity; rotation keeps each (x1, x2) pair's norm
+    assert torch.allclose(out[0].float(), qkv[0, :(H + KVH) * D].view(H + KVH, D).float(), atol=1e-2)
+    x = qkv[:, :(H + KVH) * D].view(T, H + KVH, D).float()
+    n_in = x[..., :D // 2] ** 2 + x[..., D // 2:] ** 2
+    n_out = out.float()[..., :D // 2] ** 2 + out.float()[..., D // 2:] ** 2
+    assert torch.allclose(n_in, n_out, rtol=3e-2, atol=3e-2)
+
+
+def test_batch_layout_and_mixed_forward_equals_separate():
+    """A mixed batch gives each sequence the same logits as running it alone on the same cache:
+    checks slots, positions, KV views and sampled rows together."""
+    torch.manual_seed(0)
+    rs = pg.RankShape.of("tiny", 1)
+    model = pg.Model(rs, CPU, share_layers=False)
+    comp = pg.Composition(2, 5, 7, 3, 9)
+    b = pg.Batch(comp, rs, CPU)
+    assert b.T == 13 and b.slots.tolist()[:5] == [7, 8, 9, 10, 11]
+    assert b.slots.tolist()[5:10] == [19, 20, 21, 22, 23]
+    assert b.slots.tolist()[10:] == [24 + 9, 24 + 10 + 9, 24 + 20 + 9]
+    assert b.sample_idx.tolist() == [4, 9, 10, 11, 12]
+    k0, v0 = b.k_cache.clone(), b.v_cache.clone()
+    with torch.inference_mode():
+        mixed = pg.forward(model, b).float()
+        # prefill sequence 1 alone
+        b1 = pg.Batch(pg.Composition(1, 5, 7, 0, 0), rs, CPU)
+        b1.ids.copy_(b.ids[5:10])
+        b1.k_cache.copy_(k0[12:24])
+        b1.v_cache.copy_(v0[12:24])
+        alone = pg.forward(model, b1).float()
+        assert torch.allclose(mixed[1], alone[0], rtol=3e-2, atol=3e-2)
+        # decode sequence 2 alone
+        b2 = pg.Batch(pg.Composition(0, 0, 0, 1, 9), rs, CPU)
+        b2.ids.copy_(b.ids[12:13])
+        b2.k_cache.copy_(k0[24 + 20:24 + 30])
+        b2.v_cache.copy_(v0[24 + 20:24 + 30])
+        alone = pg.forward(model, b2).float()
+        assert torch.allclose(mixed[4], alone[0], rtol=3e-2, atol=3e-2)
+
+
+def test_timer_never_returns_nonpositive():
+    assert pg.Timer._summarize([0.0, -1.0, float("nan")], "x") is None
+    m = pg.Timer._summarize([1.0, 2.0, 0.0, 3.0], "x")
+    assert m.median_ms == 2.0 and m.n == 3
+    t = pg.Timer(CPU, pg.Budget())
+    calls = []
+    m = t.measure([lambda: calls.append(1)], "noop")
+    assert m is not None and m.median_ms > 0 and calls
+
+
+def test_write_rows_refuses_bad_times():
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "x.csv"
+        for bad in (0.0, -0.1, float("nan"), float("inf")):
+            try:
+                pg.write_rows(p, [("qkv_proj", 1, 0, 0, 0, bad, 0.0)])
+            except ValueError:
+                continue
+            raise AssertionError(f"wrote {bad}")
+
+
+def test_budget_stops():
+    b = pg.Budget(soft=0, hard=0)
+    assert b.fast()
+    try:
+        b.check()
+    except pg.BudgetExceeded:
+        return
+    raise AssertionError("no BudgetExceeded")
+
+
+def test_validation_compositions():
+    calib = {(0, 0, 0, b, pg.CALIB_CTX) for b in pg.CALIB_BATCHES}
+    for m in pg.SHAPES:
+        comps = pg.validation_compositions(m, quick=False)
+        assert 60 <= len(comps) <= 120, (m, len(comps))
+        ml = pg.SHAPES[m]["max_model_len"]
+        for c in comps:
+            t = (c.n_prefill, c.prefill_len, c.prefill_ctx, c.n_decode, c.decode_ctx)
+            assert t not in calib
+            assert c.prefill_ctx + c.prefill_len <= ml and (c.n_decode == 0 or c.decode_ctx + 1 <= ml)
+        assert len(set(comps)) == len(comps)
+
+
+def _check_pack_csv(path: Path):
+    with path.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0].keys()) == list(pg.COLUMNS)
+    for r in rows:
+        t = float(r["time_ms"])
+        assert math.isfinite(t) and t > 0
+        assert r["std_ms"] == "" or float(r["std_ms"]) >= 0
+        if r["op"] in ("attn_decode", "overhead_eager", "overhead_cuda_graph", "all_reduce", "send_recv"):
+            assert int(r["batch"]) >= 1
+        if r["op"] not in ("attn_decode", "overhead_eager", "overhead_cuda_graph", "all_reduce", "send_recv"):
+            assert int(r["tokens"]) >= 1
+    return rows
+
+
+def test_cli_all_quick_on_cpu():
+    """The whole pipeline (ops at TP 1 and 2, iterations, gloo collectives, merge) on a tiny shape."""
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run([sys.executable, str(HERE / "profile_gpu.py"), "all", "--models", "tiny",
+                            "--tps", "1,2", "--device", "cpu", "--quick", "--out", d],
+                           capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        out = Path(d)
+        rows1 = _check_pack_csv(out / "packs" / "cpu" / "tiny.csv")
+        rows2 = _check_pack_csv(out / "packs" / "cpu" / "tiny-tp2.csv")
+        ops1 = {r["op"] for r in rows1}
+        for op in ("input_norm", "qkv_proj", "rope", "kv_write", "attn_prefill", "attn_decode", "o_proj",
+                   "post_attn_norm", "gate_up_proj", "act", "down_proj", "residual_add", "embed",
+                   "final_norm", "lm_head", "send_recv"):
+            assert op in ops1, op
+        assert "all_reduce" not in ops1
+        assert any(r["op"] == "all_reduce" and r["batch"] == "2" for r in rows2)
+        import yaml
+        meta = yaml.safe_load((out / "packs" / "cpu" / "tiny-tp2.yaml").read_text())
+        for key in ("gpu", "model", "tp", "source", "dtype", "shape", "origin", "date", "device",
+                    "method", "command", "notes", "sdpa_backend"):
+            assert key in meta, key
+        assert meta["tp"] == 2 and meta["rank_shape"]["num_heads"] == 2
+        with (out / "validation" / "cpu" / "tiny.csv").open() as fh:
+            vrows = list(csv.DictReader(fh))
+        assert list(vrows[0].keys()) == list(pg.VAL_COLUMNS)
+        assert all(float(v["measured_ms"]) > 0 for v in vrows)
+
+
+if __name__ == "__main__":
+    failures = 0
+    for name, fn in list(globals().items()):
+        if name.startswith("test_") and callable(fn):
+            try:
+                fn()
+                print(f"ok   {name}")
+            except Exception as exc:  # report all, then fail
+                failures += 1
+                print(f"FAIL {name}: {type(exc).__name__}: {exc}")
+    sys.exit(1 if failures else 0)
