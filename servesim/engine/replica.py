@@ -153,17 +153,21 @@ class Replica:
         req.computed[ids] += k
         req.num_output[ids] += k
         self.kv.commit_decodes(ids)
+        last = req.t_last_token[ids]
+        first = np.isnan(last)  # a chunked prefill whose last chunk was one token: its first token
+        if first.any():
+            req.t_first_token[ids[first]] = ends[0]
         itl_from = self.rec.itl_from
         if ends[-1] >= itl_from:
-            last = req.t_last_token[ids]
             if k > 1:
                 keep = ends[1:] >= itl_from
                 self.rec.itl_weighted(np.diff(ends)[keep], len(ids))
             if ends[0] >= itl_from:
                 regular = last == t0
                 self.rec.itl_weighted(np.array([ends[0] - t0]), int(regular.sum()))
-                if not regular.all():
-                    self.rec.itl_values(ends[0] - last[~regular])
+                odd = ~regular & ~first
+                if odd.any():
+                    self.rec.itl_values(ends[0] - last[odd])
         req.t_last_token[ids] = ends[-1]
         self.rec.steps(t0, ends, used, len(self.st.running), self.policy.num_waiting(), len(ids))
         self.now = float(ends[-1])

@@ -1,0 +1,53 @@
+"""Shared test helpers: tiny scenario factories and the location of ../shared."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+BASE = {
+    "name": "t",
+    "seed": 1,
+    "stop": {"requests": 50},
+    "hardware": {"gpu": "a100-80g"},
+    "model": "llama-3-8b",
+    "engine": {"scheduler": "vllm", "block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 8192},
+    "step_time": {"model": "constant", "seconds": 0.01},
+    "workload": {
+        "arrival": {"process": "poisson", "rate": 10.0},
+        "prompt": {"dist": "fixed", "value": 16},
+        "output": {"dist": "fixed", "value": 4},
+    },
+}
+
+
+DISCRIMINATORS = ("dist", "process", "model")
+
+
+def merge(base: dict, patch: dict) -> dict:
+    """Recursive merge; a mapping that names a variant (dist/process/model) replaces the old one."""
+    out = copy.deepcopy(base)
+    for k, v in patch.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict) and not any(d in v for d in DISCRIMINATORS):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def scenario(**patch):
+    from servesim import scenario_from_dict
+
+    return scenario_from_dict(merge(BASE, patch), "test")
+
+
+@pytest.fixture
+def shared_dir() -> Path:
+    if not SHARED.is_dir():
+        pytest.skip("../shared is not present")
+    return SHARED
