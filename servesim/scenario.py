@@ -22,6 +22,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from servesim.errors import ScenarioError
 from servesim.hardware import GPUS
 from servesim.models import MODELS, ModelShape
+from servesim.workload.trace_config import (
+    ClassAssignmentConfig,
+    LengthsConfig,
+    ServeGenArrivalConfig,
+    SessionsConfig,
+    TraceConfig,
+)
 
 
 class Frozen(BaseModel):
@@ -176,7 +183,7 @@ class ClosedArrival(Frozen):
 
 
 ArrivalConfig = Annotated[
-    Union[PoissonArrival, GammaArrival, ConstantArrival, ClosedArrival],
+    Union[PoissonArrival, GammaArrival, ConstantArrival, ClosedArrival, ServeGenArrivalConfig],
     Field(discriminator="process"),
 ]
 
@@ -251,10 +258,34 @@ class ClassMix(Frozen):
 
 
 class WorkloadConfig(Frozen):
+    """Where requests come from. Either synthetic (``arrival`` + ``prompt``/``output`` or
+    ``lengths`` pairs from a file, optionally ``sessions``), or a full ``trace`` replay that gives
+    arrivals and lengths itself. Classes: random ``weights`` or rules/columns (see docs/traces.md)."""
+
     arrival: ArrivalConfig = PoissonArrival(process="poisson", rate=1.0)
     prompt: LengthDist = FixedDist(dist="fixed", value=512)
     output: LengthDist = FixedDist(dist="fixed", value=128)
-    classes: ClassMix = ClassMix()
+    lengths: LengthsConfig | None = None
+    trace: TraceConfig | None = None
+    sessions: SessionsConfig | None = None
+    classes: Union[ClassMix, ClassAssignmentConfig] = ClassMix()
+
+    @model_validator(mode="after")
+    def _sources(self) -> "WorkloadConfig":
+        given = self.model_fields_set
+        if self.trace is not None:
+            clash = sorted(given & {"arrival", "prompt", "output", "lengths", "sessions"})
+            if clash:
+                raise ValueError(f"workload.trace gives arrivals and lengths itself; remove workload.{clash[0]}")
+        if self.lengths is not None and given & {"prompt", "output"}:
+            raise ValueError("workload.lengths replaces workload.prompt/output; give one or the other")
+        if self.sessions is not None:
+            if isinstance(self.arrival, ClosedArrival):
+                raise ValueError("workload.sessions needs an open-loop arrival process (sessions start at its arrivals)")
+            if given & {"prompt", "output", "lengths"}:
+                raise ValueError("workload.sessions draws its own lengths (new_input, output or pairs); "
+                                 "remove workload.prompt/output/lengths")
+        return self
 
 
 class SLOConfig(Frozen):

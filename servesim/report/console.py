@@ -29,8 +29,17 @@ def print_header(console: Console, built) -> None:
                   f"max_model_len {sc.max_model_len}")
     console.print(f"step time {built.model.describe()}")
     w = built.workload
-    console.print(f"workload  {len(w):,} requests; {sc.workload.arrival.model_dump()}; "
-                  f"prompt mean {w.prompt_tokens.mean():.0f}, output mean {w.output_tokens.mean():.0f} tokens")
+    wc = sc.workload
+    if wc.trace is not None:
+        source = f"trace replay ({wc.trace.format})"
+    else:
+        a = wc.arrival.model_dump()
+        source = "arrivals " + ", ".join(f"{k}={v}" for k, v in a.items() if v is not None)
+        if wc.sessions is not None:
+            source += " (session starts)"
+    lengths = (f"prompt mean {w.prompt_tokens.mean():.0f}, output mean {w.output_tokens.mean():.0f} tokens"
+               if len(w) else "no requests")
+    console.print(f"workload  {len(w):,} requests; {source}; {lengths}")
     for note in w.notes:
         console.print(f"          {note}")
 
