@@ -1407,6 +1407,54 @@ def cmd_iterations(args) -> int:
     return 0
 
 
+# ============================================================================== mode: backends
+def cmd_backends(args) -> int:
+    """Time a few attention shapes on every SDPA backend that passes the checks: the evidence for
+    the backend the packs use (informative; writes backends_<model>.json, no pack rows)."""
+    device, budget, info = setup(args)
+    rs = RankShape.of(args.model, args.tp)
+    timer = Timer(device, budget, quick=args.quick)
+    shapes = [("attn_prefill", 4096, 0), ("attn_prefill", 1024, 8192), ("attn_prefill", 128, 4096),
+              ("attn_decode", 64, 2048), ("attn_decode", 256, 4096), ("attn_decode", 8, 1024)]
+    res: dict = {}
+    g = torch.Generator(device=device).manual_seed(3)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g, device=device, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        for name in ["flash", "cudnn", "efficient", "math"]:
+            sd = Sdpa(device)
+            try:
+                sd.choose(rs, name)
+            except SystemExit as exc:
+                res[name] = {"error": str(exc)[:200]}
+                continue
+            sd.record_kernels(rs)
+            res[name] = {"kernels": sd.kernels}
+            for op, a, ctx in shapes:
+                try:
+                    if op == "attn_prefill":
+                        qk, kc, vc = r(a, rs.H + rs.KVH, rs.D), r(ctx + a, rs.KVH, rs.D), r(ctx + a, rs.KVH, rs.D)
+                        out = torch.empty(a, rs.H, rs.D, device=device, dtype=torch.bfloat16)
+                        fn = [lambda: attn_prefill_op(qk[:, :rs.H], kc, vc, out)]
+                    else:
+                        L = ctx + 1
+                        qk, kc, vc = r(a, rs.H + rs.KVH, rs.D), r(a * L, rs.KVH, rs.D), r(a * L, rs.KVH, rs.D)
+                        out = torch.empty(a, rs.H, rs.D, device=device, dtype=torch.bfloat16)
+                        fn = [lambda: attn_decode_op(qk[:, :rs.H], kc, vc, out, a, L)]
+                    m = timer.measure(fn, f"{name} {op} {a} {ctx}")
+                    res[name][f"{op} {a} ctx {ctx}"] = None if m is None else round(m.median_ms, 5)
+                except Exception as exc:
+                    res[name][f"{op} {a} ctx {ctx}"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+                log(f"  {name:9s} {op} {a} ctx {ctx}: {res[name][f'{op} {a} ctx {ctx}']}")
+    path = Path(args.out) / f"backends_{pack_stem(args.model, args.tp)}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(device=device_string(info), model=args.model, tp=args.tp,
+                                    results=res), indent=1))
+    log(f"wrote {path}")
+    return 0
+
+
 # ============================================================================== mode: allreduce
 def _coll_worker(rank: int, world: int, port: int, cfg: dict) -> None:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -1746,12 +1794,16 @@ def main(argv=None) -> int:
     sp.add_argument("--workers", type=int, default=0, help="parallel tasks (default: one per GPU)")
     sp.add_argument("--skip-allreduce", action="store_true")
     common(sp)
+    sp = sub.add_parser("backends", help="time a few attention shapes on each SDPA backend")
+    sp.add_argument("--model", required=True, choices=models)
+    sp.add_argument("--tp", type=int, default=1)
+    common(sp)
     sp = sub.add_parser("merge", help="merge collectives/<gpu>/*.csv into the packs under --out")
     sp.add_argument("--out", required=True)
     args = p.parse_args(argv)
     try:
         return {"ops": cmd_ops, "iterations": cmd_iterations, "allreduce": cmd_allreduce,
-                "all": cmd_all, "merge": cmd_merge}[args.mode](args)
+                "all": cmd_all, "merge": cmd_merge, "backends": cmd_backends}[args.mode](args)
     except SystemExit:
         raise
     except Exception:
