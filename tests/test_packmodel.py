@@ -88,11 +88,12 @@ def test_decode_extrapolation_rules(synth):
     m = synth[False]
     # context beyond the grid: linear in KV tokens with the row's slope (exact for affine data)
     assert m.decode_attn(8, np.array([8 * 10000.0]))[0] == pytest.approx(decode_time(8, 10000), rel=1e-7)
-    # between batch rows: linear in batch at fixed KV tokens
-    assert m.decode_attn(3, np.array([3 * 1024.0]))[0] == pytest.approx(decode_time(3, 1024), rel=1e-7)
-    # batch beyond the grid: h(b_max, S) + beta * (b - b_max), beta = cost of a sequence at fixed S
-    assert m.decode_attn.beta == pytest.approx(0.0005, rel=1e-6)
-    assert m.decode_attn(64, np.array([64 * 1024.0]))[0] == pytest.approx(decode_time(64, 1024), rel=1e-7)
+    # between batch rows: linear in batch at fixed context
+    assert m.decode_attn(3, np.array([3 * 1000.0]))[0] == pytest.approx(decode_time(3, 1000), rel=1e-7)
+    # batch beyond the grid: linear in batch at fixed context, slope from b_max and b_max / 2
+    assert m.decode_attn.beta[m.decode_attn.grid == 1024][0] == pytest.approx(0.0005 + 2e-7 * 1024, rel=1e-6)
+    for c in (16, 700, 4096, 20000):
+        assert m.decode_attn(64, np.array([64.0 * c]))[0] == pytest.approx(decode_time(64, c), rel=1e-7)
     # context below the grid: the first measured value (launch-bound)
     assert m.decode_attn(1, np.array([4.0]))[0] == pytest.approx(decode_time(1, 16), rel=1e-7)
 
@@ -102,15 +103,21 @@ def test_prefill_extrapolation_rules(synth):
     # context beyond the grid: linear with slope t * sigma (per (query, key) cost) -- exact here
     assert pa(np.array([256.0]), np.array([9000.0]))[0] == pytest.approx(prefill_time(256, 9000), rel=1e-7)
     assert pa.sigma == pytest.approx(np.full(len(CHUNKS), 1e-8), rel=1e-6)
-    # chunk beyond the grid: grid-sized pieces over a growing context (same FLOPs)
+    # chunk beyond the grid: FLOP-ratio scaling of the largest measured chunk, as lattice rows
     t_max = max(CHUNKS)
-    whole = pa(np.array([2500.0]), np.array([100.0]))[0]
-    pieces = (pa(np.array([1024.0]), np.array([100.0]))[0] + pa(np.array([1024.0]), np.array([1124.0]))[0]
-              + pa(np.array([2500.0 - 2 * t_max]), np.array([2148.0]))[0])
+
+    def flop_ratio(t, c):
+        return prefill_time(t_max, c) * (t * (c + (t + 1) / 2)) / (t_max * (c + (t_max + 1) / 2))
+
+    row = round(t_max * 1.1)  # a tabulated row: exact
+    assert pa(np.array([float(row)]), np.array([4096.0]))[0] == pytest.approx(flop_ratio(row, 4096), rel=1e-7)
+    between = pa(np.array([2000.0]), np.array([4096.0]))[0]  # between rows: the chord, >= the curve
+    assert flop_ratio(2000, 4096) <= between <= flop_ratio(2000, 4096) * 1.003
+    # beyond the last tabulated row (~2**20 tokens) the chunk is split into pieces over a growing context
+    cap = pa.chunks[-1]  # the last tabulated row, <= CHUNK_CAP
+    whole = pa(np.array([cap + 5000.0]), np.array([100.0]))[0]
+    pieces = pa(np.array([cap]), np.array([100.0]))[0] + pa(np.array([5000.0]), np.array([cap + 100.0]))[0]
     assert whole == pytest.approx(pieces, rel=1e-12)
-    two = pa(np.array([2048.0]), np.array([0.0]))[0]
-    # the pieces carry exactly the FLOPs of the whole chunk, plus one more launch floor (0.01 ms)
-    assert two - 0.02 == pytest.approx(prefill_time(2048, 0) - 0.01, rel=1e-7)
     # chunk below the grid: the first row (reading the KV dominates)
     assert pa(np.array([4.0]), np.array([1024.0]))[0] == pytest.approx(prefill_time(16, 1024), rel=1e-7)
 
@@ -176,27 +183,51 @@ def batches(draw):
     return np.array(new, np.int64), np.array(ctx, np.int64)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(batch=batches(), i=st.integers(0, 10**6), k=st.integers(1, 3000), graph=st.booleans(),
-       which=st.sampled_from(["synth", "a100", "a100-tp8"]), change=st.sampled_from(
-           ["context", "tokens", "add_decode", "add_prefill", "decode_to_prefill"]))
-def test_monotone(synth, a100, batch, i, k, graph, which, change):
-    m = pick(synth, a100, which, graph)
-    new, ctx = batch
-    i %= len(new)
-    base = m.predict(new, ctx)
+def changed(new, ctx, change, i, k):
     new2, ctx2 = new.copy(), ctx.copy()
+    dec = new == 1
+    mean = int(np.ceil(ctx[dec].mean())) if dec.any() else 0
     if change == "context":
         ctx2[i] += k
     elif change == "tokens":
         new2[i] += k if new2[i] > 1 else 0
-    elif change == "add_decode":
-        new2, ctx2 = np.append(new2, 1), np.append(ctx2, k % 9000)
     elif change == "add_prefill":
         new2, ctx2 = np.append(new2, 1 + k), np.append(ctx2, (7 * k) % 9000)
-    else:
+    elif change == "add_decode":  # a decode at least as long as the batch's mean
+        new2, ctx2 = np.append(new2, 1), np.append(ctx2, mean + k)
+    elif change == "add_short_decode":
+        new2, ctx2 = np.append(new2, 1), np.append(ctx2, k % max(mean, 1))
+    else:  # decode_to_prefill
         new2[i] += k if new2[i] == 1 else 0
-    assert m.predict(new2, ctx2) >= base
+    return new2, ctx2
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=batches(), i=st.integers(0, 10**6), k=st.integers(1, 3000), graph=st.booleans(),
+       which=st.sampled_from(["synth", "a100", "a100-tp8"]),
+       change=st.sampled_from(["context", "tokens", "add_prefill", "add_decode"]))
+def test_monotone(synth, a100, batch, i, k, graph, which, change):
+    """Guaranteed by construction: more context, longer prefill chunks, an added prefill, an added
+    decode whose context is at least the decode mean."""
+    m = pick(synth, a100, which, graph)
+    new, ctx = batch
+    new2, ctx2 = changed(new, ctx, change, i % len(new), k)
+    assert m.predict(new2, ctx2) >= m.predict(new, ctx)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=batches(), i=st.integers(0, 10**6), k=st.integers(1, 3000), graph=st.booleans(),
+       which=st.sampled_from(["a100", "a100-tp8"]),
+       change=st.sampled_from(["add_short_decode", "decode_to_prefill"]))
+def test_nearly_monotone_where_the_contract_averages_contexts(synth, a100, batch, i, k, graph, which,
+                                                              change):
+    """Not guaranteed, bounded: decode attention is keyed by (batch, mean context), so a short
+    added decode lowers the mean, and measured equal-context batches show that the same KV bytes
+    over more sequences can run faster. The iteration never gets more than 3% faster."""
+    m = pick(synth, a100, which, graph)
+    new, ctx = batch
+    new2, ctx2 = changed(new, ctx, change, i % len(new), k)
+    assert m.predict(new2, ctx2) >= 0.97 * m.predict(new, ctx)
 
 
 def test_load_pack_model_is_cached_and_accepts_shapes():

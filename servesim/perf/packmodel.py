@@ -24,12 +24,11 @@ Interpolation (all tables are built once here, the hot path only indexes and ble
   count up to the grid's end, so ``lin(T)`` is a lookup.
 * Overheads, LM head, final norm, all-reduce, send/recv: piecewise linear, each curve made
   non-decreasing by PAV.
-* Decode attention: the pack keys it by (batch b, per-sequence context c). The model re-keys each
-  measured batch row by total KV tokens ``S = b*c`` on one shared S grid (the union of every row's
-  points, so each measured point stays exact), then enforces monotonicity along b at fixed S. A
-  query interpolates linearly in S within a batch row and linearly between batch rows, so it
-  depends only on (batch, total KV tokens) -- which is what lets ``predict_decode_run`` equal
-  ``predict`` exactly -- and is monotone in both.
+* Decode attention: the pack keys it by (batch b, per-sequence context c, all sequences equal).
+  A query of ``b`` sequences with ``S`` cached tokens in all looks up ``c = S / b`` -- so it depends
+  only on (batch, total KV tokens), which is what lets ``predict_decode_run`` equal ``predict``
+  exactly -- linear in c within a batch row and linear in b between measured rows, on a lattice
+  made monotone in both (PAV, then running maxima).
 * Prefill attention: bilinear on the (chunk tokens, context) lattice, monotone in both axes.
 
 Extrapolation outside the measured grid (documented in docs/calibration.md, tested):
@@ -38,14 +37,16 @@ Extrapolation outside the measured grid (documented in docs/calibration.md, test
   of the grid, clipped to [0, y_max/x_max] (GEMMs and collectives are throughput-bound there);
   below the grid: the first value (launch-bound).
 * decode context above a batch row: linear in KV tokens with that row's top-quarter slope; below:
-  the first value. Batch above the grid: ``h(b_max, S) + beta * (b - b_max)``, beta >= 0 the
-  measured cost of one more sequence at fixed total KV.
+  the first value. Batch above the grid: linear in batch at fixed context (= linear in KV tokens),
+  with the slope measured between b_max and ~b_max/2.
 * prefill context above a chunk row: linear in context with slope ``t * sigma``, ``sigma`` the
   marginal time per (query, key) pair measured along that row (or the nearest row that covers
   enough contexts) -- attention FLOPs grow by ``4*heads*head_dim*t`` per extra key. Chunks longer
-  than the grid: split into grid-sized chunks over growing context, which has exactly the FLOPs of
-  the long chunk (causal attention of ``t`` queries = first ``t_max`` queries + the rest over the
-  longer prefix). Chunks shorter than the grid: the first row (reading the KV dominates).
+  than the grid: FLOP-ratio scaling of the largest measured chunk at the same context,
+  ``t(t_max, c) * w(t, c) / w(t_max, c)`` with ``w = t*(c + (t+1)/2)`` causal pairs, tabulated as
+  extra lattice rows so the lattice stays monotone. (Splitting into grid-sized chunks, which has
+  the same FLOPs, was measured to underestimate: the causal part of a chunk costs more per pair
+  than its context part.) Chunks shorter than the grid: the first row (reading the KV dominates).
 """
 
 from __future__ import annotations
@@ -135,63 +136,73 @@ def _ensure_rows(pack: Pack, op: str, rows: OpRows, what: str) -> OpRows:
     return rows
 
 
-# --- decode attention: (batch, total KV tokens) lattice ---------------------------------------
+# --- decode attention: (batch, mean context) lattice ------------------------------------------
+
+def monotone_lattice(table: np.ndarray) -> np.ndarray:
+    """Non-decreasing along both axes: PAV down each column, then running maxima (guarantee)."""
+    out = np.column_stack([isotonic(col) for col in table.T]) if table.shape[0] > 1 else table.copy()
+    return np.maximum.accumulate(np.maximum.accumulate(out, axis=0), axis=1)
+
 
 class DecodeAttention:
-    """Per-layer decode attention time in ms as a function of (batch, total cached KV tokens)."""
+    """Per-layer decode attention time in ms of ``b`` sequences reading ``S`` cached tokens in all.
+
+    The pack measures ``b`` sequences of equal context ``c``; the model looks up ``c = S / b``
+    (the contract: decode cost depends on batch and total KV only), linear in ``c`` within a batch
+    row and linear in ``b`` between measured batches. It is made monotone in ``b`` at fixed ``c``
+    (more sequences of the same length never take less time) and in ``c``; it is *not* forced to
+    be monotone in ``b`` at fixed total KV: measurements show that the same KV bytes spread over
+    more, shorter sequences often run faster (more parallel work units), see docs/calibration.md.
+    """
 
     def __init__(self, rows: OpRows):
-        batches = np.unique(rows.batch)
+        batches = np.unique(rows.batch).astype(np.float64)
         per_row = []
         for b in batches:
             sel = rows.batch == b
             c, y = pool_median(rows.context[sel], rows.time_ms[sel])
             y = isotonic(y)
-            per_row.append((float(b), c, y, tail_slope(c, y) if len(c) > 1 else 0.0))
-        grid = np.unique(np.concatenate([[0.0, FAR]] + [b * c for b, c, _, _ in per_row]))
+            per_row.append((c, y, tail_slope(c, y) if len(c) > 1 else 0.0))
+        grid = np.unique(np.concatenate([[0.0, FAR]] + [c for c, _, _ in per_row]))
         table = np.empty((len(batches), len(grid)))
-        for i, (b, c, y, slope) in enumerate(per_row):
-            s = b * c
-            row = np.interp(grid, s, y)
-            above = grid > s[-1]
-            row[above] = y[-1] + (slope / b) * (grid[above] - s[-1])
+        for i, (c, y, slope) in enumerate(per_row):
+            row = np.interp(grid, c, y)
+            above = grid > c[-1]
+            row[above] = y[-1] + slope * (grid[above] - c[-1])
             table[i] = row
-        table = np.maximum.accumulate(table, axis=0)  # more sequences at equal KV never cost less
-        self.batches = batches.astype(np.float64)
-        self.grid = grid
-        self.table = table
-        self.beta = self._marginal_sequence_cost()
+        self.batches, self.grid = batches, grid
+        self.table = monotone_lattice(table)
+        self.beta = self._per_sequence_slope()
 
-    def _marginal_sequence_cost(self) -> float:
-        """Cost of one more sequence at fixed total KV, measured between b_max and ~b_max/2."""
+    def _per_sequence_slope(self) -> np.ndarray:
+        """d time / d batch at fixed context, from b_max and the batch nearest b_max / 2.
+
+        Used beyond the largest measured batch: linear in batch at fixed context is linear in
+        KV tokens. Non-negative and non-decreasing in context, so the extension stays monotone.
+        """
         if len(self.batches) < 2:
-            return 0.0
-        b_hi = self.batches[-1]
-        j = int(np.argmin(np.abs(self.batches[:-1] - b_hi / 2)))
-        measured = self.grid <= self.batches[-1] * self._max_context()
-        diff = (self.table[-1, measured] - self.table[j, measured]) / (b_hi - self.batches[j])
-        return float(max(np.median(diff), 0.0))
-
-    def _max_context(self) -> float:
-        return float(self.grid[-2] / self.batches[-1]) if len(self.grid) > 2 else 0.0
+            return np.zeros(len(self.grid))
+        hi = self.batches[-1]
+        j = int(np.argmin(np.abs(self.batches[:-1] - hi / 2)))
+        slope = (self.table[-1] - self.table[j]) / (hi - self.batches[j])
+        return np.maximum.accumulate(np.maximum(slope, 0.0))
 
     def __call__(self, batch: int, kv_tokens: np.ndarray) -> np.ndarray:
         """Per-layer ms for ``batch`` sequences reading ``kv_tokens`` cached tokens in all."""
         grid, table, bs = self.grid, self.table, self.batches
-        s = np.minimum(kv_tokens, FAR)
-        j = np.searchsorted(grid, s, side="right") - 1
+        c = np.minimum(kv_tokens / batch, FAR)
+        j = np.searchsorted(grid, c, side="right") - 1
         np.clip(j, 0, len(grid) - 2, out=j)
         x0 = grid[j]
-        f = (s - x0) / (grid[j + 1] - x0)
+        f = (c - x0) / (grid[j + 1] - x0)
         if batch >= bs[-1]:
             lo = table[-1]
             out = lo[j] + f * (lo[j + 1] - lo[j])
             if batch > bs[-1]:
-                out = out + self.beta * (batch - bs[-1])
+                beta = self.beta
+                out = out + (batch - bs[-1]) * (beta[j] + f * (beta[j + 1] - beta[j]))
             return out
-        i = int(np.searchsorted(bs, batch, side="right")) - 1
-        if i < 0:
-            i = 0
+        i = max(int(np.searchsorted(bs, batch, side="right")) - 1, 0)
         lo = table[i]
         out = lo[j] + f * (lo[j + 1] - lo[j])
         if bs[i] == batch or batch < bs[0]:
@@ -223,8 +234,29 @@ class PrefillAttention:
             above = grid > c[-1]
             row[above] = y[-1] + t * sigma[i] * (grid[above] - c[-1])
             table[i] = row
-        table = np.maximum.accumulate(np.maximum.accumulate(table, axis=0), axis=1)
-        self.chunks, self.grid, self.table, self.sigma = chunks, grid, table, sigma
+        ext = self._longer_chunks(chunks[-1])
+        if len(ext):
+            edge = table[-1]
+            w_edge = chunks[-1] * (grid + (chunks[-1] + 1) / 2)
+            flops = ext[:, None] * (grid[None, :] + (ext[:, None] + 1) / 2)
+            table = np.vstack([table, edge[None, :] * flops / w_edge[None, :]])
+            chunks = np.concatenate([chunks, ext])
+        self.chunks, self.grid, self.sigma = chunks, grid, sigma
+        self.table = monotone_lattice(table)
+        self.measured_max_chunk = float(chunks[-1] if not len(ext) else ext[0] / self.GROWTH)
+
+    GROWTH = 1.1  # spacing of the FLOP-scaled rows beyond the measured chunks
+    CHUNK_CAP = float(2**20)  # beyond this (never in practice) chunks are split
+
+    def _longer_chunks(self, t_max: float) -> np.ndarray:
+        """Chunk sizes beyond the grid, tabulated by FLOP-ratio scaling of the largest measured row.
+
+        ``t(t, c) = t(t_max, c) * w(t, c) / w(t_max, c)`` with ``w = t * (c + (t+1)/2)`` (causal
+        attention pairs): the per-pair cost of the largest measured chunk carries over. Rows grow
+        by 10% (the chord of the quadratic overestimates by < 0.3% between rows) up to 2**20.
+        """
+        n = int(np.floor(np.log(self.CHUNK_CAP / t_max) / np.log(self.GROWTH)))
+        return np.round(t_max * self.GROWTH ** np.arange(1, n + 1))
 
     def _per_pair_costs(self, per_row: list) -> np.ndarray:
         """Marginal ms per (query, key) pair of each row: LSQ slope along context / chunk tokens.
@@ -269,7 +301,7 @@ class PrefillAttention:
         return v0 + ft * (v1 - v0)
 
     def __call__(self, t: np.ndarray, c: np.ndarray) -> np.ndarray:
-        """Per-layer ms for each (t, c) row; chunks beyond the grid are split (same FLOPs)."""
+        """Per-layer ms for each (t, c) row; chunks beyond 2**20 tokens are split (same FLOPs)."""
         t = np.asarray(t, np.float64)
         c = np.asarray(c, np.float64)
         t_max = self.chunks[-1]
