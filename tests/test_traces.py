@@ -316,3 +316,18 @@ def test_class_config_messages():
     with pytest.raises(ValidationError, match="give 'column' too"):
         ClassAssignmentConfig(values={"a": 1})
     assert ClassAssignmentConfig(column="M", values={"x": "P3"}).values == {"x": 3}
+
+
+def test_clip_total_truncates_proportionally():
+    from servesim.workload.traces import clip_total
+
+    p = np.array([3000, 100, 4100, 10])
+    o = np.array([2000, 50, 1, 4095])
+    cp, co, n = clip_total(p, o, 4096)
+    assert n == 3
+    assert ((cp + co) <= 4096).all() and (cp >= 1).all() and (co >= 1).all()
+    assert (cp[1], co[1]) == (100, 50)  # under the limit: untouched
+    # 5000 -> 4096: 904 excess, 60 % taken from the prompt (543), the rest from the output
+    assert (cp[0], co[0]) == (3000 - 543, 4096 - (3000 - 543))
+    assert (cp[2], co[2]) == (4095, 1)
+    assert (cp[3], co[3]) == (9, 4087)  # 9 excess: ceil(9 * 10 / 4105) = 1 from the prompt

@@ -91,6 +91,10 @@ class LengthsConfig(LengthFilter):
     file: str
     prompt_column: str = "num_prefill_tokens"
     output_column: str = "num_decode_tokens"
+    # Truncate instead of drop: a pair longer than clip_total tokens loses the excess from prompt
+    # and output in proportion to their shares (each keeps >= 1 token). Applied after the filters.
+    # This is how Vidur bounds trace lengths (its max_tokens), used by the speed benchmark.
+    clip_total: Annotated[int, Field(ge=2)] | None = None
 
     @field_validator("file")
     @classmethod

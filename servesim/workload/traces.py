@@ -70,6 +70,21 @@ def length_filter(cfg: LengthFilter, prompt: np.ndarray, output: np.ndarray) -> 
     return keep, reasons
 
 
+def clip_total(prompt: np.ndarray, output: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Shorten pairs whose total exceeds ``limit``: the excess is taken from prompt and output in
+    proportion to their shares (rounded up, each part keeping at least one token)."""
+    total = prompt + output
+    over = total > limit
+    if not over.any():
+        return prompt, output, 0
+    excess = np.where(over, total - limit, 0)
+    cut_p = np.ceil(excess * prompt / total).astype(np.int64)
+    p = np.maximum(prompt - cut_p, 1)
+    o = np.maximum(np.minimum(output, limit - p), 1)
+    p = np.minimum(p, limit - o)
+    return p, o, int(over.sum())
+
+
 def replay_times(t: np.ndarray, start_s: float, rate_scale: float, max_gap_s: float | None) -> np.ndarray:
     """Trace times (sorted) -> simulated arrival times: shift ``start_s`` to 0, shorten gaps
     longer than ``max_gap_s`` (including the lead-in from the window start), divide by
@@ -265,6 +280,9 @@ def _cached_pairs(path_s: str, mtime_ns: int, size: int, cfg: LengthsConfig) -> 
     keep, reasons = length_filter(cfg, prompt, output)
     p, o = prompt[keep].copy(), output[keep].copy()
     notes = bad.note(label) + (_summary(label, read, 0, len(p), reasons, ""),)
+    if cfg.clip_total is not None:
+        p, o, clipped = clip_total(p, o, cfg.clip_total)
+        notes += (f"{label}: {clipped:,} pairs clipped to {cfg.clip_total:,} total tokens (proportionally)",)
     if len(p) == 0:
         raise TraceError(f"{path}: no length pairs left after the filters ({notes[-1]})")
     p.setflags(write=False)
