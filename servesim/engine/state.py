@@ -73,8 +73,12 @@ class RunningSet:
     def add(self, rid: int) -> None:
         self.ids = np.append(self.ids, rid)
 
-    def remove(self, rids) -> None:
-        self.ids = self.ids[~np.isin(self.ids, rids)] if np.ndim(rids) else self.ids[self.ids != rids]
+    def remove(self, rid: int) -> None:
+        self.ids = self.ids[self.ids != rid]
+
+    def remove_finished(self, status: np.ndarray) -> None:
+        """Drop every id whose status is no longer RUNNING (cheaper than set membership)."""
+        self.ids = self.ids[status[self.ids] == RUNNING]
 
 
 class ReplicaState:
@@ -101,6 +105,13 @@ class ReplicaState:
 
     def start_waiting(self, ids: np.ndarray, times: np.ndarray) -> None:
         """Fresh arrivals at ``times`` (within the current clock segment) begin to wait."""
+        if len(ids) == 1:  # the common case, in scalars
+            rid, g = int(ids[0]), int(self.req.klass[ids[0]])
+            row = self.req.blocked[rid]
+            row -= self.clock_k[g]
+            row[self.cause_now[g]] -= float(times[0]) - self.clock_t
+            self.req.status[rid] = WAITING
+            return
         g = self.req.klass[ids]
         snap = self.clock_k[g].copy()
         snap[np.arange(len(ids)), self.cause_now[g]] += times - self.clock_t

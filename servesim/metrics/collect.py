@@ -1,13 +1,17 @@
 """Recording during a run: compact arrays, never a Python object per token.
 
-* Inter-token latencies come in bulk: in one iteration every decoding request gets its token at the
-  same instant, so the iteration's duration is *the* gap for all requests that also got a token in
-  the previous iteration. We store ``(gap, count)`` pairs, plus individual gaps for the irregular
-  cases (a request resumed after preemption). Percentiles are computed on the weighted sample.
-* Time series (KV blocks in use, running, waiting, batch tokens) are integrated exactly into fixed
-  time bins: within a step each signal is constant, so its integral is piecewise linear in time and
-  each bin's share is read off by linear interpolation at the bin edges. Per-bin maxima are kept for
-  peaks. Memory is bounded by the number of bins, not the number of iterations.
+Every executed iteration ("step") is appended to a preallocated step buffer: start, end, KV blocks
+in use, running, waiting, batch tokens, and how many requests got a token that was their
+*regular* next token (they also got one at the step's start). The buffer is folded into the
+aggregates in bulk when full and at the end, so the hot loop only copies a few slices.
+
+* Inter-token latencies: all requests decoding in a step get their token at the same instant, so
+  the step's duration is *the* gap for every regular request. We keep ``(gap, count)`` pairs, plus
+  individual gaps for irregular cases (a request resumed after a preemption). Percentiles are
+  computed on that weighted sample. Gaps of steps ending before ``itl_from`` (warm-up) are not kept.
+* Time series: each signal is constant during a step, so its integral is piecewise linear in time;
+  each time bin's share is read off by linear interpolation at the bin edges (exact). Per-bin maxima
+  are kept for peaks. Memory is bounded by the number of bins, not the number of iterations.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import numpy as np
 
 
 class _Chunks:
-    """Append-only float/int columns stored as growing numpy chunks."""
+    """Append-only columns stored as numpy chunks."""
 
     def __init__(self, dtype):
         self.parts: list[np.ndarray] = []
@@ -57,23 +61,33 @@ class BinnedSeries:
             setattr(self, name, new)
         self._cap = cap
 
-    def add(self, t0: float, ends: np.ndarray, values: np.ndarray) -> None:
-        """Steps ``[t0, ends[0]], [ends[0], ends[1]], ...`` with ``values[:, j]`` during step j."""
+    def add(self, starts: np.ndarray, ends: np.ndarray, values: np.ndarray) -> None:
+        """Steps ``[starts[j], ends[j]]`` (sorted, non-overlapping, gaps allowed = signal 0) with
+        ``values[:, j]`` during step j."""
+        if len(ends) == 0:
+            return
         b = self.bin_s
+        first_bin = int(starts[0] // b)
         last_bin = int(ends[-1] // b)
         self._grow(last_bin + 2)
-        times = np.empty(len(ends) + 1)
-        times[0] = t0
-        times[1:] = ends
-        first_bin = int(t0 // b)
-        edges = np.arange(first_bin + 1, last_bin + 1) * b
-        pts = np.concatenate(([t0], edges, [ends[-1]]))
+        # cumulative integral at every step end; idle gaps between steps add nothing
+        contrib = values * (ends - starts)
+        cum = np.cumsum(contrib, axis=1)
+        # integral as a function of time: at starts[j] it is cum[j-1], at ends[j] it is cum[j]
+        times = np.empty(2 * len(ends))
+        times[0::2] = starts
+        times[1::2] = ends
+        edges = np.arange(first_bin, last_bin + 2) * b
+        edges[0], edges[-1] = starts[0], ends[-1]
         for s in range(values.shape[0]):
-            cum = np.concatenate(([0.0], np.cumsum(values[s] * np.diff(times))))
-            at = np.interp(pts, times, cum)
+            f = np.empty(2 * len(ends))
+            f[1::2] = cum[s]
+            f[0] = 0.0
+            f[2::2] = cum[s, :-1]
+            at = np.interp(edges, times, f)
             self.integral[s, first_bin : last_bin + 1] += np.diff(at)
-            start_bins = (times[:-1] // b).astype(np.int64)
-            end_bins = np.minimum((times[1:] // b).astype(np.int64), last_bin)
+            start_bins = (starts // b).astype(np.int64)
+            end_bins = np.minimum((ends // b).astype(np.int64), last_bin)
             np.maximum.at(self.peak[s], start_bins, values[s])
             np.maximum.at(self.peak[s], end_bins, values[s])
         self.t_end = max(self.t_end, float(ends[-1]))
@@ -83,35 +97,80 @@ class BinnedSeries:
 
 
 class Recorder:
+    BUFFER = 1 << 15
+
     def __init__(self, timeseries_bin_s: float = 1.0):
         self.itl_gap = _Chunks(np.float64)
         self.itl_count = _Chunks(np.int64)
         self.series = BinnedSeries(timeseries_bin_s)
         self.iterations = 0
         self.busy_s = 0.0
-        self.batch_seqs_sum = 0  # sum over iterations of sequences in the batch
+        self.batch_seqs_sum = 0  # sum over iterations of running requests
         self.batch_tokens_sum = 0
-        self.itl_from = 0.0  # gaps of iterations ending before this time (warm-up) are not kept
+        self.itl_from = 0.0  # gaps of steps ending before this time (warm-up) are not kept
+        self.cpu_s = 0.0  # engine CPU overhead inside busy time
+        self.extra_s = 0.0  # non-compute time added by policies (e.g. swaps) inside busy time
+        n = self.BUFFER
+        self._start = np.empty(n)
+        self._end = np.empty(n)
+        self._vals = np.empty((4, n))
+        self._itl_w = np.empty(n, dtype=np.int64)
+        self._fill = 0
 
-    def itl_weighted(self, gaps: np.ndarray, count: int) -> None:
-        if count > 0 and len(gaps):
-            self.itl_gap.add(gaps)
-            self.itl_count.add(np.full(len(gaps), count, dtype=np.int64))
+    # -- hot path -------------------------------------------------------------------------
+    def steps(self, t0: float, ends: np.ndarray, kv_used, running: int, waiting: int, batch_tokens: int,
+              itl_first: int, itl_rest: int) -> None:
+        """Record ``len(ends)`` consecutive steps starting at ``t0``. ``itl_first`` requests got a
+        regular token at the end of the first step, ``itl_rest`` at the end of each later one."""
+        k = len(ends)
+        i = self._fill
+        if i + k > self.BUFFER:
+            self.flush()
+            i = 0
+            if k > self.BUFFER:  # a huge run: record it directly
+                self._fold(np.concatenate(([t0], ends[:-1])), ends,
+                           np.vstack([np.broadcast_to(kv_used, k), np.full(k, running), np.full(k, waiting),
+                                      np.full(k, batch_tokens)]).astype(float),
+                           np.r_[itl_first, np.full(k - 1, itl_rest)])
+                return
+        j = i + k
+        self._start[i] = t0
+        if k > 1:
+            self._start[i + 1 : j] = ends[:-1]
+        self._end[i:j] = ends
+        self._vals[0, i:j] = kv_used
+        self._vals[1, i:j] = running
+        self._vals[2, i:j] = waiting
+        self._vals[3, i:j] = batch_tokens
+        self._itl_w[i] = itl_first
+        if k > 1:
+            self._itl_w[i + 1 : j] = itl_rest
+        self._fill = j
+
+    def itl_pairs(self, gaps: np.ndarray, counts: np.ndarray) -> None:
+        keep = counts > 0
+        self.itl_gap.add(gaps[keep])
+        self.itl_count.add(counts[keep])
 
     def itl_values(self, gaps: np.ndarray) -> None:
         self.itl_gap.add(gaps)
         self.itl_count.add(np.ones(len(gaps), dtype=np.int64))
 
-    def steps(self, t0: float, ends: np.ndarray, kv_used: np.ndarray, running: int, waiting: int,
-              batch_tokens: int) -> None:
-        k = len(ends)
-        self.iterations += k
-        self.busy_s += float(ends[-1] - t0)
-        self.batch_seqs_sum += running * k
-        self.batch_tokens_sum += batch_tokens * k
-        values = np.empty((4, k))
-        values[0] = kv_used
-        values[1] = running
-        values[2] = waiting
-        values[3] = batch_tokens
-        self.series.add(t0, ends, values)
+    # -- bulk -----------------------------------------------------------------------------
+    def flush(self) -> None:
+        n = self._fill
+        if n:
+            self._fold(self._start[:n], self._end[:n], self._vals[:, :n], self._itl_w[:n])
+        self._fill = 0
+
+    def _fold(self, starts, ends, vals, itl_w) -> None:
+        dur = ends - starts
+        self.iterations += len(ends)
+        self.busy_s += float(dur.sum())
+        self.batch_seqs_sum += int(vals[1].sum())
+        self.batch_tokens_sum += int(vals[3].sum())
+        keep = (itl_w > 0) & (ends >= self.itl_from)
+        if keep.any():
+            self.itl_gap.add(dur[keep])
+            self.itl_count.add(itl_w[keep])
+        self.series.add(starts, ends, vals)

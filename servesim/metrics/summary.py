@@ -77,6 +77,7 @@ def _blockage(df: pd.DataFrame) -> dict:
 def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num_blocks: int,
                   sim_time: float, wall_s: float, warmup: int, slo_ttft: float, slo_tpot: float,
                   frame: pd.DataFrame | None = None) -> dict:
+    rec.flush()
     df = request_frame(req) if frame is None else frame
     arrived = int(((req.status != 0) | (~np.isnan(req.arrival) & (req.arrival <= sim_time))).sum())
     completed = int((req.status == FINISHED).sum())
@@ -135,6 +136,9 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
         "engine": {
             "iterations": int(rec.iterations),
             "busy_fraction": float(rec.busy_s / total_time),
+            "gpu_s": float(rec.busy_s - rec.cpu_s - rec.extra_s),
+            "cpu_overhead_s": float(rec.cpu_s),
+            "other_s": float(rec.extra_s),
             "mean_running": float(rec.batch_seqs_sum / rec.iterations) if rec.iterations else 0.0,
             "mean_batch_tokens": float(rec.batch_tokens_sum / rec.iterations) if rec.iterations else 0.0,
         },
@@ -145,6 +149,7 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
 
 
 def timeseries_frame(rec: Recorder) -> pd.DataFrame:
+    rec.flush()
     s = rec.series
     nb = s.nbins()
     t = np.arange(nb) * s.bin_s
