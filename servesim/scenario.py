@@ -121,6 +121,19 @@ class EngineConfig(Frozen):
     preemption: Literal["recompute", "swap"] = "recompute"
     max_model_len: Annotated[int, Field(ge=1)] | None = None  # default: the model's
     num_gpu_blocks_override: Annotated[int, Field(ge=1)] | None = None  # vLLM's flag of that name
+    # vLLM multi-step scheduling: the scheduler runs once every N decode steps
+    num_scheduler_steps: Annotated[int, Field(ge=1, le=64)] = 1
+    # SGLang names, used by the chunked policy (default: max_num_batched_tokens / max_num_seqs)
+    chunked_prefill_size: Annotated[int, Field(ge=1)] | None = None
+    max_running_requests: Annotated[int, Field(ge=1)] | None = None
+    # Spark: request-level static batches of at most this many requests
+    max_batch_size: Annotated[int, Field(ge=1, le=65536)] = 16
+    # engine CPU time per iteration (scheduling, input preparation, sampling, detokenization):
+    # constant + per scheduled sequence; added to the GPU time and reported separately
+    cpu_overhead_s: Annotated[float, Field(ge=0)] = 0.0
+    cpu_overhead_per_seq_s: Annotated[float, Field(ge=0)] = 0.0
+    # free-form options for a policy's own knobs (built-in and user policies)
+    options: dict[str, Any] = {}
 
 
 # --------------------------------------------------------------------------------- step time

@@ -115,6 +115,8 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
         on_iteration=on_iteration,
         progress=progress,
         warmup_requests=sc.stop.warmup_requests,
+        cpu_overhead_s=sc.engine.cpu_overhead_s,
+        cpu_overhead_per_seq_s=sc.engine.cpu_overhead_per_seq_s,
     )
     env.process(replica.process())
     return Built(sc, env, replica, table, rec, plan, model, wl)

@@ -43,7 +43,8 @@ class Replica:
                  recorder: Recorder, inbox: Inbox, *, max_model_len: int, chunked_prefill: bool,
                  max_num_batched_tokens: int, stop_time: float = INF, fast_path: bool = True,
                  check_invariants: bool = False, on_iteration: IterationHook | None = None,
-                 progress: Callable[[int], None] | None = None, warmup_requests: int = 0):
+                 progress: Callable[[int], None] | None = None, warmup_requests: int = 0,
+                 cpu_overhead_s: float = 0.0, cpu_overhead_per_seq_s: float = 0.0):
         self.env = env
         self.st = state
         self.req = state.req
@@ -60,6 +61,8 @@ class Replica:
         self.check = check_invariants
         self.on_iteration = on_iteration
         self.progress = progress
+        self.cpu_c = cpu_overhead_s
+        self.cpu_p = cpu_overhead_per_seq_s
         self.now = 0.0
         self.ended = 0  # finished + rejected
         self.warmup_id = warmup_requests if 0 < warmup_requests < self.req.n else -1
@@ -101,9 +104,9 @@ class Replica:
 
     # ---------------------------------------------------------------------------- arrivals
     def _pull_arrivals(self, t: float) -> None:
-        ids = self.inbox.pop_until(t)
-        if len(ids) == 0:
+        if self.inbox.next_time() > t:
             return
+        ids = self.inbox.pop_until(t)
         req = self.req
         if self.warmup_id >= 0 and ids[0] <= self.warmup_id and (ids == self.warmup_id).any():
             self.rec.itl_from = float(req.arrival[self.warmup_id])  # ITL counts from here on
@@ -113,8 +116,8 @@ class Replica:
         reason[total > self.max_model_len] = Reject.MAX_MODEL_LEN
         if not self.chunked:
             reason[(reason == 0) & (req.prompt[ids] > self.budget)] = Reject.TOKEN_BUDGET
-        ok = reason == 0
-        if not ok.all():
+        if reason.any():
+            ok = reason == 0
             bad = ids[~ok]
             req.status[bad] = REJECTED
             req.reject_reason[bad] = reason[~ok]
@@ -133,18 +136,34 @@ class Replica:
     def _decode_run(self, batch: Batch):
         req, ids = self.req, batch.ids
         t0 = self.now
+        remaining = req.output[ids] - req.num_output[ids]
+        rem_min = int(remaining.min())  # k never exceeds it: a request finishes at step rem_min
+        n = len(ids)
+        burst = batch.steps > 1  # multi-step: a fixed burst that arrivals cannot cut
         k_max = 1
-        if self.fast and batch.stable:
-            k_max = min(int((req.output[ids] - req.num_output[ids]).min()), MAX_RUN_STEPS)
+        if burst:
+            k_max = min(rem_min, batch.steps)
+        elif self.fast and batch.stable and batch.extra_s == 0.0:
+            k_max = min(rem_min, MAX_RUN_STEPS)
         k, used = self.kv.decode_run(ids, k_max)
-        dts = self.model.predict_decode_run(len(ids), int(req.computed[ids].sum()), k)
-        ends = np.cumsum(np.concatenate(([t0], dts)))[1:]
-        if k > 1:
+        ends = np.empty(k + 1)
+        ends[0] = t0
+        ends[1:] = self.model.predict_decode_run(n, int(req.computed[ids].sum()), k)
+        cpu = self.cpu_c + self.cpu_p * n
+        if cpu:
+            ends[1:] += cpu
+        if batch.extra_s:
+            ends[1] += batch.extra_s
+        ends = np.cumsum(ends, out=ends)[1:]
+        if k > 1 and not burst:
             t_cut = min(self.inbox.next_time(), self.stop_time, batch.horizon_s)
             if ends[-1] >= t_cut:
                 k = int(np.searchsorted(ends, t_cut, side="left")) + 1
-                ends, dts, used = ends[:k], dts[:k], used[:k]
-        yield self.env.timeout(max(0.0, ends[-1] - self.env.now))
+                ends, used = ends[:k], used[:k]
+        self.rec.cpu_s += cpu * k
+        self.rec.extra_s += batch.extra_s
+        t_end = float(ends[-1])
+        yield self.env.timeout(max(0.0, t_end - self.env.now))
         if self.on_iteration is not None:
             starts = np.concatenate(([t0], ends[:-1]))
             for j in range(k):
@@ -154,59 +173,63 @@ class Replica:
         req.num_output[ids] += k
         self.kv.commit_decodes(ids)
         last = req.t_last_token[ids]
-        first = np.isnan(last)  # a chunked prefill whose last chunk was one token: its first token
-        if first.any():
-            req.t_first_token[ids[first]] = ends[0]
-        itl_from = self.rec.itl_from
-        if ends[-1] >= itl_from:
-            if k > 1:
-                keep = ends[1:] >= itl_from
-                self.rec.itl_weighted(np.diff(ends)[keep], len(ids))
-            if ends[0] >= itl_from:
-                regular = last == t0
-                self.rec.itl_weighted(np.array([ends[0] - t0]), int(regular.sum()))
-                odd = ~regular & ~first
-                if odd.any():
-                    self.rec.itl_values(ends[0] - last[odd])
-        req.t_last_token[ids] = ends[-1]
-        self.rec.steps(t0, ends, used, len(self.st.running), self.policy.num_waiting(), len(ids))
-        self.now = float(ends[-1])
-        self._finish_done(ids)
+        regular = last == t0
+        n_regular = int(regular.sum())
+        # tokens reach the client at each step's end, or all at the burst's end (multi-step)
+        deliver = t_end if burst else float(ends[0])
+        if n_regular != n:
+            first = np.isnan(last)  # a chunked prefill whose last chunk was one token: first token
+            if first.any():
+                req.t_first_token[ids[first]] = deliver
+            odd = ~regular & ~first
+            if odd.any() and deliver >= self.rec.itl_from:
+                self.rec.itl_values(deliver - last[odd])
+        req.t_last_token[ids] = t_end
+        if burst:
+            self.rec.steps(t0, ends, used, len(self.st.running), self.policy.num_waiting(), n, 0, 0)
+            if t_end >= self.rec.itl_from:
+                self.rec.itl_pairs(np.array([t_end - t0, 0.0]), np.array([n_regular, (k - 1) * n]))
+        else:
+            self.rec.steps(t0, ends, used, len(self.st.running), self.policy.num_waiting(), n, n_regular, n)
+        self.now = t_end
+        if k == rem_min:
+            self._finish(ids[remaining == k])
 
     def _one_iteration(self, batch: Batch):
         req, ids, n = self.req, batch.ids, batch.num_new
         t0 = self.now
-        dt = self.model.predict(n, req.computed[ids])
-        t1 = t0 + dt
+        cpu = self.cpu_c + self.cpu_p * len(ids)
+        t1 = t0 + self.model.predict(n, req.computed[ids]) + cpu + batch.extra_s
+        self.rec.cpu_s += cpu
+        self.rec.extra_s += batch.extra_s
         yield self.env.timeout(max(0.0, t1 - self.env.now))
         if self.on_iteration is not None:
             self.on_iteration(t0, t1, ids, n)
         used = self.kv.used_blocks
         req.computed[ids] += n
         sampled = ids[req.computed[ids] == req.prompt[ids] + req.num_output[ids]]
+        n_regular = 0
         if len(sampled):
             req.num_output[sampled] += 1
             last = req.t_last_token[sampled]
             first = np.isnan(last)
             req.t_first_token[sampled[first]] = t1
-            if not first.all() and t1 >= self.rec.itl_from:
-                gaps = t1 - last[~first]
-                regular = last[~first] == t0
-                self.rec.itl_weighted(np.array([t1 - t0]), int(regular.sum()))
-                if not regular.all():
-                    self.rec.itl_values(gaps[~regular])
+            regular = last == t0
+            n_regular = int(regular.sum())
+            odd = ~regular & ~first
+            if odd.any() and t1 >= self.rec.itl_from:
+                self.rec.itl_values(t1 - last[odd])
             req.t_last_token[sampled] = t1
-        self.rec.steps(t0, np.array([t1]), np.array([used]), len(self.st.running),
-                       self.policy.num_waiting(), int(n.sum()))
+        self.rec.steps(t0, np.array([t1]), used, len(self.st.running), self.policy.num_waiting(),
+                       int(n.sum()), n_regular, 0)
         self.now = t1
         if len(sampled):
-            self._finish_done(sampled)
+            self._finish(sampled[req.num_output[sampled] >= req.output[sampled]])
 
-    def _finish_done(self, ids: np.ndarray) -> None:
-        req = self.req
-        done = ids[req.num_output[ids] >= req.output[ids]]
+    def _finish(self, done: np.ndarray) -> None:
         if len(done) == 0:
             return
+        req = self.req
         t = self.now
         req.t_finish[done] = t
         req.status[done] = FINISHED
@@ -214,7 +237,7 @@ class Replica:
             self.kv.free(rid)
             self.policy.on_finished(rid)
             self.inbox.request_ended(t)
-        self.st.running.remove(done)
+        self.st.running.remove_finished(req.status)
         self.ended += len(done)
 
     # --------------------------------------------------------------------------- invariants

@@ -69,6 +69,12 @@ class Batch:
     pure_decode: bool = False  # every request computes 1 token and samples one
     stable: bool = False  # see module docstring
     horizon_s: float = float("inf")  # the decision may change at this time without an event
+    # multi-step: run this decode batch for up to ``steps`` iterations before asking the policy
+    # again (arrivals wait for the boundary; a completion or a KV shortage ends the burst early);
+    # its tokens reach clients at the end of the burst
+    steps: int = 1
+    # seconds added to this iteration besides compute (e.g. a swap over PCIe that blocks it)
+    extra_s: float = 0.0
     notes: dict = field(default_factory=dict)
 
     @property
