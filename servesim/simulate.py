@@ -94,7 +94,10 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
     model = step_model if step_model is not None else build_step_model(sc)
     table = RequestTable(wl)
     kv = PagedKV(plan.num_blocks, sc.engine.block_size, table.computed)
-    state = ReplicaState(table, kv, sc.engine.max_num_seqs)
+    from servesim.hardware import GPUS
+
+    state = ReplicaState(table, kv, sc.engine.max_num_seqs, kv_bytes_per_token=plan.kv_bytes_per_token,
+                         host_link_bytes_per_s=GPUS[sc.hardware.gpu].pcie_bytes_per_s)
     policy = build_policy(sc.engine, state)
     rec = Recorder(sc.metrics.timeseries_bin_s)
     arr = sc.workload.arrival

@@ -82,11 +82,16 @@ class RunningSet:
 
 
 class ReplicaState:
-    def __init__(self, req: RequestTable, kv, max_num_seqs: int):
+    def __init__(self, req: RequestTable, kv, max_num_seqs: int, kv_bytes_per_token: int = 0,
+                 host_link_bytes_per_s: float = 0.0):
         self.req = req
         self.kv = kv
         self.running = RunningSet()
         self.max_num_seqs = max_num_seqs
+        # for swap preemption: bytes of one token's KV on this GPU and the host link speed
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.host_link_bytes_per_s = host_link_bytes_per_s
+        self.swapped = np.zeros(req.n, dtype=bool)  # KV parked in host memory (swap preemption)
         # blockage clocks
         self.clock_k = np.zeros((NUM_CLASSES, NUM_CAUSES), dtype=np.float64)
         self.clock_t = 0.0
@@ -130,11 +135,22 @@ class ReplicaState:
         req.status[rid] = RUNNING
         self.running.add(rid)
 
-    def preempt(self, rid: int, now: float) -> None:
-        """Running -> waiting by recompute: drop its KV, it will prefill everything it knows again."""
+    def swap_seconds(self, tokens: int) -> float:
+        """Time to move ``tokens`` tokens of KV over the host link (one direction)."""
+        if self.host_link_bytes_per_s <= 0:
+            raise ValueError("swap needs host_link_bytes_per_s")
+        return tokens * self.kv_bytes_per_token / self.host_link_bytes_per_s
+
+    def preempt(self, rid: int, now: float, swap: bool = False) -> None:
+        """Running -> waiting. By recompute (default): drop its KV; it will prefill everything it
+        knows again. By swap: its KV moves to host memory (the caller charges the transfer time);
+        its computed tokens are kept and it resumes where it stopped once swapped back in."""
         req = self.req
         self.kv.free(rid)
-        req.computed[rid] = 0
+        if swap:
+            self.swapped[rid] = True
+        else:
+            req.computed[rid] = 0
         req.preemptions[rid] += 1
         req.status[rid] = WAITING
         req.blocked[rid, Cause.PREEMPTED] -= now
