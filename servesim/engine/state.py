@@ -123,6 +123,19 @@ class ReplicaState:
         self.req.blocked[ids] -= snap
         self.req.status[ids] = WAITING
 
+    def suspend_wait(self, rid: int, now: float, cause: int) -> None:
+        """A waiting request leaves its class's shared cause for a cause of its own (e.g. its KV is
+        being fetched from a lower tier): settle its class-clock share so far, start its own."""
+        req = self.req
+        req.blocked[rid] += self.clock_k[req.klass[rid]]
+        req.blocked[rid, cause] -= now
+
+    def resume_wait(self, rid: int, now: float, cause: int) -> None:
+        """End a :meth:`suspend_wait`: charge its own cause, rejoin the class clock."""
+        req = self.req
+        req.blocked[rid, cause] += now
+        req.blocked[rid] -= self.clock_k[req.klass[rid]]
+
     # -- transitions (called by policies) -----------------------------------------------------
     def admit(self, rid: int, now: float) -> None:
         """Waiting -> running. Ends the wait: settle its blocked seconds."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from servesim.kv.base import NO_HIT, KVUsage, PrefixHit
+
 
 class PagedKV:
     name = "paged"
@@ -43,6 +45,10 @@ class PagedKV:
         return self._computed[ids]
 
     # -- allocation -------------------------------------------------------------------------
+    def reuse_prefix(self, rid: int, now: float) -> PrefixHit:
+        """No prefix cache: nothing is reusable beyond what the request already computed."""
+        return NO_HIT
+
     def allocate(self, rid: int, num_new: int) -> bool:
         """Make room for ``num_new`` more tokens of request ``rid``; False if the pool is short."""
         need = -(-(int(self._computed[rid]) + num_new) // self.block_size) - int(self.held[rid])
@@ -109,6 +115,15 @@ class PagedKV:
         extra = want - self.held[ids]
         self.held[ids] = want
         self.free_blocks -= int(extra.sum())
+
+    def usage(self) -> KVUsage:
+        held = int(self.held.sum())
+        bs = self.block_size
+        alloc = held * bs
+        used = int(self._computed[self.held > 0].sum())
+        free = self.free_blocks * bs
+        return KVUsage(total_slots=self.num_blocks * bs, allocated_slots=alloc, used_slots=used,
+                       reserved_unused_slots=0, largest_free_extent=free, free_slots=free)
 
     # -- invariants -------------------------------------------------------------------------
     def check(self) -> None:
