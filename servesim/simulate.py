@@ -16,7 +16,7 @@ import simpy
 from servesim.engine.inbox import INF, Inbox
 from servesim.engine.replica import IterationHook, Replica
 from servesim.engine.state import ReplicaState, RequestTable
-from servesim.kv.paged import PagedKV
+from servesim.kv.factory import build_kv
 from servesim.memory import MemoryPlan, plan_memory
 from servesim.metrics.collect import Recorder
 from servesim.metrics.summary import build_summary, request_frame, timeseries_frame
@@ -93,7 +93,8 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
     wl = workload if workload is not None else generate_workload(sc, seed)
     model = step_model if step_model is not None else build_step_model(sc)
     table = RequestTable(wl)
-    kv = PagedKV(plan.num_blocks, sc.engine.block_size, table.computed)
+    env = simpy.Environment()
+    kv = build_kv(sc, plan, table, wl, env)
     from servesim.hardware import GPUS
 
     state = ReplicaState(table, kv, sc.engine.max_num_seqs, kv_bytes_per_token=plan.kv_bytes_per_token,
@@ -106,7 +107,6 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
                       think_rng=stream(seed, "think"), think_exponential=arr.think_dist == "exponential")
     else:
         inbox = Inbox(table.arrival)
-    env = simpy.Environment()
     replica = Replica(
         env, state, policy, model, rec, inbox,
         max_model_len=sc.max_model_len,
