@@ -23,9 +23,11 @@ class Inbox:
         self._closed = closed_clients > 0
         self._heap: list[tuple[float, int]] = []
         self._cursor = 0
-        self._think_s = think_s
-        self._think_rng = think_rng
-        self._think_exp = think_exponential
+        # think times, drawn up front: the i-th answer (in time order) starts the think time of
+        # request ``clients + i``, so one pre-drawn column serves every engine identically
+        self.think = np.full(self._n, float(think_s))
+        if self._closed and think_exponential and think_s > 0:
+            self.think = think_rng.exponential(think_s, self._n)
         if self._closed:
             first = min(closed_clients, self._n)
             for rid in range(first):
@@ -56,10 +58,8 @@ class Inbox:
         """A closed-loop client got its answer at ``t``: it thinks, then sends the next request."""
         if not self._closed or self._next_id >= self._n:
             return
-        think = self._think_s
-        if self._think_exp and think > 0:
-            think = float(self._think_rng.exponential(think))
         rid = self._next_id
+        think = float(self.think[rid])
         self._next_id += 1
         self._arrivals[rid] = t + think
         heapq.heappush(self._heap, (t + think, rid))
