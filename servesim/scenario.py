@@ -315,6 +315,9 @@ class SimConfig(Frozen):
 
     fast_path: bool = True
     check_invariants: bool = False
+    # auto: the compiled core when it supports the configuration (vllm policy, recompute, paged
+    # KV), else the Python engine; both give the same results
+    engine: Literal["auto", "python", "compiled"] = "auto"
 
 
 # ---------------------------------------------------------------------------------- scenario

@@ -121,6 +121,23 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
         cpu_overhead_s=sc.engine.cpu_overhead_s,
         cpu_overhead_per_seq_s=sc.engine.cpu_overhead_per_seq_s,
     )
+    if sc.sim.engine != "python":
+        from servesim.engine.compiled_replica import CompiledReplica, supported
+
+        why_not = supported(sc, kv, policy, on_iteration, sc.sim.check_invariants)
+        if why_not is None:
+            replica = CompiledReplica(
+                env, state, model, rec, inbox, max_model_len=sc.max_model_len,
+                chunked_prefill=sc.engine.enable_chunked_prefill,
+                max_num_batched_tokens=sc.engine.max_num_batched_tokens, max_num_seqs=sc.engine.max_num_seqs,
+                stop_time=replica.stop_time, fast_path=sc.sim.fast_path,
+                warmup_requests=sc.stop.warmup_requests, cpu_overhead_s=sc.engine.cpu_overhead_s,
+                cpu_overhead_per_seq_s=sc.engine.cpu_overhead_per_seq_s, progress=progress)
+        elif sc.sim.engine == "compiled":
+            from servesim.errors import ScenarioError
+
+            raise ScenarioError(f"sim.engine = 'compiled': the compiled core does not support {why_not}; "
+                                f"use sim.engine: auto or python")
     env.process(replica.process())
     return Built(sc, env, replica, table, rec, plan, model, wl)
 

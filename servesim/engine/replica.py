@@ -39,6 +39,8 @@ IterationHook = Callable[[float, float, np.ndarray, np.ndarray], None]
 
 
 class Replica:
+    name = "python"
+
     def __init__(self, env, state: ReplicaState, policy: Policy, model: StepTimeModel,
                  recorder: Recorder, inbox: Inbox, *, max_model_len: int, chunked_prefill: bool,
                  max_num_batched_tokens: int, stop_time: float = INF, fast_path: bool = True,
@@ -61,6 +63,7 @@ class Replica:
         self.check = check_invariants
         self.on_iteration = on_iteration
         self.progress = progress
+        self._max_slots = self.kv.max_slots()
         self.cpu_c = cpu_overhead_s
         self.cpu_p = cpu_overhead_per_seq_s
         self.now = 0.0
@@ -110,9 +113,16 @@ class Replica:
         req = self.req
         if self.warmup_id >= 0 and ids[0] <= self.warmup_id and (ids == self.warmup_id).any():
             self.rec.itl_from = float(req.arrival[self.warmup_id])  # ITL counts from here on
+        if len(ids) == 1:  # the common case, in scalars
+            rid = int(ids[0])
+            p, o = int(req.prompt[rid]), int(req.output[rid])
+            if p + o - 1 <= self._max_slots and p + o <= self.max_model_len and (self.chunked or p <= self.budget):
+                self.st.start_waiting(ids, req.arrival[ids])
+                self.policy.enqueue(rid, t)
+                return
         total = req.prompt[ids] + req.output[ids]
         reason = np.zeros(len(ids), dtype=np.int8)
-        reason[total - 1 > self.kv.max_slots()] = Reject.KV_CAPACITY
+        reason[total - 1 > self._max_slots] = Reject.KV_CAPACITY
         reason[total > self.max_model_len] = Reject.MAX_MODEL_LEN
         if not self.chunked:
             reason[(reason == 0) & (req.prompt[ids] > self.budget)] = Reject.TOKEN_BUDGET

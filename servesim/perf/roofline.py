@@ -25,7 +25,6 @@ import numpy as np
 
 from servesim.hardware import GPUSpec
 from servesim.models import ModelShape
-from servesim.perf.base import split_batch
 
 ELEMENTWISE_TENSORS = 16  # reads+writes of hidden-sized tensors per token per layer
 ALLREDUCE_LATENCY_S = 8e-6
@@ -55,17 +54,29 @@ class RooflineStepModel:
         self._b = b
         self._elementwise_bytes_tok = ELEMENTWISE_TENSORS * h * b
         self._lm = (h, shape.vocab_size // tp)
+        self._token_cache: dict[tuple[int, int], float] = {}
+        # decode attention over all layers = layers * max(kv * f, kv * b + n * q)
+        self._dec_f = self._layers * 4.0 * self._heads * self._hd / self._flops
+        self._dec_b = self._layers * self._kv_bytes_tok_layer / self._bw
+        self._dec_q = self._layers * 2 * self._heads * self._hd * self._b / self._bw
 
     # -- pieces ---------------------------------------------------------------------------
-    def _gemm_time(self, t: float | np.ndarray) -> float | np.ndarray:
+    def _gemm_time(self, t: float) -> float:
         total = 0.0
         for k, n in self._gemms:
-            total = total + np.maximum(2.0 * t * k * n / self._flops,
-                                       self._b * (k * n + t * k + t * n) / self._bw)
+            total += max(2.0 * t * k * n / self._flops, self._b * (k * n + t * k + t * n) / self._bw)
         return total
 
     def _token_time(self, tokens: int, rows: int) -> float:
-        """Everything that depends only on the token count and sampled rows (not on context)."""
+        """Everything that depends only on the token count and sampled rows (not on context);
+        memoized: the hot loop asks for the same few batch sizes over and over."""
+        key = (tokens, rows)
+        t = self._token_cache.get(key)
+        if t is None:
+            t = self._token_cache[key] = self._token_time_uncached(tokens, rows)
+        return t
+
+    def _token_time_uncached(self, tokens: int, rows: int) -> float:
         per_layer = self._gemm_time(tokens) + tokens * self._elementwise_bytes_tok / self._bw
         if self.tp > 1:
             msg = tokens * self.shape.hidden_size * self._b
@@ -79,34 +90,43 @@ class RooflineStepModel:
             pp_send = (self.pp - 1) * (msg / self.gpu.nvlink_bytes_per_s + SEND_RECV_LATENCY_S)
         return self._layers * per_layer + lm + pp_send + self.overhead_s
 
-    def _decode_attn(self, n: int, kv_tokens: np.ndarray) -> np.ndarray:
-        """Decode attention over all layers for ``n`` sequences reading ``kv_tokens`` keys in all."""
-        flops = 4.0 * self._heads * self._hd * kv_tokens
-        byts = self._kv_bytes_tok_layer * kv_tokens + n * 2 * self._heads * self._hd * self._b
-        return self._layers * np.maximum(flops / self._flops, byts / self._bw)
+    def _decode_attn(self, n: int, kv_tokens):
+        """Decode attention over all layers for ``n`` sequences reading ``kv_tokens`` keys in all:
+        FLOPs 4 * heads * hd per key, bytes the keys' K/V plus each query's q/o. Scalars or
+        arrays, with the same float operations either way."""
+        if isinstance(kv_tokens, np.ndarray):
+            return np.maximum(kv_tokens * self._dec_f, kv_tokens * self._dec_b + n * self._dec_q)
+        return max(kv_tokens * self._dec_f, kv_tokens * self._dec_b + n * self._dec_q)
 
-    def _prefill_attn(self, new: np.ndarray, ctx: np.ndarray) -> float:
-        new = new.astype(np.float64)
-        ctx = ctx.astype(np.float64)
+    def _prefill_attn_one(self, new: float, ctx: float) -> float:
         flops = 4.0 * self._heads * self._hd * new * (ctx + (new + 1) / 2)
         byts = self._kv_bytes_tok_layer * (ctx + new) + 2 * new * self._heads * self._hd * self._b
-        return float(self._layers * np.maximum(flops / self._flops, byts / self._bw).sum())
+        return self._layers * max(flops / self._flops, byts / self._bw)
 
     # -- contract -------------------------------------------------------------------------
     def predict_decode_run(self, num_seqs: int, context_sum: int, steps: int) -> np.ndarray:
         base = self._token_time(num_seqs, num_seqs)
+        if steps == 1:  # the same operations on scalars: the common single step, cheaper
+            return np.array([base + self._decode_attn(num_seqs, float(context_sum + num_seqs))])
         kv = context_sum + num_seqs + num_seqs * np.arange(steps, dtype=np.float64)
         return base + self._decode_attn(num_seqs, kv)
 
     def predict(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
-        p_new, p_ctx, n_dec, dec_ctx = split_batch(new_tokens, context)
-        if len(p_new) == 0:
+        tokens = rows = n_dec = dec_ctx = 0
+        attn = 0.0
+        for n, c in zip(new_tokens.tolist(), context.tolist()):
+            tokens += n
+            rows += 1
+            if n == 1:
+                n_dec += 1
+                dec_ctx += c
+            else:
+                attn += self._prefill_attn_one(float(n), float(c))
+        if n_dec == rows:
             return float(self.predict_decode_run(n_dec, dec_ctx, 1)[0])
-        tokens = int(p_new.sum()) + n_dec
-        rows = len(p_new) + n_dec
-        t = self._token_time(tokens, rows) + self._prefill_attn(p_new, p_ctx)
+        t = self._token_time(tokens, rows) + attn
         if n_dec:
-            t += float(self._decode_attn(n_dec, np.array([dec_ctx + n_dec], dtype=np.float64))[0])
+            t += self._decode_attn(n_dec, float(dec_ctx + n_dec))
         return float(t)
 
     def describe(self) -> str:
