@@ -18,7 +18,7 @@ def build_step_model(sc: Scenario) -> StepTimeModel:
         return RooflineStepModel(GPUS[hw.gpu], sc.model_shape, hw.tensor_parallel, hw.pp,
                                  cfg.mfu, cfg.mbu, cfg.overhead_s)
     if isinstance(cfg, PackStepConfig):
-        from servesim.perf.pack import load_pack_model  # calibration packs ([calibration] issue)
+        from servesim.perf.packmodel import load_pack_model  # measured kernel timings
 
         return load_pack_model(hw.gpu, sc.model_shape, tp=hw.tensor_parallel, pp=hw.pp,
                                cuda_graph=cfg.cuda_graph)
