@@ -102,6 +102,9 @@ class Policy(Protocol):
 _POLICIES: dict[str, str] = {
     # name -> "module:Class"; resolved lazily so importing the registry stays cheap
     "vllm": "servesim.sched.continuous:ContinuousBatching",
+    "static-fifo": "servesim.sched.static_fifo:StaticFIFO",
+    "chunked": "servesim.sched.chunked:ChunkedPrefill",
+    "priority": "servesim.sched.priority:PriorityScheduling",
 }
 
 

@@ -1,33 +1,52 @@
-"""vLLM-style continuous batching (the ``vllm`` policy).
+"""vLLM-style continuous batching (the ``vllm`` policy), and the pieces the other policies share.
 
-Every iteration, in vLLM v1's order:
+Every iteration, in vLLM's order:
 
 1. **Running requests first**, oldest first: each gets the tokens it still needs (1 for a decode;
    the rest of its prompt, capped by the remaining budget, when chunked prefill is on). If the KV
-   manager cannot give it slots, the *newest* running request is preempted (recompute: its blocks
-   are freed and it goes back to the front of the waiting queue) until the allocation succeeds or
-   the request itself was the one preempted.
+   manager cannot give it slots, the *newest* running request is preempted until the allocation
+   succeeds or the request itself was the one preempted. Preemption is by **recompute** (its blocks
+   are freed, it prefills everything it knows again) or by **swap** (``engine.preemption: swap``:
+   its KV goes to host memory over PCIe, it keeps its computed tokens and is swapped back in when
+   readmitted; both transfers stall the iteration they happen in, as vLLM v0's synchronous swap
+   does). vLLM's CPU swap space is finite (``--swap-space``, 4 GiB per GPU by default): a victim
+   that does not fit in what is left of it is recomputed instead (vLLM v0 aborts the request there
+   with "Aborted due to the lack of CPU swap space"; we keep it, so runs stay comparable).
 2. **Then waiting requests**, FCFS, unless something was preempted this iteration: admitted while
    ``max_num_seqs`` leaves a slot, the token budget ``max_num_batched_tokens`` covers the prompt
    (the whole prompt without chunked prefill; a chunk of it with), and the KV manager allocates.
    The first request that does not fit stops admission; everyone behind it waits for the same
-   reason (strict FCFS, head-of-line blocking included).
+   reason (strict FCFS, head-of-line blocking included). Preempted requests wait at the front.
 
-Decodes therefore run every iteration. A preempted request recomputes its prompt *and* the tokens
-it already generated, then continues.
+Multi-step scheduling (``num_scheduler_steps: N``): an all-decode batch is run for up to N
+iterations before the scheduler runs again (``Batch.steps``); arrivals join at those boundaries
+and the burst's tokens reach clients together. Iterations with prefill work are single steps.
+
+::
+
+    t ──►  |prefill r2 + decode r0 r1|  decode r0 r1 r2  |  decode r0 r1 r2  | ...
+               ▲ r2 admitted FCFS         ▲ r3 arrives: waits "iteration" until the next boundary
+
+Shared with the other policies: :class:`BatchBuilder` (one iteration's parts, with removal of a
+preempted member), :func:`read_options` (validated ``engine.options``), and the preemption,
+swap-in and KV-tier helpers of :class:`ContinuousBatching`.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import Any, Callable
 
 import numpy as np
 
-from servesim.engine.state import ReplicaState
+from servesim.engine.state import RUNNING, ReplicaState
 from servesim.scenario import EngineConfig
 from servesim.sched.base import Batch, Cause, uniform_causes
 
+GIB = 1 << 30
 _ONES_CACHE: dict[int, np.ndarray] = {}
+_EMPTY = np.empty(0, dtype=np.int64)
+_EMPTY.flags.writeable = False
 
 
 def ones(n: int) -> np.ndarray:
@@ -39,125 +58,271 @@ def ones(n: int) -> np.ndarray:
     return a
 
 
+def read_options(cfg: EngineConfig, policy: str, known: dict[str, tuple[Any, Callable[[Any], bool], str]]) -> dict:
+    """``engine.options`` for ``policy``: ``known`` maps a name to (default, check, allowed text).
+    Unknown names and bad values raise ValueError naming the field, the value and what is allowed."""
+    out = {}
+    for key in cfg.options:
+        if key not in known:
+            raise ValueError(f"engine.options.{key}: unknown option for scheduler {policy!r} "
+                             f"(known: {', '.join(sorted(known)) or 'none'})")
+    for key, (default, check, allowed) in known.items():
+        value = cfg.options.get(key, default)
+        if key in cfg.options and not check(value):
+            raise ValueError(f"engine.options.{key} = {value!r}: {allowed}")
+        out[key] = value
+    return out
+
+
+def positive_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+
+
+def positive_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 1
+
+
+class BatchBuilder:
+    """The parts of one iteration's batch, in the order the policy adds them."""
+
+    __slots__ = ("ids", "new")
+
+    def __init__(self) -> None:
+        self.ids: list[np.ndarray] = []
+        self.new: list[np.ndarray] = []
+
+    def add_array(self, ids: np.ndarray, new: np.ndarray) -> None:
+        if len(ids):
+            self.ids.append(ids)
+            self.new.append(new)
+
+    def add(self, rid: int, n: int) -> None:
+        self.ids.append(np.array([rid], dtype=np.int64))
+        self.new.append(np.array([n], dtype=np.int64))
+
+    def remove(self, rid: int) -> int:
+        """Take ``rid`` out (it was preempted after being scheduled); return its tokens."""
+        for i, part in enumerate(self.ids):
+            hit = part == rid
+            if hit.any():
+                tokens = int(self.new[i][hit].sum())
+                self.ids[i], self.new[i] = part[~hit], self.new[i][~hit]
+                return tokens
+        return 0
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        if len(self.ids) == 1:
+            return self.ids[0], self.new[0]
+        if self.ids:
+            return np.concatenate(self.ids), np.concatenate(self.new)
+        return _EMPTY, _EMPTY
+
+
 class ContinuousBatching:
+    """The ``vllm`` policy; also the base of ``chunked`` and ``priority``.
+
+    Subclasses change the waiting structure (:meth:`enqueue`, :meth:`_requeue`,
+    :meth:`num_waiting`, :meth:`_admit`) and the preemption victim (:meth:`_victim`). Per-call
+    state lives in ``_budget`` (tokens left), ``_extra`` (swap seconds) and ``_preempted``.
+    """
+
     name = "vllm"
+    OPTIONS: dict[str, tuple[Any, Callable[[Any], bool], str]] = {
+        "swap_space_gib": (4.0, lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0,
+                           "CPU swap space in GiB per GPU, >= 0 (vLLM --swap-space, default 4)"),
+    }
 
     def __init__(self, cfg: EngineConfig, state: ReplicaState):
         self.st = state
         self.req = state.req
         self.kv = state.kv
+        self.bs = state.kv.block_size
         self.budget = cfg.max_num_batched_tokens
         self.max_seqs = cfg.max_num_seqs
         self.chunked = cfg.enable_chunked_prefill
+        self.steps = cfg.num_scheduler_steps
+        self.opts = read_options(cfg, self.name, self.OPTIONS)
+        self.swap = cfg.preemption == "swap"
+        space = float(self.opts.get("swap_space_gib", 0.0)) * GIB
+        per_token = state.kv_bytes_per_token
+        self.swap_capacity = int(space // per_token) if per_token > 0 else (1 << 62)
+        self.swap_used = 0  # token slots (whole blocks) parked in host memory
         self.waiting: deque[int] = deque()
+        self.fetching: dict[int, float] = {}  # rid -> when its KV reaches the GPU (tier transfer)
         self._causes = {c: uniform_causes(c) for c in Cause}
+        self._budget = 0
+        self._extra = 0.0
+        self._preempted = False
 
     # -- protocol ----------------------------------------------------------------------------
     def enqueue(self, rid: int, now: float) -> None:
         self.waiting.append(rid)
 
     def num_waiting(self) -> int:
-        return len(self.waiting)
+        return len(self.waiting) + len(self.fetching)
 
     def on_finished(self, rid: int) -> None:
         pass
 
     def schedule(self, now: float) -> Batch:
-        st, req, kv = self.st, self.req, self.kv
-        budget = self.budget
-        run = st.running.ids
-        ids_parts: list[np.ndarray] = []
-        new_parts: list[np.ndarray] = []
-        preempted = False
-        all_decode = True
-        if len(run):
-            need = req.prompt[run] + req.num_output[run] - req.computed[run]
-            if len(run) <= budget and int(need.max()) == 1 and kv.allocate_decodes(run):
-                ids_parts.append(run)
-                new_parts.append(ones(len(run)))
-                budget -= len(run)
-            else:
-                budget, preempted, all_decode = self._schedule_running(
-                    run, need, budget, now, ids_parts, new_parts)
-        cause = Cause.ITERATION
-        admitted = False
-        if preempted:
-            cause = Cause.KV_BLOCKS if self.waiting else Cause.ITERATION
+        b = self._begin(now)
+        all_decode = self._schedule_running(now, b)
+        if self._preempted:
+            causes, admitted = self._causes[Cause.KV_BLOCKS if self.num_waiting() else Cause.ITERATION], False
         else:
-            waiting = self.waiting
-            while waiting:
-                if len(st.running) >= self.max_seqs:
-                    cause = Cause.BATCH_SLOTS
-                    break
-                if budget <= 0:
-                    cause = Cause.TOKEN_BUDGET
-                    break
-                rid = waiting[0]
-                n = int(req.prompt[rid] + req.num_output[rid] - req.computed[rid])
-                if n > budget:
-                    if not self.chunked:
-                        cause = Cause.TOKEN_BUDGET
-                        break
-                    n = budget
-                if not kv.allocate(rid, n):
-                    cause = Cause.KV_BLOCKS
-                    break
-                waiting.popleft()
-                st.admit(rid, now)
-                ids_parts.append(np.array([rid], dtype=np.int64))
-                new_parts.append(np.array([n], dtype=np.int64))
-                budget -= n
-                admitted = True
-        if len(ids_parts) == 1:
-            ids, num_new = ids_parts[0], new_parts[0]
-        elif ids_parts:
-            ids, num_new = np.concatenate(ids_parts), np.concatenate(new_parts)
-        else:
-            ids = num_new = np.empty(0, dtype=np.int64)
-        pure = all_decode and not admitted and not preempted and len(ids) > 0
-        return Batch(ids=ids, num_new=num_new, waiting_cause=self._causes[cause],
-                     pure_decode=pure, stable=pure)
+            causes, admitted = self._admit(now, b)
+        return self._finish(b, causes, all_decode and not admitted and not self._preempted, now)
 
-    # -- the slow path: prefill chunks in flight, or the pool is short ------------------------
-    def _schedule_running(self, run, need, budget, now, ids_parts, new_parts):
-        st, kv = self.st, self.kv
-        order = run.tolist()
-        needs = dict(zip(order, need.tolist()))
-        preempted = False
+    # -- the running pass --------------------------------------------------------------------
+    def _schedule_running(self, now: float, b: BatchBuilder) -> bool:
+        """Give every running request the tokens it needs, oldest first; True if all are decodes.
+        The common case, every running request decoding and the pool able to grow them all, is
+        one vectorized allocation."""
+        run = self.st.running.ids
+        if not len(run):
+            return True
+        req = self.req
+        need = req.prompt[run] + req.num_output[run] - req.computed[run]
+        if len(run) <= self._budget and int(need.max()) == 1 and self.kv.allocate_decodes(run):
+            b.add_array(run, ones(len(run)))
+            self._budget -= len(run)
+            return True
+        return self._running_one_by_one(run.tolist(), need.tolist(), now, b)
+
+    def _running_one_by_one(self, order: list[int], needs: list[int], now: float, b: BatchBuilder) -> bool:
+        status = self.req.status
         all_decode = True
-        sched_ids: list[int] = []
-        sched_new: list[int] = []
-        victims: set[int] = set()
-        i = 0
-        while i < len(order):
-            rid = order[i]
-            i += 1
-            if rid in victims:
+        for rid, nd in zip(order, needs):
+            if status[rid] != RUNNING:  # preempted earlier in this pass
                 continue
-            n = min(needs[rid], budget)
+            n = min(nd, self._budget)
             if n <= 0:
                 continue
-            scheduled = True
-            while not kv.allocate(rid, n):
-                # preempt the newest running request that is not yet a victim
-                victim = next(r for r in reversed(order) if r not in victims)
-                victims.add(victim)
-                if victim in sched_ids:  # pragma: no cover - victims come from the back
-                    raise AssertionError("preempting an already scheduled request")
-                st.preempt(victim, now)
-                self.waiting.appendleft(victim)
-                preempted = True
-                if victim == rid:
-                    scheduled = False
-                    break
-            if not scheduled:
-                break
-            sched_ids.append(rid)
-            sched_new.append(n)
-            budget -= n
-            if n != 1 or needs[rid] != 1:
+            if not self._allocate_or_preempt(rid, n, now, b):
+                continue
+            b.add(rid, n)
+            self._budget -= n
+            if n != 1 or nd != 1:
                 all_decode = False
-        if sched_ids:
-            ids_parts.append(np.array(sched_ids, dtype=np.int64))
-            new_parts.append(np.array(sched_new, dtype=np.int64))
-        return budget, preempted, all_decode
+        return all_decode
+
+    def _allocate_or_preempt(self, rid: int, n: int, now: float, b: BatchBuilder) -> bool:
+        """Allocate ``n`` tokens for running ``rid``, preempting victims while the pool is short.
+        False if ``rid`` itself became the victim."""
+        while not self.kv.allocate(rid, n):
+            victim = self._victim(rid)
+            self._preempt(victim, now, b)
+            if victim == rid:
+                return False
+        return True
+
+    def _victim(self, rid: int) -> int:
+        """vLLM: the newest running request (the requester itself if it is the newest)."""
+        return int(self.st.running.ids[-1])
+
+    # -- the waiting pass --------------------------------------------------------------------
+    def _admit(self, now: float, b: BatchBuilder) -> tuple[np.ndarray, bool]:
+        st, req, kv = self.st, self.req, self.kv
+        waiting = self.waiting
+        cause = Cause.ITERATION
+        admitted = False
+        while waiting:
+            if len(st.running) >= self.max_seqs:
+                cause = Cause.BATCH_SLOTS
+                break
+            if self._budget <= 0:
+                cause = Cause.TOKEN_BUDGET
+                break
+            rid = waiting[0]
+            if not self._ready(rid, now):
+                waiting.popleft()
+                continue
+            n = int(req.prompt[rid] + req.num_output[rid] - req.computed[rid])
+            if n > self._budget:
+                if not self.chunked:
+                    cause = Cause.TOKEN_BUDGET
+                    break
+                n = self._budget
+            if not kv.allocate(rid, n):
+                cause = Cause.KV_BLOCKS
+                break
+            waiting.popleft()
+            self._admit_one(rid, n, now, b)
+            admitted = True
+        return self._causes[cause], admitted
+
+    # -- shared helpers ----------------------------------------------------------------------
+    def _begin(self, now: float) -> BatchBuilder:
+        self._budget = self.budget
+        self._extra = 0.0
+        self._preempted = False
+        if self.fetching:
+            self._land_fetches(now)
+        return BatchBuilder()
+
+    def _finish(self, b: BatchBuilder, causes: np.ndarray, decode_only: bool, now: float,
+                horizon: float = float("inf")) -> Batch:
+        ids, num_new = b.arrays()
+        pure = decode_only and len(ids) > 0
+        if self.fetching:
+            horizon = min(horizon, min(self.fetching.values()))
+        return Batch(ids=ids, num_new=num_new, waiting_cause=causes, pure_decode=pure, stable=pure,
+                     horizon_s=horizon, steps=self.steps if pure else 1, extra_s=self._extra)
+
+    def _requeue(self, rid: int) -> None:
+        """A preempted request waits at the front (it is older than everyone waiting)."""
+        self.waiting.appendleft(rid)
+
+    def _preempt(self, victim: int, now: float, b: BatchBuilder) -> None:
+        """Evict ``victim`` (by swap when configured and host space is left, else recompute); if it
+        was already scheduled this iteration, take it out of the batch and refund its tokens."""
+        self._budget += b.remove(victim)
+        swap = False
+        if self.swap:
+            slots = self._block_slots(int(self.req.computed[victim]))
+            if self.swap_used + slots <= self.swap_capacity:
+                swap = True
+                self.swap_used += slots
+                self._extra += self.st.swap_seconds(slots)
+        self.st.preempt(victim, now, swap=swap)
+        self._requeue(victim)
+        self._preempted = True
+
+    def _block_slots(self, tokens: int) -> int:
+        """Token slots in the whole blocks that hold ``tokens`` tokens (swaps move whole blocks)."""
+        return -(-tokens // self.bs) * self.bs
+
+    def _admit_one(self, rid: int, n: int, now: float, b: BatchBuilder) -> None:
+        """Waiting -> running with ``n`` tokens this iteration; a swapped request is swapped in
+        first (its transfer stalls this iteration)."""
+        if self.st.swapped[rid]:
+            slots = self._block_slots(int(self.req.computed[rid]))
+            self._extra += self.st.swap_seconds(slots)
+            self.swap_used -= slots
+            self.st.swapped[rid] = False
+        self.st.admit(rid, now)
+        b.add(rid, n)
+        self._budget -= n
+
+    def _ready(self, rid: int, now: float) -> bool:
+        """Ask the KV manager what of ``rid``'s KV is reusable (prefix cache, lower tiers). If its
+        KV is still on the way from a lower tier, set it aside until then (its wait is charged to
+        the tier transfer) and return False; the caller removes it from the waiting order."""
+        if self.st.swapped[rid]:
+            return True  # its own KV comes back by swap-in, which the policy charges
+        hit = self.kv.reuse_prefix(rid, now)
+        if hit.ready_at <= now:
+            return True
+        self.fetching[rid] = hit.ready_at
+        if self.req.preemptions[rid] == 0:  # a resumed request's wait is charged to its preemption
+            self.st.suspend_wait(rid, now, int(Cause.TIER_TRANSFER))
+        return False
+
+    def _land_fetches(self, now: float) -> None:
+        landed = sorted((r for r, t in self.fetching.items() if t <= now),
+                        key=lambda r: (self.req.arrival[r], r), reverse=True)
+        for rid in landed:
+            del self.fetching[rid]
+            if self.req.preemptions[rid] == 0:
+                self.st.resume_wait(rid, now, int(Cause.TIER_TRANSFER))
+            self._requeue(rid)

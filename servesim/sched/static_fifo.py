@@ -1,0 +1,122 @@
+"""Request-level static batching, FIFO (the ``static-fifo`` policy; Spark's scheduler).
+
+The engine takes a batch of at most ``max_batch_size`` requests from the head of a FIFO queue
+when it is idle, prefills them, and decodes them together until *every* member has finished.
+Nobody joins mid-batch: a member that finishes leaves an empty slot, and the queue waits for the
+longest member (cause ``static_batch``). This is the head-of-line blocking of pre-Orca engines
+(FasterTransformer, HF ``generate``): one long request holds a whole batch of short ones back.
+
+::
+
+    batch 1 = {r0 (long), r1, r2}                     batch 2 = {r3, r4}
+    |prefill r0 r1 r2|dec|dec|dec ... r1,r2 done ...|dec r0|prefill r3 r4|dec|...
+                          r3, r4 arrive ─► wait "static batch in progress" ─┘
+
+KV: static engines reserve each member's final size up front, so a running batch never runs out
+of KV mid-way and never preempts. We reserve ``prompt + output - 1`` slots per member (a real
+engine reserves ``max_tokens``, which the simulator knows as the output length); a batch stops
+growing at the first FIFO request whose reservation does not fit. Blocks are still allocated as the
+sequences grow, so KV usage metrics show what is written, not what is reserved.
+
+Prefill: the batch's prompts are prefilled before any member decodes. With
+``engine.options.micro_batch_size: m`` they are prefilled ``m`` requests at a time (micro-batches
+that bound the prefill's activation memory and iteration time); every prefill iteration also
+respects ``max_num_batched_tokens`` (a prompt longer than what is left of it is split only with
+``enable_chunked_prefill``). A member is admitted (``first_scheduled``) at its first prefill
+iteration, so waiting for its micro-batch counts as queueing, charged to ``static_batch``.
+
+The decode phase is an all-decode batch that stays the same until a member finishes: it is
+``stable`` and the engine fast-forwards it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from servesim.engine.state import ReplicaState
+from servesim.scenario import EngineConfig
+from servesim.sched.base import Batch, Cause, uniform_causes
+from servesim.sched.continuous import BatchBuilder, ContinuousBatching, ones, positive_int
+
+
+class StaticFIFO(ContinuousBatching):
+    name = "static-fifo"
+    OPTIONS = {
+        "micro_batch_size": (None, positive_int,
+                             "requests prefilled per iteration: an integer >= 1 (default: the whole batch)"),
+    }
+
+    def __init__(self, cfg: EngineConfig, state: ReplicaState):
+        super().__init__(cfg, state)
+        self.cap = min(cfg.max_batch_size, cfg.max_num_seqs)
+        self.micro = self.opts["micro_batch_size"] or self.cap
+        self.members: deque[int] = deque()  # formed into the batch, not yet prefilling
+        self._static = uniform_causes(Cause.STATIC_BATCH)
+        self._idle = uniform_causes(Cause.ITERATION)
+
+    def num_waiting(self) -> int:
+        return len(self.waiting) + len(self.members) + len(self.fetching)
+
+    def schedule(self, now: float) -> Batch:
+        b = self._begin(now)
+        run = self.st.running.ids
+        if not len(run) and not self.members:
+            self._form(now)
+        req = self.req
+        if len(run) and not self.members and int(req.num_output[run].min()) > 0:
+            # decode phase: every member has its first token; all decode together
+            if not self.kv.allocate_decodes(run):  # pragma: no cover - the reservation prevents it
+                raise AssertionError("static batch ran out of its KV reservation")
+            b.add_array(run, ones(len(run)))
+            return self._finish(b, self._static, True, now)
+        self._prefill(now, b)
+        return self._finish(b, self._static if b.ids else self._idle, False, now)
+
+    def _form(self, now: float) -> None:
+        """The engine is idle: take up to ``cap`` FIFO requests whose reservations fit the pool."""
+        kv, req = self.kv, self.req
+        free = kv.free_blocks
+        reserved = 0
+        waiting = self.waiting
+        while waiting and len(self.members) < self.cap:
+            rid = waiting[0]
+            if not self._ready(rid, now):
+                waiting.popleft()
+                continue
+            blocks = -(-int(req.prompt[rid] + req.output[rid] - 1) // self.bs)
+            if reserved + blocks > free:
+                break
+            waiting.popleft()
+            self.members.append(rid)
+            reserved += blocks
+
+    def _prefill(self, now: float, b: BatchBuilder) -> None:
+        """One prefill iteration: unfinished prompts of running members first (chunked prefill),
+        then new members, at most ``micro`` requests and ``max_num_batched_tokens`` tokens."""
+        req, kv = self.req, self.kv
+        count = 0
+        for rid in self.st.running.ids.tolist():
+            if req.num_output[rid] > 0 or count >= self.micro or self._budget <= 0:
+                continue
+            n = min(int(req.prompt[rid] - req.computed[rid]), self._budget)
+            self._allocate(rid, n)
+            b.add(rid, n)
+            self._budget -= n
+            count += 1
+        members = self.members
+        while members and count < self.micro and self._budget > 0:
+            rid = members[0]
+            n = int(req.prompt[rid] + req.num_output[rid] - req.computed[rid])
+            if n > self._budget:
+                if not self.chunked:
+                    break
+                n = self._budget
+            self._allocate(rid, n)
+            members.popleft()
+            self._admit_one(rid, n, now, b)
+            count += 1
+
+    def _allocate(self, rid: int, n: int) -> None:
+        if not self.kv.allocate(rid, n):  # pragma: no cover - the reservation prevents it
+            raise AssertionError(f"static batch member {rid} ran out of its KV reservation")
+
