@@ -19,6 +19,8 @@ from servesim.engine.state import ReplicaState, RequestTable
 from servesim.kv.factory import build_kv
 from servesim.memory import MemoryPlan, plan_memory
 from servesim.metrics.collect import Recorder
+from servesim.metrics.output import latency_sketches, write_requests_parquet
+from servesim.metrics.sketch import LogSketch
 from servesim.metrics.summary import build_summary, request_frame, timeseries_frame
 from servesim.perf.base import StepTimeModel
 from servesim.perf.build import build_step_model
@@ -50,12 +52,18 @@ class Result:
     def timeseries(self) -> pd.DataFrame:
         return timeseries_frame(self.recorder)
 
+    @cached_property
+    def sketches(self) -> dict[str, LogSketch]:
+        """Mergeable quantile sketches (1 % relative error) of the measured latencies, for sweeps."""
+        return latency_sketches(self.table, self.recorder, self.scenario.stop.warmup_requests)
+
     def write(self, out_dir: str | Path) -> Path:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        self.requests.to_parquet(out / "requests.parquet", index=False)
+        write_requests_parquet(self.table, out / "requests.parquet")
         self.timeseries.to_parquet(out / "timeseries.parquet", index=False)
         (out / "summary.json").write_text(summary_json(self.summary))
+        (out / "sketches.json").write_text(json.dumps({k: v.to_dict() for k, v in self.sketches.items()}) + "\n")
         return out
 
 
@@ -147,18 +155,12 @@ def run_built(b: Built, seed: int | None = None) -> Result:
     t0 = time.perf_counter()
     b.env.run()
     wall = time.perf_counter() - t0
-    sim_time = b.replica.now
-    if sc.stop.duration_s is not None:
-        sim_time = min(sim_time, sc.stop.duration_s) if b.replica.now >= sc.stop.duration_s else sim_time
-    frame = request_frame(b.table)
     summary = build_summary(
         name=sc.name, seed=sc.seed if seed is None else seed, req=b.table, rec=b.recorder,
         num_blocks=b.memory.num_blocks, sim_time=b.replica.now, wall_s=wall,
-        warmup=sc.stop.warmup_requests, slo_ttft=sc.slo.ttft_s, slo_tpot=sc.slo.tpot_s, frame=frame,
+        warmup=sc.stop.warmup_requests, slo_ttft=sc.slo.ttft_s, slo_tpot=sc.slo.tpot_s,
     )
-    res = Result(sc, summary, b.table, b.recorder, b.memory, b.model.describe(), b.workload.notes)
-    res.__dict__["requests"] = frame
-    return res
+    return Result(sc, summary, b.table, b.recorder, b.memory, b.model.describe(), b.workload.notes)
 
 
 def simulate(scenario: Scenario, seed: int | None = None, *, workload: Workload | None = None,

@@ -41,12 +41,15 @@ class RequestTable:
     def __init__(self, workload: Workload):
         n = len(workload)
         self.n = n
-        self.arrival = workload.arrival_s.astype(np.float64, copy=True)
-        self.prompt = workload.prompt_tokens.astype(np.int64, copy=False)
-        self.output = workload.output_tokens.astype(np.int64, copy=False)
-        self.klass = workload.klass.astype(np.int64, copy=False)
-        self.computed = np.zeros(n, dtype=np.int64)
-        self.num_output = np.zeros(n, dtype=np.int64)
+        # compact columns (a 10M-request run must fit in memory): token counts in int32, classes
+        # in int8; the workload's columns are shared when they already have these types
+        closed = n > 0 and bool(np.isnan(workload.arrival_s[0]))
+        self.arrival = workload.arrival_s.astype(np.float64, copy=closed)  # closed loop writes it
+        self.prompt = workload.prompt_tokens.astype(np.int32, copy=False)
+        self.output = workload.output_tokens.astype(np.int32, copy=False)
+        self.klass = workload.klass.astype(np.int8, copy=False)
+        self.computed = np.zeros(n, dtype=np.int32)
+        self.num_output = np.zeros(n, dtype=np.int32)
         self.t_first_sched = np.full(n, np.nan)
         self.t_first_token = np.full(n, np.nan)
         self.t_finish = np.full(n, np.nan)
@@ -92,29 +95,43 @@ class ReplicaState:
         self.kv_bytes_per_token = kv_bytes_per_token
         self.host_link_bytes_per_s = host_link_bytes_per_s
         self.swapped = np.zeros(req.n, dtype=bool)  # KV parked in host memory (swap preemption)
-        # blockage clocks
+        # blockage clocks, kept lazily: K(t) = clock_k + (t - clock_t) on each class's current cause
         self.clock_k = np.zeros((NUM_CLASSES, NUM_CAUSES), dtype=np.float64)
         self.clock_t = 0.0
         self.cause_now = np.full(NUM_CLASSES, int(Cause.ITERATION), dtype=np.int64)
         self._class_idx = np.arange(NUM_CLASSES)
+        self._now = 0.0
 
     # -- blockage clocks --------------------------------------------------------------------
     def advance_clocks(self, t: float) -> None:
+        """The engine's clock moved to ``t``; clocks are settled only when causes change."""
+        self._now = t
+
+    def _settle(self, t: float) -> None:
         dt = t - self.clock_t
         if dt > 0:
             self.clock_k[self._class_idx, self.cause_now] += dt
         self.clock_t = t
 
     def set_causes(self, causes: np.ndarray) -> None:
+        """What blocks each class from now on (policies return shared arrays: identity is cheap)."""
+        if causes is self.cause_now:
+            return
+        if not np.array_equal(causes, self.cause_now):
+            self._settle(self._now)
         self.cause_now = causes
 
+    def clocks_at(self, g: int, t: float) -> np.ndarray:
+        """K[g, :] at time ``t`` (t within the current stretch of constant causes)."""
+        row = self.clock_k[g].copy()
+        row[self.cause_now[g]] += t - self.clock_t
+        return row
+
     def start_waiting(self, ids: np.ndarray, times: np.ndarray) -> None:
-        """Fresh arrivals at ``times`` (within the current clock segment) begin to wait."""
+        """Fresh arrivals at ``times`` begin to wait."""
         if len(ids) == 1:  # the common case, in scalars
             rid, g = int(ids[0]), int(self.req.klass[ids[0]])
-            row = self.req.blocked[rid]
-            row -= self.clock_k[g]
-            row[self.cause_now[g]] -= float(times[0]) - self.clock_t
+            self.req.blocked[rid] -= self.clocks_at(g, float(times[0]))
             self.req.status[rid] = WAITING
             return
         g = self.req.klass[ids]
@@ -127,14 +144,14 @@ class ReplicaState:
         """A waiting request leaves its class's shared cause for a cause of its own (e.g. its KV is
         being fetched from a lower tier): settle its class-clock share so far, start its own."""
         req = self.req
-        req.blocked[rid] += self.clock_k[req.klass[rid]]
+        req.blocked[rid] += self.clocks_at(int(req.klass[rid]), now)
         req.blocked[rid, cause] -= now
 
     def resume_wait(self, rid: int, now: float, cause: int) -> None:
         """End a :meth:`suspend_wait`: charge its own cause, rejoin the class clock."""
         req = self.req
         req.blocked[rid, cause] += now
-        req.blocked[rid] -= self.clock_k[req.klass[rid]]
+        req.blocked[rid] -= self.clocks_at(int(req.klass[rid]), now)
 
     # -- transitions (called by policies) -----------------------------------------------------
     def admit(self, rid: int, now: float) -> None:
@@ -142,7 +159,7 @@ class ReplicaState:
         req = self.req
         if np.isnan(req.t_first_sched[rid]):
             req.t_first_sched[rid] = now
-            req.blocked[rid] += self.clock_k[req.klass[rid]]
+            req.blocked[rid] += self.clocks_at(int(req.klass[rid]), now)
         else:  # resumed after a preemption
             req.blocked[rid, Cause.PREEMPTED] += now
         req.status[rid] = RUNNING

@@ -18,24 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-class _Chunks:
-    """Append-only columns stored as numpy chunks."""
-
-    def __init__(self, dtype):
-        self.parts: list[np.ndarray] = []
-        self.dtype = dtype
-
-    def add(self, a: np.ndarray) -> None:
-        if len(a):
-            self.parts.append(np.asarray(a, dtype=self.dtype))
-
-    def array(self) -> np.ndarray:
-        if not self.parts:
-            return np.empty(0, dtype=self.dtype)
-        if len(self.parts) > 1:
-            self.parts = [np.concatenate(self.parts)]
-        return self.parts[0]
+from servesim.metrics.sample import WeightedSample
 
 
 class BinnedSeries:
@@ -100,8 +83,7 @@ class Recorder:
     BUFFER = 1 << 15
 
     def __init__(self, timeseries_bin_s: float = 1.0):
-        self.itl_gap = _Chunks(np.float64)
-        self.itl_count = _Chunks(np.int64)
+        self.itl = WeightedSample()  # (gap, count) pairs; spills to disk beyond a memory limit
         self.series = BinnedSeries(timeseries_bin_s)
         self.iterations = 0
         self.busy_s = 0.0
@@ -149,12 +131,14 @@ class Recorder:
 
     def itl_pairs(self, gaps: np.ndarray, counts: np.ndarray) -> None:
         keep = counts > 0
-        self.itl_gap.add(gaps[keep])
-        self.itl_count.add(counts[keep])
+        self.itl.add(gaps[keep], counts[keep])
 
     def itl_values(self, gaps: np.ndarray) -> None:
-        self.itl_gap.add(gaps)
-        self.itl_count.add(np.ones(len(gaps), dtype=np.int64))
+        self.itl.add(gaps, np.ones(len(gaps), dtype=np.int64))
+
+    def itl_describe(self) -> dict:
+        self.flush()
+        return self.itl.describe()
 
     # -- bulk -----------------------------------------------------------------------------
     def flush(self) -> None:
@@ -171,6 +155,5 @@ class Recorder:
         self.batch_tokens_sum += int(vals[3].sum())
         keep = (itl_w > 0) & (ends >= self.itl_from)
         if keep.any():
-            self.itl_gap.add(dur[keep])
-            self.itl_count.add(itl_w[keep])
+            self.itl.add(dur[keep], itl_w[keep])
         self.series.add(starts, ends, vals)

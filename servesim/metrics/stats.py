@@ -14,7 +14,7 @@ PCT_KEYS = ("p50", "p90", "p95", "p99", "p999")
 
 
 def _empty() -> dict:
-    return {"mean": None, **{k: None for k in PCT_KEYS}, "count": 0}
+    return {"mean": None, **{k: None for k in PCT_KEYS}, "max": None, "count": 0}
 
 
 def describe(x: np.ndarray) -> dict:
@@ -23,7 +23,8 @@ def describe(x: np.ndarray) -> dict:
     if len(x) == 0:
         return _empty()
     pcts = np.percentile(x, PERCENTILES)
-    return {"mean": float(x.mean()), **{k: float(v) for k, v in zip(PCT_KEYS, pcts)}, "count": int(len(x))}
+    return {"mean": float(x.mean()), **{k: float(v) for k, v in zip(PCT_KEYS, pcts)}, "max": float(x.max()),
+            "count": int(len(x))}
 
 
 def weighted_percentiles(values: np.ndarray, weights: np.ndarray, q) -> np.ndarray:
@@ -49,4 +50,5 @@ def describe_weighted(values: np.ndarray, weights: np.ndarray) -> dict:
     pcts = weighted_percentiles(values, weights, PERCENTILES)
     total = int(weights.sum())
     mean = float(np.dot(values, weights) / total)
-    return {"mean": mean, **{k: float(v) for k, v in zip(PCT_KEYS, pcts)}, "count": total}
+    return {"mean": mean, **{k: float(v) for k, v in zip(PCT_KEYS, pcts)}, "max": float(values.max()),
+            "count": total}

@@ -20,52 +20,73 @@ import pandas as pd
 
 from servesim.engine.state import FINISHED, REJECTED, Reject, RequestTable
 from servesim.metrics.collect import Recorder
-from servesim.metrics.stats import describe, describe_weighted
+from servesim.metrics.stats import describe
 from servesim.request import CLASS_NAMES, NUM_CLASSES
 from servesim.sched.base import CAUSE_NAMES, NUM_CAUSES, Cause
 
 
-def request_frame(req: RequestTable) -> pd.DataFrame:
-    ttft = req.t_first_token - req.arrival
-    e2e = req.t_finish - req.arrival
+STATUS_NAMES = ["pending", "waiting", "running", "finished", "rejected"]
+
+
+def request_columns(req: RequestTable, lo: int = 0, hi: int | None = None) -> dict[str, np.ndarray]:
+    """The per-request output columns for rows ``lo:hi`` (chunks keep big runs in bounded memory)."""
+    hi = req.n if hi is None else hi
+    sl = slice(lo, hi)
+    arrival, status, out = req.arrival[sl], req.status[sl], req.output[sl]
+    finished = status == FINISHED
+    ttft = req.t_first_token[sl] - arrival
+    e2e = req.t_finish[sl] - arrival
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(req.output > 1, (e2e - ttft) / (req.output - 1), np.nan)
-    finished = req.status == FINISHED
+        tpot = np.where(out > 1, (e2e - ttft) / (out - 1), np.nan)
     cols = {
-        "id": np.arange(req.n, dtype=np.int64),
-        "klass": req.klass.astype(np.int8),
-        "arrival_s": req.arrival,
-        "prompt_tokens": req.prompt,
-        "output_tokens": req.output,
-        "status": pd.Categorical.from_codes(req.status, ["pending", "waiting", "running", "finished", "rejected"]),
-        "reject_reason": [Reject.NAMES.get(int(r), "") for r in req.reject_reason] if (req.reject_reason != 0).any() else "",
-        "first_scheduled_s": req.t_first_sched,
-        "first_token_s": req.t_first_token,
-        "finish_s": np.where(finished, req.t_finish, np.nan),
+        "id": np.arange(lo, hi, dtype=np.int64),
+        "klass": req.klass[sl],
+        "arrival_s": arrival,
+        "prompt_tokens": req.prompt[sl],
+        "output_tokens": out,
+        "status": status,
+        "reject_reason": req.reject_reason[sl],
+        "first_scheduled_s": req.t_first_sched[sl],
+        "first_token_s": req.t_first_token[sl],
+        "finish_s": np.where(finished, req.t_finish[sl], np.nan),
         "ttft_s": np.where(finished, ttft, np.nan),
         "tpot_s": np.where(finished, tpot, np.nan),
         "e2e_s": np.where(finished, e2e, np.nan),
-        "queue_s": req.t_first_sched - req.arrival,
-        "preemptions": req.preemptions,
+        "queue_s": req.t_first_sched[sl] - arrival,
+        "preemptions": req.preemptions[sl],
     }
-    settled = ~np.isnan(req.t_first_sched)
+    settled = ~np.isnan(req.t_first_sched[sl])
+    blocked = req.blocked[sl]
     for c in range(NUM_CAUSES):
-        col = np.where(settled, req.blocked[:, c], np.nan)
+        col = np.where(settled, blocked[:, c], np.nan)
         if c == Cause.PREEMPTED:
-            col = np.where(req.preemptions > 0, req.blocked[:, c], 0.0)
-            col = np.where(req.status == 1, np.nan, col)  # still waiting after a preemption
+            col = np.where(req.preemptions[sl] > 0, blocked[:, c], 0.0)
+            col = np.where(status == 1, np.nan, col)  # still waiting after a preemption
         cols[f"blocked_{CAUSE_NAMES[c]}_s"] = col
+    return cols
+
+
+def frame_from_columns(cols: dict[str, np.ndarray]) -> pd.DataFrame:
+    cols = dict(cols)
+    cols["status"] = pd.Categorical.from_codes(cols["status"], STATUS_NAMES)
+    labels = np.array([""] + [Reject.NAMES[k] for k in sorted(Reject.NAMES)], dtype=object)
+    cols["reject_reason"] = labels[cols["reject_reason"]]
     return pd.DataFrame(cols)
 
 
-def _blockage(df: pd.DataFrame) -> dict:
-    cause_cols = [f"blocked_{n}_s" for n in CAUSE_NAMES]
+def request_frame(req: RequestTable) -> pd.DataFrame:
+    return frame_from_columns(request_columns(req))
+
+
+def _blockage(blocked: np.ndarray, klass: np.ndarray) -> dict:
+    """Share of waiting seconds by cause, over the measured requests, overall and per class."""
     out: dict = {}
-    groups = [("all", df)] + [(CLASS_NAMES[g], df[df.klass == g]) for g in range(NUM_CLASSES)]
-    for name, d in groups:
-        if len(d) == 0:
+    groups = [("all", None)] + [(CLASS_NAMES[g], g) for g in range(NUM_CLASSES)]
+    for name, g in groups:
+        rows = blocked if g is None else blocked[klass == g]
+        if len(rows) == 0:
             continue
-        secs = d[cause_cols].fillna(0.0).sum().to_numpy()
+        secs = rows.sum(axis=0)
         total = float(secs.sum())
         out[name] = {
             "waiting_s": total,
@@ -75,22 +96,27 @@ def _blockage(df: pd.DataFrame) -> dict:
 
 
 def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num_blocks: int,
-                  sim_time: float, wall_s: float, warmup: int, slo_ttft: float, slo_tpot: float,
-                  frame: pd.DataFrame | None = None) -> dict:
+                  sim_time: float, wall_s: float, warmup: int, slo_ttft: float, slo_tpot: float) -> dict:
+    """The summary dictionary, computed on the measured requests' columns only (no frame)."""
     rec.flush()
-    df = request_frame(req) if frame is None else frame
-    arrived = int(((req.status != 0) | (~np.isnan(req.arrival) & (req.arrival <= sim_time))).sum())
-    completed = int((req.status == FINISHED).sum())
-    rejected = int((req.status == REJECTED).sum())
-    measured = df[(df.id >= warmup) & (df.status == "finished")]
-    n_meas = len(measured)
-    if n_meas:
-        window = float(measured.finish_s.max() - measured.arrival_s.min())
-    else:
-        window = 0.0
-    good = measured[(measured.ttft_s <= slo_ttft) & ((measured.tpot_s <= slo_tpot) | measured.tpot_s.isna())]
+    status = req.status
+    arrived = int(((status != 0) | (~np.isnan(req.arrival) & (req.arrival <= sim_time))).sum())
+    completed = int((status == FINISHED).sum())
+    rejected = int((status == REJECTED).sum())
+    meas = np.flatnonzero(status == FINISHED)
+    meas = meas[meas >= warmup]
+    n_meas = len(meas)
+    arrival = req.arrival[meas]
+    finish = req.t_finish[meas]
+    out_tok = req.output[meas]
+    ttft = req.t_first_token[meas] - arrival
+    e2e = finish - arrival
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(out_tok > 1, (e2e - ttft) / (out_tok - 1), np.nan)
+    queue = req.t_first_sched[meas] - arrival
+    window = float(finish.max() - arrival.min()) if n_meas else 0.0
+    good = int(((ttft <= slo_ttft) & ((tpot <= slo_tpot) | np.isnan(tpot))).sum())
     per_s = (lambda x: x / window) if window > 0 else (lambda x: 0.0)
-    itl_v, itl_w = rec.itl_gap.array(), rec.itl_count.array()
     reasons = {}
     for code, label in Reject.NAMES.items():
         cnt = int((req.reject_reason == code).sum())
@@ -115,18 +141,17 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
         },
         "throughput": {
             "req_per_s": per_s(n_meas),
-            "output_tok_per_s": per_s(float(measured.output_tokens.sum())),
-            "input_tok_per_s": per_s(float(measured.prompt_tokens.sum())),
-            "goodput_req_per_s": per_s(len(good)),
+            "output_tok_per_s": per_s(float(out_tok.sum())),
+            "input_tok_per_s": per_s(float(req.prompt[meas].sum())),
+            "goodput_req_per_s": per_s(good),
         },
-        "slo": {"ttft_s": slo_ttft, "tpot_s": slo_tpot,
-                "attainment": (len(good) / n_meas) if n_meas else None},
+        "slo": {"ttft_s": slo_ttft, "tpot_s": slo_tpot, "attainment": (good / n_meas) if n_meas else None},
         "latency_s": {
-            "ttft": describe(measured.ttft_s.to_numpy()),
-            "tpot": describe(measured.tpot_s.to_numpy()),
-            "itl": describe_weighted(itl_v, itl_w),
-            "e2e": describe(measured.e2e_s.to_numpy()),
-            "queue": describe(measured.queue_s.to_numpy()),
+            "ttft": describe(ttft),
+            "tpot": describe(tpot),
+            "itl": rec.itl_describe(),
+            "e2e": describe(e2e),
+            "queue": describe(queue),
         },
         "kv": {
             "blocks_total": int(num_blocks),
@@ -142,7 +167,7 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
             "mean_running": float(rec.batch_seqs_sum / rec.iterations) if rec.iterations else 0.0,
             "mean_batch_tokens": float(rec.batch_tokens_sum / rec.iterations) if rec.iterations else 0.0,
         },
-        "blockage": _blockage(measured),
+        "blockage": _blockage(req.blocked[meas], req.klass[meas]),
         "sim_time_s": float(sim_time),
         "wall_s": float(wall_s),
     }

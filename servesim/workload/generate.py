@@ -98,7 +98,8 @@ def generate_workload(sc: Scenario, seed: int | None = None) -> Workload:
         klass = assign_classes(rules, prompt, output)
     else:
         klass = _class_mix(w.classes, n, seed)
-    return Workload(arrival_s=arrivals, prompt_tokens=prompt, output_tokens=output, klass=klass, notes=notes)
+    return Workload(arrival_s=arrivals, prompt_tokens=prompt.astype(np.int32), output_tokens=output.astype(np.int32),
+                    klass=klass, notes=notes)
 
 
 def _class_mix(mix: ClassMix, n: int, seed: int) -> np.ndarray:
