@@ -18,8 +18,9 @@ KV, the victim is also the lowest-class, newest one (the requester itself if it 
 
 Aging (``engine.options.aging_s: T``): a waiting request moves up one class for every ``T``
 seconds since its arrival (P4 reaches P0 after ``4 T``), so no class starves forever: once at
-P0 it is served FCFS with the others there. Aging orders the queue only; the right to preempt
-stays with a request's own class (an aged P4 never evicts a P1).
+P0 it is served FCFS with the others there. A request keeps the rank it was admitted with while
+it runs (an aged P4 admitted as P0 is not evicted for a P1), but the right to preempt stays with a
+request's own class (an aged P4 never evicts anyone above P4).
 
 Dynamic batch size per class (``engine.options.class_max_seqs: [n0, .., n4]``): a request of
 class ``g`` is admitted only while fewer than ``n_g`` requests run. Lower classes get a smaller
@@ -72,6 +73,7 @@ class PriorityScheduling(ContinuousBatching):
         self.class_slots = [min(s, self.max_seqs) for s in slots]
         self.preempt_lower = self.opts["preempt_lower"]
         self._class_causes: dict[tuple, np.ndarray] = {}
+        self.rank = self.req.klass.astype(np.int64)  # a running request's class as admitted (aging)
 
     # -- waiting structure ---------------------------------------------------------------------
     def enqueue(self, rid: int, now: float) -> None:
@@ -114,13 +116,13 @@ class PriorityScheduling(ContinuousBatching):
     def _victim(self, rid: int) -> int:
         """Running out of KV: the lowest-class running request, newest first."""
         run = self.st.running.ids
-        k = self.req.klass[run]
+        k = self.rank[run]
         return int(run[np.flatnonzero(k == k.max())[-1]])
 
     def _lower(self, g: int) -> list[int]:
         """Running requests of classes below ``g``, in preemption order (lowest class, newest)."""
         run = self.st.running.ids
-        k = self.req.klass[run]
+        k = self.rank[run]
         out: list[int] = []
         for c in range(NUM_CLASSES - 1, g, -1):
             out.extend(run[k == c][::-1].tolist())
@@ -185,6 +187,7 @@ class PriorityScheduling(ContinuousBatching):
             if cause is not None:
                 return self._blocked(g, e, cause), admitted
             self._pop(g)
+            self.rank[rid] = e
             self._admit_one(rid, n, now, b)
             admitted = True
         return self._causes[Cause.ITERATION], admitted
