@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from servesim.errors import ScenarioError
 from servesim.hardware import GPUS
+from servesim.kv.config import KVConfig, TierConfig
 from servesim.models import MODELS, ModelShape
 from servesim.workload.trace_config import (
     ClassAssignmentConfig,
@@ -134,6 +135,11 @@ class EngineConfig(Frozen):
     cpu_overhead_per_seq_s: Annotated[float, Field(ge=0)] = 0.0
     # free-form options for a policy's own knobs (built-in and user policies)
     options: dict[str, Any] = {}
+    # KV memory (docs/kv.md): allocator, vLLM's prefix caching flag, L1 eviction, details
+    kv_allocator: Literal["paged", "static", "elastic"] = "paged"
+    enable_prefix_caching: bool = False
+    prefix_cache_eviction: Literal["lru", "priority"] = "lru"
+    kv: KVConfig = KVConfig()
 
 
 # --------------------------------------------------------------------------------- step time
@@ -333,6 +339,8 @@ class Scenario(Frozen):
     slo: SLOConfig = SLOConfig()
     metrics: MetricsConfig = MetricsConfig()
     sim: SimConfig = SimConfig()
+    # lower KV tiers below the GPU pool, in order (L2, L3); need engine.enable_prefix_caching
+    kv_tiers: Annotated[list[TierConfig], Field(max_length=2)] = []
     # folder the scenario file was read from; relative paths in it resolve against this
     base_dir: str = "."
 
@@ -345,6 +353,19 @@ class Scenario(Frozen):
     @property
     def max_model_len(self) -> int:
         return self.engine.max_model_len or self.model_shape.max_model_len
+
+    @model_validator(mode="after")
+    def _kv_consistency(self) -> "Scenario":
+        e = self.engine
+        if e.enable_prefix_caching and e.kv_allocator != "paged":
+            raise ValueError(f"engine.enable_prefix_caching needs engine.kv_allocator: paged "
+                             f"(got {e.kv_allocator!r}); prefix caching shares paged blocks")
+        if self.kv_tiers and not e.enable_prefix_caching:
+            raise ValueError("kv_tiers hold evicted prefix-cache blocks; set engine.enable_prefix_caching: true")
+        names = [t.name for t in self.kv_tiers if t.name]
+        if len(set(names)) != len(names):
+            raise ValueError(f"kv_tiers names must differ, got {names}")
+        return self
 
     @model_validator(mode="after")
     def _engine_consistency(self) -> "Scenario":

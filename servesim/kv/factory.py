@@ -1,8 +1,24 @@
-"""Build the KV manager a scenario asks for (one name -> class mapping, no registry boilerplate)."""
+"""Build the KV manager a scenario asks for (one name -> class mapping, no registry boilerplate).
+
+::
+
+    engine.kv_allocator   enable_prefix_caching   kv_tiers   ->  manager
+    paged                 false                   -              PagedKV        (counts only)
+    paged                 true                    [] or [..]     PrefixCacheKV  (block ids, hashes,
+                                                                                  + TierStack)
+    static                false                   -              StaticKV       (extents)
+    elastic               false                   -              ElasticKV
+
+Prefix chains are mapped here to the engine's block size (and session turns get their output
+blocks' hashes, :mod:`servesim.kv.chains`). A workload without chains under prefix caching gives
+exactly the plain paged results.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from servesim.kv.paged import PagedKV
 
@@ -15,7 +31,60 @@ if TYPE_CHECKING:
     from servesim.request import Workload
     from servesim.scenario import Scenario
 
+GIB = 1 << 30
+
 
 def build_kv(sc: "Scenario", plan: "MemoryPlan", table: "RequestTable", workload: "Workload",
-             env: "simpy.Environment") -> "KVManager":
-    return PagedKV(plan.num_blocks, sc.engine.block_size, table.computed)
+             env: "simpy.Environment | None") -> "KVManager":
+    e = sc.engine
+    bs = e.block_size
+    if e.kv_allocator == "static":
+        from servesim.kv.static import StaticKV
+
+        cfg = e.kv.static
+        if cfg.reserve == "max_model_len":
+            reserve = np.full(table.n, sc.max_model_len, dtype=np.int64)
+        else:
+            reserve = table.prompt + table.output
+        return StaticKV(plan.num_blocks, bs, table.computed, reserve, cfg.fit)
+    if e.kv_allocator == "elastic":
+        from servesim.kv.elastic import ElasticKV
+
+        cfg = e.kv.elastic
+        return ElasticKV(plan.num_blocks, bs, table.computed, -(-cfg.base_tokens // bs), -(-cfg.growth_tokens // bs))
+    if not e.enable_prefix_caching:
+        return PagedKV(plan.num_blocks, bs, table.computed)
+    return build_prefix_cache(sc, plan, table, workload, env)
+
+
+def build_prefix_cache(sc: "Scenario", plan: "MemoryPlan", table: "RequestTable", workload: "Workload",
+                       env: "simpy.Environment | None"):
+    from servesim.hardware import GPUS
+    from servesim.kv.chains import engine_chains
+    from servesim.kv.prefix import PrefixCacheKV
+
+    e = sc.engine
+    bs = e.block_size
+    offsets, hashes = engine_chains(workload, bs, e.kv.hash_outputs)
+    tiers = None
+    if sc.kv_tiers:
+        from servesim.kv.tiers import Link, LowerTier, TierStack
+
+        block_bytes = plan.kv_bytes_per_token * bs  # one GPU's slice of a block
+        replica_block_bytes = block_bytes * sc.hardware.gpus_per_replica
+        pcie = GPUS[sc.hardware.gpu].pcie_bytes_per_s
+        levels = []
+        for i, t in enumerate(sc.kv_tiers):
+            name = t.name or f"L{i + 2}"
+            bw, lat = t.resolved(pcie)
+            link = Link(f"{name}-link", bw, lat, t.channels, env)
+            levels.append(LowerTier(name, int(t.capacity_gib * GIB // replica_block_bytes), link))
+        tiers = TierStack(levels, block_bytes)
+    hot = None
+    if e.kv.preload is not None:
+        from servesim.kv.preload import HotPrefixTracker
+
+        p = e.kv.preload
+        hot = HotPrefixTracker(p.min_hits, p.window_s, max(1, int(p.max_share * plan.num_blocks)))
+    return PrefixCacheKV(plan.num_blocks, bs, table, offsets, hashes, eviction=e.prefix_cache_eviction,
+                         protect_share=e.kv.protect_share, tiers=tiers, hot=hot)

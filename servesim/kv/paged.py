@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from servesim.kv.base import NO_HIT, KVUsage, PrefixHit
+from servesim.kv.frag import StepUsage
+from servesim.kv.steps import Holders, run_demand, step_slots
 
 
 class PagedKV:
@@ -28,6 +30,7 @@ class PagedKV:
         self.free_blocks = int(num_blocks)
         self._computed = computed  # shared view of the request table's num_computed column
         self.held = np.zeros(len(computed), dtype=np.int64)
+        self.holders = Holders(len(computed))  # requests with held > 0 (for usage sums)
 
     # -- queries ----------------------------------------------------------------------------
     @property
@@ -56,6 +59,8 @@ class PagedKV:
             return True
         if need > self.free_blocks:
             return False
+        if self.held[rid] == 0:
+            self.holders.add(rid)
         self.held[rid] += need
         self.free_blocks -= need
         return True
@@ -77,6 +82,7 @@ class PagedKV:
     def free(self, rid: int) -> None:
         self.free_blocks += int(self.held[rid])
         self.held[rid] = 0
+        self.holders.remove(rid)
 
     # -- decode runs (the engine's fast path) -------------------------------------------------
     def decode_run(self, ids: np.ndarray, k_max: int) -> tuple[int, np.ndarray]:
@@ -116,11 +122,26 @@ class PagedKV:
         self.held[ids] = want
         self.free_blocks -= int(extra.sum())
 
+    def step_usage(self, ids: np.ndarray, num_new: np.ndarray, k: int = 1,
+                   used: np.ndarray | None = None) -> StepUsage:
+        """Slot accounting during each of the ``k`` steps that ``ids`` are about to run (called
+        after the policy's allocation, before ``computed`` advances; ``k > 1``: a decode run, with
+        ``used`` from :meth:`decode_run` when at hand). See :mod:`servesim.kv.frag`."""
+        bs = self.block_size
+        slots, touched = step_slots(self._computed, self.holders.ids, ids, num_new, k, bs)
+        if used is None:
+            used = np.full(k, self.num_blocks - self.free_blocks, dtype=np.int64)
+            if k > 1:
+                used[1:] += np.cumsum(run_demand(self._computed[ids], k, 0, bs))
+        alloc = np.asarray(used[:k], dtype=np.int64) * bs
+        return StepUsage(total_slots=self.num_blocks * bs, allocated=alloc, used=slots,
+                         reserved_unused=alloc - touched * bs, external=np.zeros(k, dtype=np.int64))
+
     def usage(self) -> KVUsage:
         held = int(self.held.sum())
         bs = self.block_size
         alloc = held * bs
-        used = int(self._computed[self.held > 0].sum())
+        used = int(self._computed[self.holders.ids].sum())
         free = self.free_blocks * bs
         return KVUsage(total_slots=self.num_blocks * bs, allocated_slots=alloc, used_slots=used,
                        reserved_unused_slots=0, largest_free_extent=free, free_slots=free)

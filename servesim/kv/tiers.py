@@ -1,0 +1,200 @@
+"""Lower KV tiers (Halo's L2 CPU DRAM and L3 remote store) and the links that reach them.
+
+L1 is the GPU pool of :class:`~servesim.kv.prefix.PrefixCacheKV`. Below it, each configured tier
+is a hash-addressed block store with a capacity, reached from the GPU over its own link::
+
+    GPU HBM (L1) ──PCIe / RDMA── CPU DRAM (L2) ──────────── capacity, LRU
+        └──────────network (GPUDirect RDMA)──── remote store (L3, e.g. Redis/Mooncake)
+
+* **Demotion** (write-behind): a block evicted from L1 is stored in L2 if L2 does not hold it
+  already; a block L2 evicts to make room moves on to L3; what the last tier evicts is dropped.
+  Stores are counted (bytes moved per link, down direction) but off every request's path: the
+  engine stores KV as it is produced (LMCache and Mooncake store on prefill completion), so by
+  the time L1 evicts it the copy exists. Links are full duplex, so stores do not delay fetches.
+* **Promotion**: a hit in tier ``i`` is read over tier ``i``'s link straight into GPU memory (an L3
+  hit is not staged through L2: Mooncake's transfer engine and LMCache's remote backends write into
+  GPU buffers). The lower-tier copy stays (inclusive, as LMCache): evicting the block again from
+  L1 costs no transfer while L2 still holds it.
+* **Link contention**: each link has ``channels`` parallel transfer slots served first come first
+  served; a fetch of ``b`` bytes requested at ``now`` starts when a channel is free and completes
+  ``latency + b / bandwidth`` later. That completion is known when the fetch is requested (it is
+  ``PrefixHit.ready_at``); a SimPy process mirrors each fetch on a ``simpy.Resource`` of the same
+  capacity on the replica's environment, so other processes see the link busy and a check can
+  confirm the mirror never started a transfer later than planned (``mirror_late_s``). Every user
+  of a link must go through :meth:`Link.fetch` for the two to agree.
+
+Lower tiers evict LRU (priority-aware eviction and pinning apply to L1, where blocks compete with
+running requests). Block bytes are one GPU's share (``kv_bytes_per_token x block_size``); give each
+link the bandwidth one GPU gets.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from servesim.request import NUM_CLASSES
+
+
+class Link:
+    """A full-duplex link between the GPU and one lower tier."""
+
+    def __init__(self, name: str, bandwidth_bytes_per_s: float, latency_s: float = 0.0, channels: int = 1,
+                 env=None):
+        if bandwidth_bytes_per_s <= 0 or latency_s < 0 or channels < 1:
+            raise ValueError(f"link {name}: need bandwidth > 0, latency >= 0, channels >= 1")
+        self.name = name
+        self.bw = float(bandwidth_bytes_per_s)
+        self.latency = float(latency_s)
+        self.free_at = [0.0] * channels
+        self.env = env
+        self.resource = None
+        if env is not None:
+            import simpy
+
+            self.resource = simpy.Resource(env, capacity=channels)
+        self.bytes_up = 0
+        self.bytes_down = 0
+        self.fetches = 0
+        self.stores = 0
+        self.busy_s = 0.0  # channel-seconds spent fetching
+        self.queue_s = 0.0  # fetch seconds spent waiting for a free channel
+        self.mirror_late_s = 0.0
+
+    def fetch(self, nbytes: int, now: float) -> float:
+        """Move ``nbytes`` up to the GPU, requested at ``now``; returns the completion time."""
+        ch = min(range(len(self.free_at)), key=self.free_at.__getitem__)
+        start = max(now, self.free_at[ch])
+        end = start + self.latency + nbytes / self.bw
+        self.free_at[ch] = end
+        self.bytes_up += int(nbytes)
+        self.fetches += 1
+        self.busy_s += end - start
+        self.queue_s += start - now
+        if self.resource is not None:
+            self.env.process(self._mirror(start, end))
+        return end
+
+    def store(self, nbytes: int) -> None:
+        """Count a write-behind store of ``nbytes`` (down direction; see module docstring)."""
+        self.bytes_down += int(nbytes)
+        self.stores += 1
+
+    def _mirror(self, start: float, end: float):
+        env = self.env
+        if start > env.now:
+            yield env.timeout(start - env.now)
+        with self.resource.request() as req:
+            yield req
+            self.mirror_late_s = max(self.mirror_late_s, env.now - start)
+            if end > env.now:
+                yield env.timeout(end - env.now)
+
+
+@dataclass
+class TierStats:
+    hits: np.ndarray = field(default_factory=lambda: np.zeros(NUM_CLASSES, dtype=np.int64))  # blocks fetched
+    preloaded: int = 0  # blocks fetched ahead of demand
+    inserted: int = 0  # blocks stored into this tier
+    evicted: int = 0  # blocks this tier evicted (moved down or dropped)
+
+
+class LowerTier:
+    """A block store of ``capacity`` blocks with LRU eviction, keyed by prefix hash."""
+
+    def __init__(self, name: str, capacity_blocks: int, link: Link):
+        self.name = name
+        self.capacity = int(capacity_blocks)
+        self.link = link
+        self.blocks: OrderedDict[int, None] = OrderedDict()  # least recently used first
+        self.stats = TierStats()
+
+    def __contains__(self, h: int) -> bool:
+        return h in self.blocks
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def put(self, hashes: list[int]) -> list[int]:
+        """Store new ``hashes`` (most recent last); return what LRU eviction pushed out."""
+        blocks = self.blocks
+        for h in hashes:
+            blocks[h] = None
+        self.stats.inserted += len(hashes)
+        out = []
+        while len(blocks) > self.capacity:
+            out.append(blocks.popitem(last=False)[0])
+        self.stats.evicted += len(out)
+        return out
+
+    def touch(self, hashes: list[int]) -> None:
+        for h in hashes:
+            self.blocks.move_to_end(h)
+
+
+class TierStack:
+    """The lower tiers in order (index 0 = L2), with demotion, lookup and promotion."""
+
+    def __init__(self, tiers: list[LowerTier], block_bytes: int):
+        self.tiers = tiers
+        self.block_bytes = int(block_bytes)
+        self.dropped = 0  # blocks evicted from the last tier
+
+    def __len__(self) -> int:
+        return len(self.tiers)
+
+    def demote(self, hashes: list[int]) -> None:
+        """Blocks evicted from L1 (in eviction order) go down the stack."""
+        for tier in self.tiers:
+            new = [h for h in hashes if h not in tier.blocks]
+            old = [h for h in hashes if h in tier.blocks] if len(new) != len(hashes) else []
+            tier.touch(old)
+            if new:
+                tier.link.store(len(new) * self.block_bytes)
+            hashes = tier.put(new)
+            if not hashes:
+                return
+        self.dropped += len(hashes)
+
+    def find(self, hashes: list[int], skip=None) -> list[int]:
+        """Tier index of each leading hash found below L1, stopping at the first miss (or at a
+        hash for which ``skip(h)`` is true)."""
+        out = []
+        for h in hashes:
+            if skip is not None and skip(h):
+                break
+            for i, tier in enumerate(self.tiers):
+                if h in tier.blocks:
+                    out.append(i)
+                    break
+            else:
+                break
+        return out
+
+    def fetch(self, hashes: list[int], where: list[int], now: float, klass: int = -1) -> float:
+        """Promote ``hashes`` found in tiers ``where`` to L1; returns when all have arrived.
+        ``klass`` -1 marks a preload (counted apart from demand hits)."""
+        ready = now
+        for i, tier in enumerate(self.tiers):
+            mine = [h for h, w in zip(hashes, where) if w == i]
+            if not mine:
+                continue
+            tier.touch(mine)
+            ready = max(ready, tier.link.fetch(len(mine) * self.block_bytes, now))
+            if klass >= 0:
+                tier.stats.hits[klass] += len(mine)
+            else:
+                tier.stats.preloaded += len(mine)
+        return ready
+
+    def check(self) -> None:
+        for t in self.tiers:
+            if len(t.blocks) > t.capacity:
+                raise AssertionError(f"tier {t.name}: {len(t.blocks)} blocks exceed capacity {t.capacity}")
+            if t.stats.inserted - t.stats.evicted != len(t.blocks):
+                raise AssertionError(f"tier {t.name}: inserted - evicted != blocks held")
+            if t.link.mirror_late_s > 1e-9 * max(1.0, max(t.link.free_at)):
+                raise AssertionError(f"link {t.link.name}: a transfer started {t.link.mirror_late_s} s late "
+                                     f"on the SimPy resource (something else uses the link)")
