@@ -94,7 +94,7 @@ class CompiledReplica:
             I, F, req.arrival, req.prompt, req.output, req.klass, req.computed, req.num_output,
             req.t_first_sched, req.t_first_token, req.t_finish, req.t_last_token, req.preemptions,
             req.status, req.reject_reason, req.blocked, self.kv.held,
-            np.empty(n + 1, dtype=np.int64),  # waiting queue (ring)
+            np.empty(n + 1, dtype=np.int32),  # waiting queue (ring)
             np.empty(seqs, dtype=np.int64),  # running ids
             np.empty(seqs, dtype=np.int64),  # batch ids
             np.empty(seqs, dtype=np.int64),  # batch new tokens

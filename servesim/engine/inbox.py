@@ -25,9 +25,11 @@ class Inbox:
         self._cursor = 0
         # think times, drawn up front: the i-th answer (in time order) starts the think time of
         # request ``clients + i``, so one pre-drawn column serves every engine identically
-        self.think = np.full(self._n, float(think_s))
-        if self._closed and think_exponential and think_s > 0:
-            self.think = think_rng.exponential(think_s, self._n)
+        self.think = np.empty(0)  # open loop: no think times
+        if self._closed:
+            self.think = np.full(self._n, float(think_s))
+            if think_exponential and think_s > 0:
+                self.think = think_rng.exponential(think_s, self._n)
         if self._closed:
             first = min(closed_clients, self._n)
             for rid in range(first):

@@ -13,7 +13,7 @@ from servesim.metrics.collect import Recorder
 from servesim.metrics.sketch import LogSketch
 from servesim.metrics.summary import STATUS_NAMES, request_columns
 
-CHUNK_ROWS = 1 << 20
+CHUNK_ROWS = 1 << 18
 REJECT_LABELS = [""] + [Reject.NAMES[k] for k in sorted(Reject.NAMES)]
 
 
@@ -44,21 +44,15 @@ def write_requests_parquet(req: RequestTable, path: Path) -> None:
 
 
 def latency_sketches(req: RequestTable, rec: Recorder, warmup: int, rel_err: float = 0.01) -> dict[str, LogSketch]:
-    meas = np.flatnonzero(req.status == FINISHED)
-    meas = meas[meas >= warmup]
-    arrival = req.arrival[meas]
-    ttft = req.t_first_token[meas] - arrival
-    e2e = req.t_finish[meas] - arrival
-    out = req.output[meas]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(out > 1, (e2e - ttft) / (out - 1), np.nan)
-    sk = {
-        "ttft": LogSketch(rel_err).add(ttft),
-        "tpot": LogSketch(rel_err).add(tpot),
-        "e2e": LogSketch(rel_err).add(e2e),
-        "queue": LogSketch(rel_err).add(req.t_first_sched[meas] - arrival),
-        "itl": LogSketch(rel_err),
-    }
+    """Sketches of the measured requests' latencies, filled chunk by chunk (bounded memory)."""
+    sk = {name: LogSketch(rel_err) for name in ("ttft", "tpot", "itl", "e2e", "queue")}
+    for lo in range(0, req.n, CHUNK_ROWS):
+        hi = min(lo + CHUNK_ROWS, req.n)
+        cols = request_columns(req, lo, hi)
+        m = cols["status"] == FINISHED
+        m[: max(0, warmup - lo)] = False
+        for name in ("ttft", "tpot", "e2e", "queue"):
+            sk[name].add(cols[f"{name}_s"][m])
     rec.flush()
     for v, w in rec.itl.parts():
         sk["itl"].add(np.asarray(v), np.asarray(w))

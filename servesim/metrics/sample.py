@@ -25,7 +25,7 @@ BINS = 1 << 16
 
 
 class WeightedSample:
-    def __init__(self, mem_pairs: int = 8_000_000):
+    def __init__(self, mem_pairs: int = 4_000_000):
         self.mem_pairs = mem_pairs
         self._vals: list[np.ndarray] = []
         self._wts: list[np.ndarray] = []

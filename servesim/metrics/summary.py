@@ -78,44 +78,72 @@ def request_frame(req: RequestTable) -> pd.DataFrame:
     return frame_from_columns(request_columns(req))
 
 
-def _blockage(blocked: np.ndarray, klass: np.ndarray) -> dict:
-    """Share of waiting seconds by cause, over the measured requests, overall and per class."""
-    out: dict = {}
-    groups = [("all", None)] + [(CLASS_NAMES[g], g) for g in range(NUM_CLASSES)]
-    for name, g in groups:
-        rows = blocked if g is None else blocked[klass == g]
-        if len(rows) == 0:
+CHUNK = 1 << 20  # rows per pass when aggregating over all requests (bounded memory)
+
+
+def _blockage(req: RequestTable, measured: np.ndarray) -> dict:
+    """Share of waiting seconds by cause over the measured requests, overall and per class,
+    accumulated chunk by chunk (never a copy of the whole blocked-seconds matrix)."""
+    secs = np.zeros((NUM_CLASSES, NUM_CAUSES))
+    present = np.zeros(NUM_CLASSES, dtype=bool)
+    for lo in range(0, req.n, CHUNK):
+        hi = min(lo + CHUNK, req.n)
+        m = measured[lo:hi]
+        if not m.any():
             continue
-        secs = rows.sum(axis=0)
-        total = float(secs.sum())
+        g = req.klass[lo:hi][m].astype(np.int64)
+        present[np.unique(g)] = True
+        rows = req.blocked[lo:hi][m]
+        for c in range(NUM_CAUSES):
+            secs[:, c] += np.bincount(g, weights=rows[:, c], minlength=NUM_CLASSES)
+    out: dict = {}
+    groups = [("all", secs.sum(axis=0), present.any())] + [
+        (CLASS_NAMES[g], secs[g], present[g]) for g in range(NUM_CLASSES)]
+    for name, row, here in groups:
+        if not here:
+            continue
+        total = float(row.sum())
         out[name] = {
             "waiting_s": total,
-            "share": {CAUSE_NAMES[c]: (float(secs[c] / total) if total > 0 else 0.0) for c in range(NUM_CAUSES)},
+            "share": {CAUSE_NAMES[c]: (float(row[c] / total) if total > 0 else 0.0) for c in range(NUM_CAUSES)},
         }
     return out
 
 
+def measured_mask(req: RequestTable, warmup: int) -> np.ndarray:
+    """Completed requests after the first ``warmup`` (arrival order)."""
+    m = req.status == FINISHED
+    m[:warmup] = False
+    return m
+
+
 def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num_blocks: int,
                   sim_time: float, wall_s: float, warmup: int, slo_ttft: float, slo_tpot: float) -> dict:
-    """The summary dictionary, computed on the measured requests' columns only (no frame)."""
+    """The summary dictionary, from the columns, one latency column alive at a time."""
     rec.flush()
     status = req.status
     arrived = int(((status != 0) | (~np.isnan(req.arrival) & (req.arrival <= sim_time))).sum())
     completed = int((status == FINISHED).sum())
     rejected = int((status == REJECTED).sum())
-    meas = np.flatnonzero(status == FINISHED)
-    meas = meas[meas >= warmup]
+    mask = measured_mask(req, warmup)
+    meas = np.flatnonzero(mask)
     n_meas = len(meas)
     arrival = req.arrival[meas]
-    finish = req.t_finish[meas]
-    out_tok = req.output[meas]
     ttft = req.t_first_token[meas] - arrival
-    e2e = finish - arrival
+    e2e = req.t_finish[meas] - arrival
+    out_tok = req.output[meas]
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out_tok > 1, (e2e - ttft) / (out_tok - 1), np.nan)
-    queue = req.t_first_sched[meas] - arrival
-    window = float(finish.max() - arrival.min()) if n_meas else 0.0
+    window = float(req.t_finish[meas].max() - arrival.min()) if n_meas else 0.0
     good = int(((ttft <= slo_ttft) & ((tpot <= slo_tpot) | np.isnan(tpot))).sum())
+    lat = {"ttft": describe(ttft), "tpot": describe(tpot)}
+    del ttft, tpot
+    lat["itl"] = rec.itl_describe()
+    lat["e2e"] = describe(e2e)
+    del e2e
+    lat["queue"] = describe(req.t_first_sched[meas] - arrival)
+    out_sum = float(out_tok.sum())
+    del out_tok, arrival
     per_s = (lambda x: x / window) if window > 0 else (lambda x: 0.0)
     reasons = {}
     for code, label in Reject.NAMES.items():
@@ -141,18 +169,12 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
         },
         "throughput": {
             "req_per_s": per_s(n_meas),
-            "output_tok_per_s": per_s(float(out_tok.sum())),
+            "output_tok_per_s": per_s(out_sum),
             "input_tok_per_s": per_s(float(req.prompt[meas].sum())),
             "goodput_req_per_s": per_s(good),
         },
         "slo": {"ttft_s": slo_ttft, "tpot_s": slo_tpot, "attainment": (good / n_meas) if n_meas else None},
-        "latency_s": {
-            "ttft": describe(ttft),
-            "tpot": describe(tpot),
-            "itl": rec.itl_describe(),
-            "e2e": describe(e2e),
-            "queue": describe(queue),
-        },
+        "latency_s": lat,
         "kv": {
             "blocks_total": int(num_blocks),
             "peak_usage": float(kv_peak / num_blocks),
@@ -167,7 +189,7 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
             "mean_running": float(rec.batch_seqs_sum / rec.iterations) if rec.iterations else 0.0,
             "mean_batch_tokens": float(rec.batch_tokens_sum / rec.iterations) if rec.iterations else 0.0,
         },
-        "blockage": _blockage(req.blocked[meas], req.klass[meas]),
+        "blockage": _blockage(req, mask),
         "sim_time_s": float(sim_time),
         "wall_s": float(wall_s),
     }
