@@ -17,6 +17,7 @@ Modes (see ``--help``):
 * ``allreduce``   NCCL ``all_reduce`` over N GPUs and ``send_recv`` between two (one process a GPU).
 * ``all``         the above for several models, spread over the visible GPUs, then packs merged.
 * ``merge``       add measured collectives to the packs (used by ``all``; also runnable by hand).
+* ``backends``    time a few attention shapes on every SDPA backend (evidence for the choice).
 
 How op times are taken: random bf16 tensors (never zeros), warm-up, then the op is captured
 ``R`` times back to back in a CUDA graph and the graph is replayed; the op time is replay time / R,
@@ -1658,7 +1659,8 @@ def cmd_allreduce(args) -> int:
                 "calls; per repeat the ranks are lined up with a small all-reduce and time = max over "
                 "ranks. time_ms (NCCL): `iters` back-to-back calls captured in one CUDA graph per "
                 "rank (iters so that they take ~2 ms, 1..50), CUDA events around a replay, / iters, "
-                "so the CPU launch cost is excluded as for the op tables; eager_ms below: events "
+                "so the CPU launch cost is excluded as for the op tables; eager_ms (in the "
+                "collectives YAML): events "
                 "around `iters` eager back-to-back calls (1..20), which includes PyTorch's per-call "
                 f"CPU cost for small messages. Median of {n_rep_text(args)} repeats. send_recv: rank 0 "
                 "sends to rank 1."),
