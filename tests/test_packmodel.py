@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from servesim.errors import PackError
 from servesim.models import MODELS
 from servesim.perf.base import StepTimeModel
 from servesim.perf.pack import LAYER_TOKEN_OPS, read_pack
@@ -50,9 +51,20 @@ def lin_ms(t: float) -> float:
     return L * per_layer + token_time("embed", t)
 
 
-def rows_ms(n: int, graph: bool) -> float:
-    over = 0.1 + 0.0001 * n if graph else 1.0 + 0.001 * n
-    return token_time("lm_head", n) + token_time("final_norm", n) + over
+def head_gaps_ms(n: int) -> float:
+    """LM head + final norm on n rows, plus the graph gaps (overhead_cuda_graph), paid in both modes."""
+    return token_time("lm_head", n) + token_time("final_norm", n) + 0.1 + 0.0001 * n
+
+
+def cpu_floor_ms(b: int) -> float:
+    """Eager CPU floor at a calibration batch: kernels of the decode calibration forward (context
+    0 -> the first measured context) + overhead_eager."""
+    kernels = lin_ms(b) + token_time("lm_head", b) + token_time("final_norm", b) + L * decode_time(b, 16)
+    return kernels + 1.0 + 0.001 * b
+
+
+def expected_s(kernels_ms: float, n: int, graph: bool) -> float:
+    return (kernels_ms if graph else max(kernels_ms, cpu_floor_ms(n))) * 1e-3
 
 
 def test_is_a_step_time_model(synth):
@@ -63,17 +75,31 @@ def test_is_a_step_time_model(synth):
 @pytest.mark.parametrize("t", CHUNKS)
 @pytest.mark.parametrize("c", PREFILL_CTX)
 def test_exact_at_prefill_grid_points(synth, t, c):
-    expected = lin_ms(t) + rows_ms(1, False) + L * prefill_time(t, c)
-    assert synth[False].predict(np.array([t]), np.array([c])) == pytest.approx(expected * 1e-3, rel=1e-7)
+    kernels = lin_ms(t) + head_gaps_ms(1) + L * prefill_time(t, c)
+    got = synth[False].predict(np.array([t]), np.array([c]))
+    assert got == pytest.approx(expected_s(kernels, 1, graph=False), rel=1e-7)
 
 
 @pytest.mark.parametrize("b", DEC_BATCH)
 @pytest.mark.parametrize("c", DEC_CTX)
-@pytest.mark.parametrize("graph", [False, True])
-def test_exact_at_decode_grid_points(synth, b, c, graph):
-    expected = lin_ms(b) + rows_ms(b, graph) + L * decode_time(b, c)
-    got = synth[graph].predict(np.ones(b, np.int64), np.full(b, c))
-    assert got == pytest.approx(expected * 1e-3, rel=1e-7)
+def test_exact_at_decode_grid_points(synth, b, c):
+    kernels = lin_ms(b) + head_gaps_ms(b) + L * decode_time(b, c)
+    got = synth[True].predict(np.ones(b, np.int64), np.full(b, c))
+    assert got == pytest.approx(expected_s(kernels, b, graph=True), rel=1e-7)
+    floor = float(synth[False].curves["cpu_floor"](b))
+    eager = synth[False].predict(np.ones(b, np.int64), np.full(b, c))
+    assert eager == pytest.approx(max(kernels, floor) * 1e-3, rel=1e-7)
+
+
+def test_eager_cpu_floor_from_calibration_rows(synth):
+    """C(b) = kernels of the decode calibration forward + overhead_eager, at each row's batch."""
+    floor = synth[False].curves["cpu_floor"]
+    assert list(floor.x) == [1, 64, 256]
+    assert floor.y == pytest.approx([cpu_floor_ms(b) for b in (1, 64, 256)], rel=1e-7)
+    # a long prefill hides the CPU launch time; a single decode does not
+    m = synth[False]
+    assert m.breakdown_ms(np.array([4096]), np.array([0]))["cpu_wait"] == 0.0
+    assert m.breakdown_ms(np.array([1]), np.array([16]))["cpu_wait"] > 0.0
 
 
 def test_token_ops_exact_between_and_beyond_grid(synth):
@@ -123,12 +149,22 @@ def test_prefill_extrapolation_rules(synth):
 
 
 def test_mixed_batch_composes(synth):
-    m = synth[False]
     new = np.array([256, 1, 1, 1, 1])
     ctx = np.array([1024, 256, 256, 256, 256])
-    expected = lin_ms(260) + rows_ms(5, False) + L * (prefill_time(256, 1024) + decode_time(4, 256))
-    assert m.predict(new, ctx) == pytest.approx(expected * 1e-3, rel=1e-7)
-    assert m.predict(np.array([], np.int64), np.array([], np.int64)) == 0.0
+    kernels = lin_ms(260) + head_gaps_ms(5) + L * (prefill_time(256, 1024) + decode_time(4, 256))
+    for graph in (False, True):  # graph_scope "decode": a mixed batch is eager either way
+        got = synth[graph].predict(new, ctx)
+        assert got == pytest.approx(max(kernels, float(synth[graph].curves["cpu_floor"](5))) * 1e-3, rel=1e-7)
+    assert synth[False].predict(np.array([], np.int64), np.array([], np.int64)) == 0.0
+
+
+def test_graph_scope_all_replays_prefills_too(tmp_path):
+    pack = read_pack(synthetic_pack(tmp_path))
+    m = PackStepModel(pack, SHAPE, cuda_graph=True, graph_scope="all")
+    kernels = lin_ms(16) + head_gaps_ms(1) + L * prefill_time(16, 0)
+    assert m.predict(np.array([16]), np.array([0])) == pytest.approx(kernels * 1e-3, rel=1e-7)
+    with pytest.raises(PackError):
+        PackStepModel(pack, SHAPE, graph_scope="prefill")
 
 
 def test_tp_adds_two_all_reduces_per_layer(tmp_path):

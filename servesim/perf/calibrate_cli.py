@@ -111,14 +111,18 @@ def read_validation(folder: Path, model: str | None = None) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def validate_frame(gpu: str, df: pd.DataFrame) -> pd.DataFrame:
-    """Add ``predicted_ms``, ``error`` (predicted/measured - 1) and ``kind`` to validation rows."""
+def validate_frame(gpu: str, df: pd.DataFrame, graph_scope: str = "all") -> pd.DataFrame:
+    """Add ``predicted_ms``, ``error`` (predicted/measured - 1) and ``kind`` to validation rows.
+
+    ``graph_scope="all"``: the profiler's graph-mode rows replay the whole forward of every
+    composition (prefills too) as one CUDA graph, so the model is asked the same.
+    """
     from servesim.perf.packmodel import load_pack_model
 
     out = df.copy()
     out["predicted_ms"] = np.nan
     for (model, tp, graph), idx in out.groupby(["model", "tp", "cuda_graph"]).groups.items():
-        m = load_pack_model(gpu, str(model), tp=int(tp), cuda_graph=bool(graph))
+        m = load_pack_model(gpu, str(model), tp=int(tp), cuda_graph=bool(graph), graph_scope=graph_scope)
         out.loc[idx, "predicted_ms"] = predict_frame(out.loc[idx], m)
     out["error"] = out["predicted_ms"] / out["measured_ms"] - 1
     out["kind"] = batch_kind(out)
@@ -169,7 +173,9 @@ def predict(
     model: str = typer.Option(..., "--model", help="model key, e.g. llama-3-8b"),
     tp: int = typer.Option(1, "--tp", help="tensor-parallel degree"),
     pp: int = typer.Option(1, "--pp", help="pipeline-parallel degree"),
-    cuda_graph: bool = typer.Option(False, "--cuda-graph", help="pure-decode iterations replay a CUDA graph"),
+    cuda_graph: bool = typer.Option(False, "--cuda-graph", help="replay iterations as CUDA graphs (see --graph-scope)"),
+    graph_scope: str = typer.Option("decode", "--graph-scope", help="with --cuda-graph: 'decode' (pure-decode "
+                                    "iterations only, vLLM's capture) or 'all' iterations"),
     batches: Path = typer.Option(..., "--batches", help="CSV with n_prefill,prefill_len,prefill_ctx,n_decode,decode_ctx"),
     out: Path = typer.Option(..., "--out", help="output CSV (input columns + predicted_ms)"),
 ) -> None:
@@ -178,7 +184,7 @@ def predict(
 
     try:
         df = read_batches(batches)
-        m = load_pack_model(gpu, model, tp=tp, pp=pp, cuda_graph=cuda_graph)
+        m = load_pack_model(gpu, model, tp=tp, pp=pp, cuda_graph=cuda_graph, graph_scope=graph_scope)
         df["predicted_ms"] = predict_frame(df, m)
     except ServesimError as exc:
         _fail(str(exc))
@@ -195,11 +201,13 @@ def validate(
     folder: Optional[Path] = typer.Option(None, "--folder", help="validation folder (default: calibration/validation/<gpu>)"),
     write: Optional[Path] = typer.Option(None, "--write", help="also write the table into this markdown file "
                                          "(e.g. calibration/VALIDATION.md, between its generated-table markers)"),
+    graph_scope: str = typer.Option("all", "--graph-scope", help="what graph-mode rows replayed: 'all' "
+                                    "(the profiler's whole-forward graphs) or 'decode'"),
 ) -> None:
     """Whole-iteration error of the pack model against measured iterations, per batch kind."""
     folder = folder or REPO / "calibration" / "validation" / gpu
     try:
-        res = validate_frame(gpu, read_validation(folder, model))
+        res = validate_frame(gpu, read_validation(folder, model), graph_scope)
     except ServesimError as exc:
         _fail(str(exc))
         return

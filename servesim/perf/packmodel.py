@@ -5,11 +5,14 @@ cached contexts summing to ``S``, the others prefill chunks ``(t_i, c_i)``) cost
 
     lin(T)       = L * (sum of per-layer token ops(T) + residual_add(T))      (residual_add twice)
                    + embed(T) + [tp>1] 2 L all_reduce(T*hidden*2 bytes) + (pp-1) send_recv(same)
-    rows(n)      = lm_head(n) + final_norm(n)                                  (one row per sequence)
-    overhead(n)  = overhead_cuda_graph(n) for pure-decode iterations when cuda_graph, else eager
-    attention    = L * attn_decode(n_d, S)  +  L * sum_i attn_prefill(t_i, c_i)
+    head(n)      = lm_head(n) + final_norm(n)                                  (one row per sequence)
+    gaps(n)      = overhead_cuda_graph(n)          GPU idle between a forward's kernels (0 if absent)
+    attention    = L * attn_decode(n_d, S / n_d)  +  L * sum_i attn_prefill(t_i, c_i)
+    K            = lin(T) + head(n) + gaps(n) + attention
 
-    time = lin(T) + rows(n) + overhead(n) + attention
+    time = K                    in a CUDA graph
+    time = max(K, C(n))         eager: C(n) = the CPU's launch time of one forward, from the
+                                overhead_eager calibration rows (C(b) = kernels(b) + overhead_eager(b))
 
 ``L`` counts all layers: with pipeline parallelism one iteration passes every stage in turn, so the
 model returns that latency (the roofline model does the same); send_recv adds one activation hop per
@@ -321,7 +324,7 @@ class PrefillAttention:
         t = np.asarray(t, np.float64)
         c = np.asarray(c, np.float64)
         t_max = self.chunks[-1]
-        if t.max() <= t_max:
+        if t.size == 0 or t.max() <= t_max:
             return self._lattice(t, c)
         pieces = np.ceil(t / t_max)
         out = np.zeros_like(t)
@@ -336,17 +339,25 @@ class PrefillAttention:
 # --- the model --------------------------------------------------------------------------------
 
 class PackStepModel:
-    """``StepTimeModel`` built from one calibration pack; immutable after construction."""
+    """``StepTimeModel`` built from one calibration pack; immutable after construction.
+
+    ``cuda_graph`` replays iterations as CUDA graphs: with ``graph_scope="decode"`` (the default,
+    vLLM's classic capture) only pure-decode iterations, with ``"all"`` every iteration (how the
+    profiler's graph-mode validation forwards were measured).
+    """
 
     name = "pack"
 
     def __init__(self, pack: Pack, shape: ModelShape, tp: int = 1, pp: int = 1,
-                 cuda_graph: bool = False, loglog: bool = False):
+                 cuda_graph: bool = False, loglog: bool = False, graph_scope: str = "decode"):
         if pp < 1:
             raise PackError(f"pipeline-parallel degree must be >= 1, got {pp}")
+        if graph_scope not in ("decode", "all"):
+            raise PackError(f"graph_scope must be 'decode' or 'all', got {graph_scope!r}")
         pack.require(required_ops(tp, pp, cuda_graph))
         check_shape(pack, shape)
         self.pack, self.shape, self.tp, self.pp, self.cuda_graph = pack, shape, tp, pp, cuda_graph
+        self.graph_scope = graph_scope
         self.layers = shape.num_layers
         self.curves = {op: Curve(pack.rows(op).tokens, pack.rows(op).time_ms, loglog, monotone=False)
                        for op in LAYER_TOKEN_OPS + ("embed",)}
@@ -368,8 +379,12 @@ class PackStepModel:
         self.n_table = int(max(self.curves[op].x[-1] for op in LAYER_TOKEN_OPS + ("embed",)))
         n = np.arange(self.n_table + 1, dtype=np.float64)
         self._lin = self._monotone_lin_table(n)
-        self._rows_eager = self._per_seq_ms(n, graph=False)
-        self._dec_const = self._lin + self._per_seq_ms(n, graph=cuda_graph)
+        self._seq = self._per_seq_ms(n)  # head + graph gaps, by sequences
+        self._dec_const = self._lin + self._seq
+        self.curves["cpu_floor"] = self._cpu_floor_curve()
+        self._cpu = np.where(n > 0, self.curves["cpu_floor"](n), 0.0)
+        self._decode_in_graph = cuda_graph
+        self._all_in_graph = cuda_graph and graph_scope == "all"
 
     # -- construction helpers (also the path for counts beyond the tables) ---------------------
     def _lin_ms(self, tokens: np.ndarray) -> np.ndarray:
@@ -400,13 +415,37 @@ class PackStepModel:
         mono = isotonic(self._lin_ms(grid))
         return np.where(n > 0, np.interp(n, grid, mono), 0.0)
 
-    def _per_seq_ms(self, seqs: np.ndarray, graph: bool) -> np.ndarray:
+    def _per_seq_ms(self, seqs: np.ndarray) -> np.ndarray:
+        """LM head and final norm on one row per sequence, plus the GPU-side gaps of a forward.
+
+        The gaps are ``overhead_cuda_graph``: a graph replay's time not covered by its kernels. An
+        eager forward has at least the same gaps, so both modes pay them (0 without graph rows).
+        """
         c = self.curves
-        eager = c["overhead_eager"](seqs)
-        over = eager
-        if graph:  # a graph replay never costs more than the eager launch it replaces
-            over = np.minimum(c["overhead_cuda_graph"](seqs), eager)
-        return np.where(seqs > 0, c["lm_head"](seqs) + c["final_norm"](seqs) + over, 0.0)
+        gaps = c["overhead_cuda_graph"](seqs) if "overhead_cuda_graph" in c else 0.0
+        return np.where(seqs > 0, c["lm_head"](seqs) + c["final_norm"](seqs) + gaps, 0.0)
+
+    def _cpu_floor_curve(self) -> Curve:
+        """Eager mode: the CPU's launch time of one forward, by sequences.
+
+        ``overhead_eager`` rows are ``wall - kernels`` of decode calibration forwards (batch ``b``,
+        context ``c0`` per sequence: ``overhead.calibration_context`` in the pack YAML, else 0).
+        When the CPU launches slower than the GPU runs, the wall time is the CPU's; so the floor
+        is ``C(b) = kernels(b) + overhead_eager(b)`` and an eager iteration takes
+        ``max(kernels + gaps, C(n))``: a long prefill hides the launch cost, a small decode does not.
+        """
+        rows = self.pack.rows("overhead_eager")
+        b, over = pool_median(rows.batch, rows.time_ms)
+        c0 = float((self.pack.meta.get("overhead") or {}).get("calibration_context", 0) or 0)
+        kernels = np.array([self._lin_at(int(x)) + float(self._per_seq_ms(np.array([x]))[0])
+                            - float(self._gaps(np.array([x]))[0])
+                            + self.layers * float(self.decode_attn(int(x), np.array([x * c0]))[0])
+                            for x in b])
+        return Curve(b, kernels + over)
+
+    def _gaps(self, seqs: np.ndarray) -> np.ndarray:
+        c = self.curves
+        return c["overhead_cuda_graph"](seqs) if "overhead_cuda_graph" in c else np.zeros_like(seqs)
 
     def _lin_at(self, tokens: int) -> float:
         """``lin`` of one token count; beyond the table the raw sum's linear tails continue it."""
@@ -415,21 +454,28 @@ class PackStepModel:
         raw = self._lin_ms(np.array([float(self.n_table), float(tokens)]))
         return float(self._lin[self.n_table] + (raw[1] - raw[0]))
 
-    def _rows_eager_at(self, seqs: int) -> float:
+    def _seq_at(self, seqs: int) -> float:
         if seqs <= self.n_table:
-            return float(self._rows_eager[seqs])
-        return float(self._per_seq_ms(np.array([seqs], np.float64), graph=False)[0])
+            return float(self._seq[seqs])
+        return float(self._per_seq_ms(np.array([seqs], np.float64))[0])
+
+    def _cpu_at(self, seqs: int) -> float:
+        if seqs <= self.n_table:
+            return float(self._cpu[seqs])
+        return float(self.curves["cpu_floor"](float(seqs)))
 
     def _dec_const_at(self, seqs: int) -> float:
         if seqs <= self.n_table:
             return float(self._dec_const[seqs])
-        s = np.array([seqs], np.float64)
-        return self._lin_at(seqs) + float(self._per_seq_ms(s, graph=self.cuda_graph)[0])
+        return self._lin_at(seqs) + self._seq_at(seqs)
 
     # -- the one code path for pure-decode iterations ---------------------------------------------
     def _decode_seconds(self, num_seqs: int, kv_tokens: np.ndarray) -> np.ndarray:
         attn = self.decode_attn(num_seqs, kv_tokens.astype(np.float64))
-        return (self._dec_const_at(num_seqs) + self.layers * attn) * 1e-3
+        ms = self._dec_const_at(num_seqs) + self.layers * attn
+        if not self._decode_in_graph:
+            ms = np.maximum(ms, self._cpu_at(num_seqs))
+        return ms * 1e-3
 
     # -- StepTimeModel ------------------------------------------------------------------------
     def predict_decode_run(self, num_seqs: int, context_sum: int, steps: int) -> np.ndarray:
@@ -449,11 +495,13 @@ class PackStepModel:
         if n_pre == 0:
             return float(self._decode_seconds(n, np.array([int(ctx.sum())], np.int64))[0])
         p_new, p_ctx = new[is_pre], ctx[is_pre]
-        ms = self._lin_at(int(new.sum())) + self._rows_eager_at(n)
+        ms = self._lin_at(int(new.sum())) + self._seq_at(n)
         ms += self.layers * float(self.prefill_attn(p_new, p_ctx).sum())
         if n_pre < n:
             kv = np.array([float(int(ctx.sum()) - int(p_ctx.sum()))])
             ms += self.layers * float(self.decode_attn(n - n_pre, kv)[0])
+        if not self._all_in_graph:
+            ms = max(ms, self._cpu_at(n))
         return ms * 1e-3
 
     def describe(self) -> str:
@@ -464,39 +512,46 @@ class PackStepModel:
 
     # -- diagnostics (not in the hot path) -----------------------------------------------------
     def breakdown_ms(self, new_tokens: np.ndarray, context: np.ndarray) -> dict[str, float]:
-        """Per-component ms of one iteration (sums to ``predict`` * 1e3 up to rounding)."""
+        """Per-component ms of one iteration; ``cpu_wait`` is what the CPU floor adds (eager)."""
         new = np.asarray(new_tokens)
         ctx = np.asarray(context)
         n = new.size
         is_dec = new == 1
         n_dec = int(is_dec.sum())
-        graph = self.cuda_graph and n_dec == n
         seqs = np.array([float(n)])
         head = float((self.curves["lm_head"](seqs) + self.curves["final_norm"](seqs))[0])
         kv = np.array([float(ctx[is_dec].sum())])
-        return {
+        out = {
             "linear_ops": self._lin_at(int(new.sum())),
             "lm_head+final_norm": head,
-            "overhead": float(self._per_seq_ms(seqs, graph=graph)[0]) - head,
+            "graph_gaps": float(self._gaps(seqs)[0]),
             "attn_prefill": self.layers * float(self.prefill_attn(new[~is_dec], ctx[~is_dec]).sum()),
             "attn_decode": self.layers * float(self.decode_attn(n_dec, kv)[0]) if n_dec else 0.0,
         }
+        in_graph = self._all_in_graph or (self._decode_in_graph and n_dec == n)
+        busy = sum(out.values())
+        out["cpu_wait"] = 0.0 if in_graph else max(self._cpu_at(n) - busy, 0.0)
+        return out
 
 
 @lru_cache(maxsize=32)
-def _cached_model(gpu: str, shape: ModelShape, tp: int, pp: int, cuda_graph: bool) -> PackStepModel:
-    return PackStepModel(load_pack(gpu, shape, tp), shape, tp=tp, pp=pp, cuda_graph=cuda_graph)
+def _cached_model(gpu: str, shape: ModelShape, tp: int, pp: int, cuda_graph: bool,
+                  graph_scope: str) -> PackStepModel:
+    return PackStepModel(load_pack(gpu, shape, tp), shape, tp=tp, pp=pp, cuda_graph=cuda_graph,
+                         graph_scope=graph_scope)
 
 
 def load_pack_model(gpu: str, model: ModelShape | str, tp: int = 1, pp: int = 1,
-                    cuda_graph: bool = False) -> PackStepModel:
+                    cuda_graph: bool = False, *, graph_scope: str = "decode") -> PackStepModel:
     """The step-time model for ``step_time: {model: pack}``: find the pack, validate, build.
 
-    Models are immutable, so one instance per (gpu, shape, tp, pp, cuda_graph) is cached and shared.
+    ``graph_scope`` (with ``cuda_graph``): ``"decode"`` replays only pure-decode iterations as
+    graphs, ``"all"`` every iteration. Models are immutable, so one instance per argument set is
+    cached and shared.
     """
     if isinstance(model, str):
         if model not in MODELS:
             raise PackError(f"unknown model '{model}' for a calibration pack; allowed: "
                             f"{', '.join(sorted(MODELS))}")
         model = MODELS[model]
-    return _cached_model(gpu, model, int(tp), int(pp), bool(cuda_graph))
+    return _cached_model(gpu, model, int(tp), int(pp), bool(cuda_graph), graph_scope)
