@@ -19,7 +19,9 @@ def _empty() -> dict:
 
 def describe(x: np.ndarray) -> dict:
     x = np.asarray(x, dtype=np.float64)
-    x = x[~np.isnan(x)]
+    nan = np.isnan(x)
+    if nan.any():
+        x = x[~nan]
     if len(x) == 0:
         return _empty()
     pcts = np.percentile(x, PERCENTILES)

@@ -110,6 +110,38 @@ def _blockage(req: RequestTable, measured: np.ndarray) -> dict:
     return out
 
 
+def _latency(req: RequestTable, idx: np.ndarray, metric: str) -> np.ndarray:
+    arrival = req.arrival[idx]
+    if metric == "queue":
+        return req.t_first_sched[idx] - arrival
+    if metric == "e2e":
+        return req.t_finish[idx] - arrival
+    ttft = req.t_first_token[idx] - arrival
+    if metric == "ttft":
+        return ttft
+    out = req.output[idx]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(out > 1, (req.t_finish[idx] - arrival - ttft) / (out - 1), np.nan)
+
+
+def latency_column(req: RequestTable, meas: np.ndarray, metric: str) -> np.ndarray:
+    """One latency of the ``meas`` requests, computed chunk by chunk into one array (the only
+    full-length float array alive at a time)."""
+    col = np.empty(len(meas))
+    for lo in range(0, len(meas), CHUNK):
+        col[lo : lo + CHUNK] = _latency(req, meas[lo : lo + CHUNK], metric)
+    return col
+
+
+def _count_good(req: RequestTable, meas: np.ndarray, slo_ttft: float, slo_tpot: float) -> int:
+    good = 0
+    for lo in range(0, len(meas), CHUNK):
+        idx = meas[lo : lo + CHUNK]
+        ttft, tpot = _latency(req, idx, "ttft"), _latency(req, idx, "tpot")
+        good += int(((ttft <= slo_ttft) & ((tpot <= slo_tpot) | np.isnan(tpot))).sum())
+    return good
+
+
 def measured_mask(req: RequestTable, warmup: int) -> np.ndarray:
     """Completed requests after the first ``warmup`` (arrival order)."""
     m = req.status == FINISHED
@@ -126,24 +158,17 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
     completed = int((status == FINISHED).sum())
     rejected = int((status == REJECTED).sum())
     mask = measured_mask(req, warmup)
-    meas = np.flatnonzero(mask)
+    meas = np.flatnonzero(mask).astype(np.int32 if req.n < 2**31 else np.int64)
     n_meas = len(meas)
-    arrival = req.arrival[meas]
-    ttft = req.t_first_token[meas] - arrival
-    e2e = req.t_finish[meas] - arrival
-    out_tok = req.output[meas]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(out_tok > 1, (e2e - ttft) / (out_tok - 1), np.nan)
-    window = float(req.t_finish[meas].max() - arrival.min()) if n_meas else 0.0
-    good = int(((ttft <= slo_ttft) & ((tpot <= slo_tpot) | np.isnan(tpot))).sum())
-    lat = {"ttft": describe(ttft), "tpot": describe(tpot)}
-    del ttft, tpot
+    window = float(req.t_finish[meas].max() - req.arrival[meas].min()) if n_meas else 0.0
+    good = _count_good(req, meas, slo_ttft, slo_tpot)
+    lat = {}
+    for metric in ("ttft", "tpot"):
+        lat[metric] = describe(latency_column(req, meas, metric))
     lat["itl"] = rec.itl_describe()
-    lat["e2e"] = describe(e2e)
-    del e2e
-    lat["queue"] = describe(req.t_first_sched[meas] - arrival)
-    out_sum = float(out_tok.sum())
-    del out_tok, arrival
+    for metric in ("e2e", "queue"):
+        lat[metric] = describe(latency_column(req, meas, metric))
+    out_sum = float(req.output[meas].sum(dtype=np.int64))
     per_s = (lambda x: x / window) if window > 0 else (lambda x: 0.0)
     reasons = {}
     for code, label in Reject.NAMES.items():
