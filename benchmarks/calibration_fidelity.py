@@ -166,11 +166,15 @@ def holdout_prefill(gpu: str, model: str, tp: int) -> list[dict]:
     out.append({"check": f"{gpu} attn_prefill, extrapolation: fit chunk+context <= {cut:.0f}, predict "
                          f"to {span.max()}", **stats(pa(t.tokens, t.context) / t.time_ms - 1)})
     chunks = np.unique(rows.tokens)
-    tcut = chunks[len(chunks) // 2]
-    pa = PrefillAttention(rows.where(rows.tokens <= tcut))
+    tcut = chunks[chunks <= chunks[-1] / 2][-1]
     t = rows.where(rows.tokens > tcut)
-    out.append({"check": f"{gpu} attn_prefill, extrapolation: fit chunk <= {tcut}, predict to "
-                         f"{chunks[-1]} (split rule)", **stats(pa(t.tokens, t.context) / t.time_ms - 1)})
+    chosen = PrefillAttention.choose_long_chunk_rule(rows)
+    for rule in ("split", "flops"):
+        pa = PrefillAttention(rows.where(rows.tokens <= tcut), long_chunks=rule)
+        tag = " (chosen)" if rule == chosen else ""
+        out.append({"check": f"{gpu} attn_prefill, extrapolation: fit chunk <= {tcut}, predict to "
+                             f"{chunks[-1]}, rule '{rule}'{tag}",
+                    **stats(pa(t.tokens, t.context) / t.time_ms - 1)})
     return out
 
 
@@ -214,7 +218,7 @@ def kv_write_rule(gpu: str, model: str, tp: int) -> dict:
     kvw = pack.rows("kv_write")
     ratio = 4 * max(1, s.num_kv_heads // tp) * s.head_dim / (3 * s.hidden_size)
     pred = add(kvw.tokens * ratio)
-    return {"check": f"{gpu} kv_write predicted from residual_add by bytes (the A100 kv_write rule)",
+    return {"check": f"{gpu} kv_write (two index_copy_) predicted from residual_add by bytes (the A100 rule)",
             **stats(pred / kvw.time_ms - 1)}
 
 
@@ -237,8 +241,8 @@ def transfer_check(gpu: str, model: str) -> list[dict]:
     common = got.index.intersection(meas.index)
     out.append({"check": f"{gpu} attn_decode TP2 predicted from TP1 (kv heads 8 -> 4)",
                 **stats(got[common] / meas[common] - 1)})
-    alt = pd.Series({(b, c): dec.get((b, 2 * c), np.nan) for b, c in common}).dropna()
-    out.append({"check": f"{gpu} attn_decode TP2 from TP1, alternative rule t_src(b, c*r)",
+    alt = pd.Series({(b, c): dec.get((b, c // 2), np.nan) for b, c in common if c % 2 == 0}).dropna()
+    out.append({"check": f"{gpu} attn_decode TP2 from TP1, alternative rule t_src(b, r*c), r = 1/2",
                 **stats(alt / meas[alt.index] - 1)})
     meas = series(dst, "attn_prefill", "tokens", "context", "tokens", "context")
     got = p.set_index(["tokens", "context"])["time_ms"]

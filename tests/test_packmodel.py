@@ -18,7 +18,7 @@ from servesim.errors import PackError
 from servesim.models import MODELS
 from servesim.perf.base import StepTimeModel
 from servesim.perf.pack import LAYER_TOKEN_OPS, read_pack
-from servesim.perf.packmodel import PackStepModel, load_pack_model
+from servesim.perf.packmodel import PackStepModel, PrefillAttention, load_pack_model
 from test_pack import (CHUNKS, DEC_BATCH, DEC_CTX, PREFILL_CTX, SHAPE, TOKENS, decode_time,
                        prefill_time, synthetic_pack, token_time)
 
@@ -125,27 +125,48 @@ def test_decode_extrapolation_rules(synth):
 
 
 def test_prefill_extrapolation_rules(synth):
-    pa = synth[False].prefill_attn
-    # context beyond the grid: linear with slope t * sigma (per (query, key) cost) -- exact here
-    assert pa(np.array([256.0]), np.array([9000.0]))[0] == pytest.approx(prefill_time(256, 9000), rel=1e-7)
-    assert pa.sigma == pytest.approx(np.full(len(CHUNKS), 1e-8), rel=1e-6)
-    # chunk beyond the grid: FLOP-ratio scaling of the largest measured chunk, as lattice rows
+    rows = synth[False].pack.rows("attn_prefill")
+    flops = PrefillAttention(rows, long_chunks="flops")
+    split = PrefillAttention(rows, long_chunks="split")
+    for pa in (flops, split):
+        # context beyond the grid: linear with slope t * sigma (per (query, key) cost) -- exact here
+        assert pa(np.array([256.0]), np.array([9000.0]))[0] == pytest.approx(prefill_time(256, 9000), rel=1e-7)
+        assert pa.sigma == pytest.approx(np.full(len(CHUNKS), 1e-8), rel=1e-6)
+        # chunk below the grid: the first row (reading the KV dominates)
+        assert pa(np.array([4.0]), np.array([1024.0]))[0] == pytest.approx(prefill_time(16, 1024), rel=1e-7)
     t_max = max(CHUNKS)
 
+    # "flops": FLOP-ratio scaling of the largest measured chunk, tabulated as lattice rows
     def flop_ratio(t, c):
         return prefill_time(t_max, c) * (t * (c + (t + 1) / 2)) / (t_max * (c + (t_max + 1) / 2))
 
     row = round(t_max * 1.1)  # a tabulated row: exact
-    assert pa(np.array([float(row)]), np.array([4096.0]))[0] == pytest.approx(flop_ratio(row, 4096), rel=1e-7)
-    between = pa(np.array([2000.0]), np.array([4096.0]))[0]  # between rows: the chord, >= the curve
+    assert flops(np.array([float(row)]), np.array([4096.0]))[0] == pytest.approx(flop_ratio(row, 4096), rel=1e-7)
+    between = flops(np.array([2000.0]), np.array([4096.0]))[0]  # between rows: the chord, >= the curve
     assert flop_ratio(2000, 4096) <= between <= flop_ratio(2000, 4096) * 1.003
-    # beyond the last tabulated row (~2**20 tokens) the chunk is split into pieces over a growing context
-    cap = pa.chunks[-1]  # the last tabulated row, <= CHUNK_CAP
-    whole = pa(np.array([cap + 5000.0]), np.array([100.0]))[0]
-    pieces = pa(np.array([cap]), np.array([100.0]))[0] + pa(np.array([5000.0]), np.array([cap + 100.0]))[0]
+
+    # "split": grid-sized pieces over a growing context -- the FLOPs of the whole chunk
+    whole = split(np.array([2500.0]), np.array([100.0]))[0]
+    pieces = (split(np.array([1024.0]), np.array([100.0]))[0] + split(np.array([1024.0]), np.array([1124.0]))[0]
+              + split(np.array([2500.0 - 2 * t_max]), np.array([2148.0]))[0])
     assert whole == pytest.approx(pieces, rel=1e-12)
-    # chunk below the grid: the first row (reading the KV dominates)
-    assert pa(np.array([4.0]), np.array([1024.0]))[0] == pytest.approx(prefill_time(16, 1024), rel=1e-7)
+    two = split(np.array([2048.0]), np.array([0.0]))[0]
+    assert two - 0.02 == pytest.approx(prefill_time(2048, 0) - 0.01, rel=1e-7)  # + one launch floor
+
+
+def test_long_chunk_rule_is_chosen_on_held_out_rows(tmp_path):
+    """Causal pairs priced like context pairs -> split; priced 3x -> FLOP ratio."""
+    from servesim.perf.pack import write_pack
+    from test_pack import synthetic_meta, synthetic_rows
+
+    chunks, ctxs = [64, 128, 256, 512, 1024, 2048], [0, 512, 2048, 8192]
+    for causal_cost, rule in ((1.0, "split"), (3.0, "flops")):
+        rows = [r for r in synthetic_rows() if r[0] != "attn_prefill"]
+        rows += [("attn_prefill", t, 0, c, 0, 0.002 + 1e-8 * t * (c + causal_cost * t / 2), 0.0)
+                 for t in chunks for c in ctxs]
+        path = tmp_path / rule / "h200" / "llama-3-8b.csv"
+        write_pack(rows, synthetic_meta(), path)
+        assert PrefillAttention.choose_long_chunk_rule(read_pack(path).rows("attn_prefill")) == rule
 
 
 def test_mixed_batch_composes(synth):

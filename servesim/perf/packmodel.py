@@ -45,11 +45,10 @@ Extrapolation outside the measured grid (documented in docs/calibration.md, test
 * prefill context above a chunk row: linear in context with slope ``t * sigma``, ``sigma`` the
   marginal time per (query, key) pair measured along that row (or the nearest row that covers
   enough contexts) -- attention FLOPs grow by ``4*heads*head_dim*t`` per extra key. Chunks longer
-  than the grid: FLOP-ratio scaling of the largest measured chunk at the same context,
-  ``t(t_max, c) * w(t, c) / w(t_max, c)`` with ``w = t*(c + (t+1)/2)`` causal pairs, tabulated as
-  extra lattice rows so the lattice stays monotone. (Splitting into grid-sized chunks, which has
-  the same FLOPs, was measured to underestimate: the causal part of a chunk costs more per pair
-  than its context part.) Chunks shorter than the grid: the first row (reading the KV dominates).
+  than the grid: split into grid-sized pieces over a growing context (same FLOPs) or FLOP-ratio
+  scaling of the largest measured chunk, whichever predicts the pack's own longer chunks better
+  from the shorter ones (H200 FlashAttention-2: split; Vidur's A100 profile: FLOP ratio; see
+  :class:`PrefillAttention`). Chunks shorter than the grid: the first row (reading the KV dominates).
 """
 
 from __future__ import annotations
@@ -226,11 +225,24 @@ class DecodeAttention:
 # --- prefill attention: (chunk, context) lattice ----------------------------------------------
 
 class PrefillAttention:
-    """Per-layer prefill attention time in ms of one sequence's chunk of ``t`` tokens over ``c``."""
+    """Per-layer prefill attention time in ms of one sequence's chunk of ``t`` tokens over ``c``.
+
+    Chunks longer than the grid follow one of two rules, chosen per pack by which predicts the
+    pack's own upper chunk rows better from the rows at most half as long (``long_chunks="auto"``):
+
+    * ``"split"``: grid-sized pieces over a growing context -- exactly the FLOPs of the long chunk
+      (causal attention of ``t`` queries = the first ``t_max`` + the rest over the longer prefix);
+      right when a causal pair costs what a context pair costs (measured: H200 FlashAttention-2).
+    * ``"flops"``: FLOP-ratio scaling of the largest measured chunk at the same context; right when
+      the causal part costs more per pair (measured: Vidur's A100 profile).
+    """
 
     MIN_SLOPE_POINTS = 4  # a row needs this many contexts to measure its own per-key slope
 
-    def __init__(self, rows: OpRows):
+    def __init__(self, rows: OpRows, long_chunks: str = "auto"):
+        if long_chunks == "auto":
+            long_chunks = self.choose_long_chunk_rule(rows)
+        self.long_chunks = long_chunks
         chunks = np.unique(rows.tokens).astype(np.float64)
         per_row = []
         for t in chunks:
@@ -245,19 +257,36 @@ class PrefillAttention:
             above = grid > c[-1]
             row[above] = y[-1] + t * sigma[i] * (grid[above] - c[-1])
             table[i] = row
-        ext = self._longer_chunks(chunks[-1])
-        if len(ext):
-            edge = table[-1]
-            w_edge = chunks[-1] * (grid + (chunks[-1] + 1) / 2)
-            flops = ext[:, None] * (grid[None, :] + (ext[:, None] + 1) / 2)
-            table = np.vstack([table, edge[None, :] * flops / w_edge[None, :]])
-            chunks = np.concatenate([chunks, ext])
+        self.measured_max_chunk = float(chunks[-1])
+        if long_chunks == "flops":
+            ext = self._longer_chunks(chunks[-1])
+            if len(ext):
+                edge = table[-1]
+                w_edge = chunks[-1] * (grid + (chunks[-1] + 1) / 2)
+                flops = ext[:, None] * (grid[None, :] + (ext[:, None] + 1) / 2)
+                table = np.vstack([table, edge[None, :] * flops / w_edge[None, :]])
+                chunks = np.concatenate([chunks, ext])
+        elif long_chunks != "split":
+            raise ValueError(f"long_chunks must be 'auto', 'split' or 'flops', got {long_chunks!r}")
         self.chunks, self.grid, self.sigma = chunks, grid, sigma
         self.table = monotone_lattice(table)
         self._flat = self.table.ravel()
         self._inv_dc = 1.0 / np.diff(grid)
         self._inv_dt = 1.0 / np.diff(chunks) if len(chunks) > 1 else np.ones(1)
-        self.measured_max_chunk = float(chunks[-1] if not len(ext) else ext[0] / self.GROWTH)
+
+    @classmethod
+    def choose_long_chunk_rule(cls, rows: OpRows) -> str:
+        """Held-out choice on the pack's own grid: fit chunks <= t_max/2, score the longer rows."""
+        chunks = np.unique(rows.tokens)
+        cut = chunks[chunks <= chunks[-1] / 2]
+        if len(cut) < 2:
+            return "split"
+        train, test = rows.where(rows.tokens <= cut[-1]), rows.where(rows.tokens > cut[-1])
+        errs = {}
+        for rule in ("split", "flops"):
+            pred = cls(train, long_chunks=rule)(test.tokens, test.context)
+            errs[rule] = float(np.median(np.abs(pred / test.time_ms - 1)))
+        return min(errs, key=errs.get)
 
     GROWTH = 1.1  # spacing of the FLOP-scaled rows beyond the measured chunks
     CHUNK_CAP = float(2**20)  # beyond this (never in practice) chunks are split
