@@ -42,7 +42,7 @@ class ElasticKV:
         self.growth = int(growth_blocks)
         self.free_blocks = int(num_blocks)
         self._computed = computed
-        self.held = np.zeros(len(computed), dtype=np.int64)
+        self.held = np.zeros(len(computed), dtype=np.int32)
         self.holders = Holders(len(computed))
 
     # -- geometry -----------------------------------------------------------------------------

@@ -94,16 +94,16 @@ class PrefixCacheKV:
         # requests
         total = np.asarray(table.prompt, dtype=np.int64) + np.asarray(table.output, dtype=np.int64)
         self._width = max(1, int(-(-int(total.max(initial=1)) // block_size)) + 1)
-        self.tbl = np.zeros((16, self._width), dtype=np.int64)
+        self.tbl = np.zeros((16, self._width), dtype=np.int32)
         self._free_rows = list(range(15, -1, -1))
-        self.row = np.full(n, -1, dtype=np.int64)
-        self.held = np.zeros(n, dtype=np.int64)
-        self.reg = np.zeros(n, dtype=np.int64)  # table positions already considered for the cache map
+        self.row = np.full(n, -1, dtype=np.int32)
+        self.held = np.zeros(n, dtype=np.int32)
+        self.reg = np.zeros(n, dtype=np.int32)  # table positions already considered for the cache map
         self.holders = Holders(n)
         self.pending: dict[int, np.ndarray] = {}
-        self.load_ready = np.zeros(n)
+        self.load_ready: dict[int, float] = {}  # holders whose blocks came from a fetch
         self.seen = np.zeros(n, dtype=bool)
-        self.hit_tokens_of = np.zeros(n, dtype=np.int64)
+        self.hit_tokens_of = np.zeros(n, dtype=np.int32)
         # counters
         self.query_tokens = np.zeros(NUM_CLASSES, dtype=np.int64)
         self.hit_tokens = np.zeros(NUM_CLASSES, dtype=np.int64)
@@ -200,7 +200,7 @@ class PrefixCacheKV:
     def _new_row(self, rid: int, blocks: np.ndarray) -> None:
         if not self._free_rows:
             old = self.tbl
-            self.tbl = np.zeros((2 * len(old), self._width), dtype=np.int64)
+            self.tbl = np.zeros((2 * len(old), self._width), dtype=np.int32)
             self.tbl[: len(old)] = old
             self._free_rows = list(range(len(self.tbl) - 1, len(old) - 1, -1))
         r = self._free_rows.pop()
@@ -214,7 +214,7 @@ class PrefixCacheKV:
         if w > self._width:
             self._width = max(w, 2 * self._width)
             old = self.tbl
-            self.tbl = np.zeros((len(old), self._width), dtype=np.int64)
+            self.tbl = np.zeros((len(old), self._width), dtype=np.int32)
             self.tbl[:, : old.shape[1]] = old
 
     def _grow(self, ids: np.ndarray, want: np.ndarray, key: np.ndarray | None = None) -> bool:
@@ -244,7 +244,7 @@ class PrefixCacheKV:
     def reuse_prefix(self, rid: int, now: float) -> PrefixHit:
         """Longest cached prefix of full blocks (module docstring); sets ``computed[rid]``."""
         if self.row[rid] >= 0:  # already holds its blocks (fetch in flight, or landed)
-            return PrefixHit(int(self._computed[rid]), float(self.load_ready[rid]))
+            return PrefixHit(int(self._computed[rid]), self.load_ready.get(rid, 0.0))
         if self._computed[rid] > 0 and rid not in self.pending:  # its own KV (swap-in), not a lookup
             return PrefixHit(int(self._computed[rid]), now)
         chain = self.chain(rid)
@@ -280,9 +280,11 @@ class PrefixCacheKV:
         self.pending.pop(rid, None)
         g = int(self.req.klass[rid])
         self._touch(b1)
+        # start the fetch before taking L1 blocks: their eviction may push the source copies out
+        # of a small lower tier (the transfer has its data by then)
+        ready_at = self.tiers.fetch(hs, where, now, g)
         new = self._take(len(hs))
         self.ref[new] = 1
-        ready_at = self.tiers.fetch(hs, where, now, g)
         self._new_row(rid, np.concatenate([b1, new]))
         self.reg[rid] = len(b1)
         self._register(rid, len(b1) + len(hs))
@@ -367,7 +369,7 @@ class PrefixCacheKV:
         self.row[rid] = -1
         self.held[rid] = 0
         self.reg[rid] = 0
-        self.load_ready[rid] = 0.0
+        self.load_ready.pop(rid, None)
         self.holders.remove(rid)
 
     # -- decode runs ----------------------------------------------------------------------------------
@@ -448,8 +450,8 @@ class PrefixCacheKV:
             return
         for h in hs:
             del self.hot_missing[h]
-        blocks = self._take(len(hs), allow_hot=False)
         ready_at = self.tiers.fetch(hs, where, now, klass=-1)
+        blocks = self._take(len(hs), allow_hot=False)
         for b, h in zip(blocks.tolist(), hs):
             self.cache[h] = b
         self.hashed[blocks] = True

@@ -45,10 +45,10 @@ class StaticKV:
         self.num_blocks = int(num_blocks)
         self.block_size = int(block_size)
         self._computed = computed
-        self.reserve = -(-np.asarray(reserve_tokens, dtype=np.int64) // block_size)  # blocks
+        self.reserve = (-(-np.asarray(reserve_tokens, dtype=np.int64) // block_size)).astype(np.int32)  # blocks
         self.extents = ExtentAllocator(num_blocks, fit)
-        self.start = np.full(len(computed), -1, dtype=np.int64)
-        self.held = np.zeros(len(computed), dtype=np.int64)
+        self.start = np.full(len(computed), -1, dtype=np.int32)
+        self.held = np.zeros(len(computed), dtype=np.int32)
         self.holders = Holders(len(computed))
         big = self.reserve[self.reserve <= self.num_blocks]
         self.next_need = int(big.min()) if len(big) else self.num_blocks + 1

@@ -57,7 +57,7 @@ class Holders:
 
     def __init__(self, n: int):
         self._arr = np.empty(16, dtype=np.int64)
-        self._pos = np.full(n, -1, dtype=np.int64)
+        self._pos = np.full(n, -1, dtype=np.int32)
         self.size = 0
 
     def __contains__(self, rid: int) -> bool:

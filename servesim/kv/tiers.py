@@ -98,6 +98,7 @@ class TierStats:
     hits: np.ndarray = field(default_factory=lambda: np.zeros(NUM_CLASSES, dtype=np.int64))  # blocks fetched
     preloaded: int = 0  # blocks fetched ahead of demand
     inserted: int = 0  # blocks stored into this tier
+    refreshed: int = 0  # blocks sent down that this tier already held (LRU touch, no transfer)
     evicted: int = 0  # blocks this tier evicted (moved down or dropped)
 
 
@@ -141,16 +142,19 @@ class TierStack:
         self.tiers = tiers
         self.block_bytes = int(block_bytes)
         self.dropped = 0  # blocks evicted from the last tier
+        self.demoted = 0  # blocks L1 evicted into the stack
 
     def __len__(self) -> int:
         return len(self.tiers)
 
     def demote(self, hashes: list[int]) -> None:
         """Blocks evicted from L1 (in eviction order) go down the stack."""
+        self.demoted += len(hashes)
         for tier in self.tiers:
             new = [h for h in hashes if h not in tier.blocks]
             old = [h for h in hashes if h in tier.blocks] if len(new) != len(hashes) else []
             tier.touch(old)
+            tier.stats.refreshed += len(old)
             if new:
                 tier.link.store(len(new) * self.block_bytes)
             hashes = tier.put(new)
@@ -190,6 +194,15 @@ class TierStack:
         return ready
 
     def check(self) -> None:
+        """Capacity; conservation: every block sent down a level is stored, refreshed or dropped."""
+        sent = self.demoted
+        for t in self.tiers:
+            if t.stats.inserted + t.stats.refreshed != sent:
+                raise AssertionError(f"tier {t.name}: {sent} blocks sent down, but {t.stats.inserted} stored "
+                                     f"+ {t.stats.refreshed} refreshed")
+            sent = t.stats.evicted
+        if sent != self.dropped:
+            raise AssertionError(f"last tier evicted {sent} blocks but {self.dropped} were dropped")
         for t in self.tiers:
             if len(t.blocks) > t.capacity:
                 raise AssertionError(f"tier {t.name}: {len(t.blocks)} blocks exceed capacity {t.capacity}")
