@@ -81,8 +81,9 @@ class CompiledReplica:
         F[C.F_CPU_C] = cpu_overhead_s
         F[C.F_CPU_P] = cpu_overhead_per_seq_s
         # inbox: open loop reads the sorted arrival column; closed loop starts with the heap
-        heap_t = np.empty(max(n, 1))
-        heap_id = np.empty(max(n, 1), dtype=np.int64)
+        heap_cap = max(len(inbox._heap) + 1, 1) if inbox._closed else 1  # clients, at most
+        heap_t = np.empty(heap_cap)
+        heap_id = np.empty(heap_cap, dtype=np.int64)
         if inbox._closed:
             I[C.I_CLOSED] = 1
             for t, rid in sorted(inbox._heap):

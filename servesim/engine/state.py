@@ -54,7 +54,7 @@ class RequestTable:
         self.t_first_token = np.full(n, np.nan)
         self.t_finish = np.full(n, np.nan)
         self.t_last_token = np.full(n, np.nan)
-        self.preemptions = np.zeros(n, dtype=np.int32)
+        self.preemptions = np.zeros(n, dtype=np.int16)
         self.status = np.zeros(n, dtype=np.int8)
         self.reject_reason = np.zeros(n, dtype=np.int8)
         self.blocked = np.zeros((n, NUM_CAUSES), dtype=np.float64)

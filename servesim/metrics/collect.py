@@ -22,12 +22,17 @@ from servesim.metrics.sample import WeightedSample
 
 
 class BinnedSeries:
-    """Exact time-weighted integrals and maxima of step-constant signals, per time bin."""
+    """Exact time-weighted integrals and maxima of step-constant signals, per time bin.
+
+    At most ``max_bins`` bins are kept: when a run outgrows them, neighbouring bins merge in pairs
+    (integrals add, peaks take the max) and the bin width doubles. ``bin_s`` is therefore the
+    finest width; long runs get coarser series in bounded memory, still exact per bin."""
 
     SIGNALS = ("kv_blocks", "running", "waiting", "batch_tokens")
 
-    def __init__(self, bin_s: float):
+    def __init__(self, bin_s: float, max_bins: int = 1 << 16):
         self.bin_s = float(bin_s)
+        self.max_bins = max_bins
         self._cap = 1024
         self.integral = np.zeros((len(self.SIGNALS), self._cap))
         self.peak = np.zeros((len(self.SIGNALS), self._cap))
@@ -36,7 +41,7 @@ class BinnedSeries:
     def _grow(self, nbins: int) -> None:
         if nbins <= self._cap:
             return
-        cap = max(nbins, 2 * self._cap)
+        cap = min(max(nbins, 2 * self._cap), self.max_bins)
         for name in ("integral", "peak"):
             old = getattr(self, name)
             new = np.zeros((old.shape[0], cap))
@@ -44,11 +49,25 @@ class BinnedSeries:
             setattr(self, name, new)
         self._cap = cap
 
+    def _coarsen(self) -> None:
+        cap = self._cap + (self._cap % 2)
+        for name, merge in (("integral", np.add), ("peak", np.maximum)):
+            old = getattr(self, name)
+            if old.shape[1] < cap:
+                old = np.concatenate([old, np.zeros((old.shape[0], cap - old.shape[1]))], axis=1)
+            new = np.zeros_like(old)
+            new[:, : cap // 2] = merge(old[:, 0::2], old[:, 1::2])
+            setattr(self, name, new)
+        self._cap = cap
+        self.bin_s *= 2
+
     def add(self, starts: np.ndarray, ends: np.ndarray, values: np.ndarray) -> None:
         """Steps ``[starts[j], ends[j]]`` (sorted, non-overlapping, gaps allowed = signal 0) with
         ``values[:, j]`` during step j."""
         if len(ends) == 0:
             return
+        while int(ends[-1] // self.bin_s) + 2 > self.max_bins:
+            self._coarsen()
         b = self.bin_s
         first_bin = int(starts[0] // b)
         last_bin = int(ends[-1] // b)

@@ -54,7 +54,7 @@ class RooflineStepModel:
         self._b = b
         self._elementwise_bytes_tok = ELEMENTWISE_TENSORS * h * b
         self._lm = (h, shape.vocab_size // tp)
-        self._token_cache: dict[tuple[int, int], float] = {}
+        self._token_cache: dict[int, float] = {}  # decode batches: tokens == rows
         # decode attention over all layers = layers * max(kv * f, kv * b + n * q)
         self._dec_f = self._layers * 4.0 * self._heads * self._hd / self._flops
         self._dec_b = self._layers * self._kv_bytes_tok_layer / self._bw
@@ -69,11 +69,12 @@ class RooflineStepModel:
 
     def _token_time(self, tokens: int, rows: int) -> float:
         """Everything that depends only on the token count and sampled rows (not on context);
-        memoized: the hot loop asks for the same few batch sizes over and over."""
-        key = (tokens, rows)
-        t = self._token_cache.get(key)
+        memoized for decode batches: the hot loop asks for the same few sizes over and over."""
+        if tokens != rows:  # mixed batches vary too much to be worth keeping
+            return self._token_time_uncached(tokens, rows)
+        t = self._token_cache.get(tokens)
         if t is None:
-            t = self._token_cache[key] = self._token_time_uncached(tokens, rows)
+            t = self._token_cache[tokens] = self._token_time_uncached(tokens, rows)
         return t
 
     def _token_time_uncached(self, tokens: int, rows: int) -> float:
