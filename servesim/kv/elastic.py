@@ -54,6 +54,12 @@ class ElasticKV:
         h = np.where(s > 0, self.base + self.growth * grow, 0)
         return int(h) if h.ndim == 0 else h
 
+    def _hold_pos(self, s: np.ndarray) -> np.ndarray:
+        """:meth:`hold_for` of positive slot counts (the decode path: no zero case)."""
+        over = s - self.base * self.block_size
+        p = self.growth * self.block_size
+        return self.base + self.growth * (-(-np.maximum(over, 0) // p))
+
     @property
     def used_blocks(self) -> int:
         return self.num_blocks - self.free_blocks
@@ -69,7 +75,10 @@ class ElasticKV:
         return NO_HIT
 
     def allocate(self, rid: int, num_new: int) -> bool:
-        need = self.hold_for(int(self._computed[rid]) + num_new) - int(self.held[rid])
+        s = int(self._computed[rid]) + num_new
+        over = s - self.base * self.block_size
+        hold = 0 if s <= 0 else self.base + (self.growth * (-(-over // (self.growth * self.block_size))) if over > 0 else 0)
+        need = hold - int(self.held[rid])
         if need <= 0:
             return True
         if need > self.free_blocks:
@@ -83,14 +92,15 @@ class ElasticKV:
     def allocate_decodes(self, ids: np.ndarray) -> bool:
         if len(ids) == 0:
             return True
-        want = self.hold_for(self._computed[ids] + 1)
-        need = np.maximum(want - self.held[ids], 0)
+        need = self._hold_pos(self._computed[ids] + 1) - self.held[ids]
+        if need.max() <= 0:
+            return True
+        need = np.maximum(need, 0)
         total = int(need.sum())
         if total > self.free_blocks:
             return False
-        if total:
-            self.held[ids] += need
-            self.free_blocks -= total
+        self.held[ids] += need
+        self.free_blocks -= total
         return True
 
     def free(self, rid: int) -> None:
@@ -116,10 +126,11 @@ class ElasticKV:
         return k, used[:k]
 
     def commit_decodes(self, ids: np.ndarray) -> None:
-        want = self.hold_for(self._computed[ids])
-        extra = np.maximum(want - self.held[ids], 0)
-        self.held[ids] += extra
-        self.free_blocks -= int(extra.sum())
+        extra = self._hold_pos(self._computed[ids]) - self.held[ids]
+        if extra.max() > 0:
+            extra = np.maximum(extra, 0)
+            self.held[ids] += extra
+            self.free_blocks -= int(extra.sum())
 
     # -- metrics ----------------------------------------------------------------------------------
     def step_usage(self, ids: np.ndarray, num_new: np.ndarray, k: int = 1,

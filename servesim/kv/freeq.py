@@ -64,6 +64,15 @@ class BlockQueue:
             return _EMPTY
         if n > self.size:
             raise ValueError(f"pop({n}) from a queue of {self.size}")
+        h = self.head
+        window = self.arr[h : h + n]
+        if window.min() >= 0:  # no tombstone: the common case
+            out = window.copy()
+            window[:] = -1
+            self.head = h + n
+            self.pos[out] = -1
+            self.size -= n
+            return out
         w = n
         while True:
             window = self.arr[self.head : min(self.head + w, self.tail)]
@@ -111,6 +120,8 @@ class FreeLists:
         """Append ``blocks`` (in order) to the tails of their queues."""
         if len(blocks) == 0:
             return
+        if not (np.isscalar(qids) or np.ndim(qids) == 0) and qids.min() == qids.max():
+            qids = qids[0]
         if np.isscalar(qids) or np.ndim(qids) == 0:
             q = int(qids)
             self.queues[q].append(blocks)

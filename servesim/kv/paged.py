@@ -127,7 +127,7 @@ class PagedKV:
         """Slot accounting during each of the ``k`` steps that ``ids`` are about to run (called
         after the policy's allocation, before ``computed`` advances; ``k > 1``: a decode run, with
         ``used`` from :meth:`decode_run` when at hand). See :mod:`servesim.kv.frag`."""
-        bs = self.block_size
+        bs = self.block_size  # holders: kept by allocate/free (resync with holders.reset after compiled code)
         slots, touched = step_slots(self._computed, self.holders.ids, ids, num_new, k, bs)
         if used is None:
             used = np.full(k, self.num_blocks - self.free_blocks, dtype=np.int64)
@@ -141,7 +141,7 @@ class PagedKV:
         held = int(self.held.sum())
         bs = self.block_size
         alloc = held * bs
-        used = int(self._computed[self.holders.ids].sum())
+        used = int(self._computed[self.held > 0].sum())  # a snapshot: robust to the compiled core
         free = self.free_blocks * bs
         return KVUsage(total_slots=self.num_blocks * bs, allocated_slots=alloc, used_slots=used,
                        reserved_unused_slots=0, largest_free_extent=free, free_slots=free)

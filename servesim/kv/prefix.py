@@ -141,13 +141,16 @@ class PrefixCacheKV:
     # -- blocks ---------------------------------------------------------------------------------
     def _take(self, n: int, allow_hot: bool = True) -> np.ndarray:
         """``n`` blocks from the free queues in the policy's order; cached ones are evicted."""
-        plan = self.policy.plan(self.pool.sizes(), n)
-        if not allow_hot:
-            plan = [(q, c) for q, c in plan if q != self.policy.HOT]
-        blocks = self.pool.pop_plan(plan)
-        ev = blocks[self.hashed[blocks]]
-        if len(ev):
-            self._evict(ev)
+        if self.hot is None and self.policy.name == "lru":  # one queue
+            blocks = self.pool.pop_plan(((self.policy.MAIN, n),))
+        else:
+            plan = self.policy.plan(self.pool.sizes(), n)
+            if not allow_hot:
+                plan = [(q, c) for q, c in plan if q != self.policy.HOT]
+            blocks = self.pool.pop_plan(plan)
+        cached = self.hashed[blocks]
+        if cached.any():
+            self._evict(blocks[cached])
         return blocks
 
     def _evict(self, blocks: np.ndarray) -> None:
@@ -217,24 +220,28 @@ class PrefixCacheKV:
             self.tbl = np.zeros((len(old), self._width), dtype=np.int32)
             self.tbl[:, : old.shape[1]] = old
 
-    def _grow(self, ids: np.ndarray, want: np.ndarray, key: np.ndarray | None = None) -> bool:
+    def _grow(self, ids: np.ndarray, want: np.ndarray, key=None) -> bool:
         """Give each of ``ids`` blocks up to ``want``, all or nothing. New blocks go out in
         ``(key, position in ids)`` order (``key`` None: ids order)."""
-        need = np.maximum(want - self.held[ids], 0)
-        total = int(need.sum())
-        if total == 0:
+        need = want - self.held[ids]
+        if need.max() <= 0:
             return True
+        grow = need > 0
+        gid, gneed = ids[grow], need[grow]
+        total = int(gneed.sum())
         if total > self.pool.size:
             return False
         blocks = self._take(total)
-        grow = need > 0
-        gid, gneed = ids[grow], need[grow]
-        pos_in_ids = np.repeat(np.arange(len(gid)), gneed)
-        slot = self.held[gid][pos_in_ids] + (np.arange(total) - np.repeat(np.cumsum(gneed) - gneed, gneed))
-        if key is not None:
+        if total == len(gid):  # one block each: the decode case
+            pos_in_ids, slot = np.arange(total), self.held[gid].astype(np.int64)
+        else:
+            pos_in_ids = np.repeat(np.arange(len(gid)), gneed)
+            slot = self.held[gid][pos_in_ids] + (np.arange(total) - np.repeat(np.cumsum(gneed) - gneed, gneed))
+        if key is not None and total > 1:
             order = np.lexsort((pos_in_ids, key(gid, pos_in_ids, slot)))
             pos_in_ids, slot = pos_in_ids[order], slot[order]
-        self._set_width(int(slot.max()) + 1)
+        if slot.max() >= self._width:
+            self._set_width(int(slot.max()) + 1)
         self.tbl[self.row[gid][pos_in_ids], slot] = blocks
         self.ref[blocks] = 1
         self.held[gid] += gneed
@@ -361,10 +368,14 @@ class PrefixCacheKV:
         self._register(rid, int(self._computed[rid]) // self.block_size)
         blocks = self.tbl[r, : self.held[rid]][::-1].copy()
         self.ref[blocks] -= 1
-        self.bclass[blocks] = np.minimum(self.bclass[blocks], self.req.klass[rid])
+        if self.policy.name == "priority":
+            self.bclass[blocks] = np.minimum(self.bclass[blocks], self.req.klass[rid])
         rel = blocks[self.ref[blocks] == 0]
         if len(rel):
-            self.pool.push(rel, self.policy.queue_of(self.hashed[rel], self.bclass[rel], self._hot_mask(rel)))
+            if self.hot is None and self.policy.name == "lru":
+                self.pool.push(rel, self.policy.MAIN)
+            else:
+                self.pool.push(rel, self.policy.queue_of(self.hashed[rel], self.bclass[rel], self._hot_mask(rel)))
         self._free_rows.append(r)
         self.row[rid] = -1
         self.held[rid] = 0

@@ -26,6 +26,10 @@ def run_demand(c: np.ndarray, k_max: int, threshold: int, period: int, chunk: in
     if k_max <= 1:
         return np.zeros(0, dtype=np.int64)
     x = np.asarray(c, dtype=np.int64) + 1  # c + j - 1 at j = 2
+    if threshold == 0 or x.min() >= threshold:  # all periodic from step 2: residues (as paged)
+        cnt = np.bincount((threshold - x) % period, minlength=period)
+        per_step = cnt[_steps(k_max - 1) % period] if period > 1 else np.full(k_max - 1, cnt[0])
+        return per_step * chunk if chunk != 1 else per_step
     first = np.where(x >= threshold, 2 + (threshold - x) % period, 2 + threshold - x)
     first = first[first <= k_max]
     length = k_max - 1  # index j - 2
@@ -33,6 +37,14 @@ def run_demand(c: np.ndarray, k_max: int, threshold: int, period: int, chunk: in
     hist = np.bincount(first - 2, minlength=rows * period)[: rows * period]
     per_step = np.cumsum(hist.reshape(rows, period), axis=0).reshape(-1)[:length]
     return per_step * chunk
+
+
+_ARANGE = np.arange(1 << 14, dtype=np.int64)
+
+
+def _steps(n: int) -> np.ndarray:
+    """``arange(n)``, cached for the engine's usual run lengths."""
+    return _ARANGE[:n] if n <= len(_ARANGE) else np.arange(n, dtype=np.int64)
 
 
 def touched_per_step(s1: np.ndarray, k: int, block_size: int) -> np.ndarray:
@@ -85,6 +97,17 @@ class Holders:
     @property
     def ids(self) -> np.ndarray:
         return self._arr[: self.size]
+
+    def reset(self, ids: np.ndarray) -> None:
+        """Replace the set (for code that changed holdings without the manager's calls, such as
+        the compiled engine core working on ``PagedKV.held`` directly)."""
+        self._pos[self._arr[: self.size]] = -1
+        ids = np.asarray(ids, dtype=np.int64)
+        if len(ids) > len(self._arr):
+            self._arr = np.empty(2 * len(ids), dtype=np.int64)
+        self._arr[: len(ids)] = ids
+        self._pos[ids] = np.arange(len(ids))
+        self.size = len(ids)
 
 
 def step_slots(computed: np.ndarray, holders: np.ndarray, ids: np.ndarray, num_new: np.ndarray,
