@@ -244,7 +244,8 @@ def test_eviction_demotes_and_a_lower_tier_hit_is_fetched_with_its_transfer_time
     kv.free(1)
     hit = kv.reuse_prefix(2, 10.0)  # both blocks in L2: fetched, 200 B at 1000 B/s + 0.5 s
     assert hit.tokens == 4 and hit.ready_at == pytest.approx(10.7)
-    assert len(kv.block_table(2)) == 2 and kv.tier_hit_blocks[:, 0].tolist() == [0, 2]
+    # it holds the whole prefill from now on: 2 fetched blocks + 1 for its last token
+    assert len(kv.block_table(2)) == 3 and kv.tier_hit_blocks[:, 0].tolist() == [0, 2]
     # a second request hitting the blocks in flight waits for the same transfer
     hit2 = kv.reuse_prefix(3, 10.1)
     assert hit2.tokens == 4 and hit2.ready_at == pytest.approx(10.7)

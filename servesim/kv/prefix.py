@@ -33,9 +33,12 @@ Life of a block (vLLM v1 ``BlockPool`` / ``KVCacheManager``)::
   without side effects if the pool cannot provide both (ref-0 hit blocks count against the free
   blocks, as in vLLM). A hit evicted in between (a policy that looks up several requests before
   allocating) is cut back to what is still cached; ``stale_hits`` counts it.
-* With lower tiers, a lookup that continues below L1 starts the fetch at once: the request takes
-  its L1 blocks and fresh blocks for the fetched part immediately (it holds them while it waits;
-  vLLM's KV connectors do the same) and ``PrefixHit.ready_at`` is the fetch completion. The
+* With lower tiers, a lookup that continues below L1 starts the fetch at once, if the pool can
+  hold the request's whole prefill: the request takes its L1 blocks, blocks for the fetched part
+  and for the rest of its prefill immediately and holds them while it waits (vLLM allocates a
+  request's slots when it starts an async KV load), so a landed request never waits for blocks;
+  ``PrefixHit.ready_at`` is the fetch completion. If the prefill does not fit, only the L1 hit is
+  used. The
   fetched blocks are registered at once with that ready time, so a second request hitting them
   waits for the same transfer.
 * Decode steps take blocks through the same queues in bulk (:meth:`commit_decodes` orders a run's
@@ -270,11 +273,12 @@ class PrefixCacheKV:
         b1 = np.array(l1, dtype=np.int64)
         if self.tiers is not None and m < len(hs):
             where = self.tiers.find(hs[m:], skip=self.cache.__contains__)
-            if where:
-                room = self.pool.size - int((self.ref[b1] == 0).sum())
-                p = min(len(where), room)
-                if p > 0:
-                    return self._fetch(rid, b1, hs[m : m + p], where[:p], now)
+            # as vLLM with an async KV load: the whole prefill's blocks are taken when the fetch
+            # starts, so a landed request never waits for blocks (nothing can deadlock on them)
+            known = int(self.req.prompt[rid] + self.req.num_output[rid])
+            need = -(-known // self.block_size) - m + int((self.ref[b1] == 0).sum())
+            if where and need <= self.pool.size:
+                return self._fetch(rid, b1, hs[m : m + len(where)], where, now, -(-known // self.block_size))
         self.pending.pop(rid, None)
         self._computed[rid] = m * self.block_size
         if m == 0:
@@ -282,23 +286,25 @@ class PrefixCacheKV:
         self.pending[rid] = b1
         return PrefixHit(m * self.block_size, float(self.ready[b1].max()))
 
-    def _fetch(self, rid: int, b1: np.ndarray, hs: list[int], where: list[int], now: float) -> PrefixHit:
-        """Take the L1 hit and fresh blocks for ``hs`` from lower tiers; start their fetch."""
+    def _fetch(self, rid: int, b1: np.ndarray, hs: list[int], where: list[int], now: float,
+               total: int) -> PrefixHit:
+        """Take the L1 hit, blocks for ``hs`` (fetched from lower tiers) and for the rest of the
+        prefill (``total`` blocks in all); start the fetch."""
         self.pending.pop(rid, None)
         g = int(self.req.klass[rid])
         self._touch(b1)
         # start the fetch before taking L1 blocks: their eviction may push the source copies out
         # of a small lower tier (the transfer has its data by then)
         ready_at = self.tiers.fetch(hs, where, now, g)
-        new = self._take(len(hs))
+        new = self._take(total - len(b1))
         self.ref[new] = 1
         self._new_row(rid, np.concatenate([b1, new]))
         self.reg[rid] = len(b1)
         self._register(rid, len(b1) + len(hs))
-        self.ready[new] = ready_at
+        self.ready[new[: len(hs)]] = ready_at
         ready_at = max(ready_at, float(self.ready[b1].max(initial=0.0)))
         self.load_ready[rid] = ready_at
-        self._computed[rid] = int(self.held[rid]) * self.block_size
+        self._computed[rid] = (len(b1) + len(hs)) * self.block_size
         self._claim(rid, len(b1), np.bincount(np.asarray(where), minlength=len(self.tiers)))
         self.fetch_wait_s[g] += max(0.0, ready_at - now)
         self.fetch_waits[g] += 1
