@@ -135,7 +135,7 @@ def assert_summaries_equal(a, b, path="summary"):
         assert a == b, (path, a, b)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kv_scenarios())
 def test_fast_path_equals_single_step_for_every_allocator(raw):
     fast, kf = run_with_kv(sc(raw, sim={"fast_path": True}))

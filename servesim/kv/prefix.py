@@ -55,6 +55,7 @@ import numpy as np
 from servesim.kv.base import KVUsage, PrefixHit
 from servesim.kv.evict import make_eviction
 from servesim.kv.freeq import FreeLists
+from servesim.kv.preload import hot_mask, observe
 from servesim.kv.frag import StepUsage
 from servesim.kv.steps import Holders, run_demand, step_slots
 from servesim.request import NUM_CLASSES
@@ -411,70 +412,12 @@ class PrefixCacheKV:
         if not ok:
             raise AssertionError("commit_decodes: the run used more blocks than the pool has")
 
-    # -- preload --------------------------------------------------------------------------------------
+    # -- preload (servesim.kv.preload) ----------------------------------------------------------
     def _hot_mask(self, blocks: np.ndarray) -> np.ndarray:
-        mask = np.zeros(len(blocks), dtype=bool)
-        if self.hot is None or self.hot.max_blocks == 0:
-            return mask
-        room = self.hot.max_blocks - self.pool.queues[self.policy.HOT].size
-        for i, (b, h) in enumerate(zip(blocks.tolist(), self.bhash[blocks].tolist())):
-            if room <= 0:
-                break
-            if self.hashed[b] and self.hot.is_hot(h):
-                mask[i] = True
-                room -= 1
-        return mask
+        return hot_mask(self, blocks)
 
     def _observe(self, hs: list[int], now: float) -> None:
-        heated, cooled = self.hot.observe(hs, now)
-        hot_q = self.policy.HOT
-        for h in cooled:
-            self.hot_missing.pop(h, None)
-            b = self.cache.get(h)
-            if b is not None and self.pool.qid[b] == hot_q:
-                blk = np.array([b])
-                self.pool.remove(blk)
-                self.pool.push(blk, self.policy.queue_of(self.hashed[blk], self.bclass[blk], np.zeros(1, bool)))
-        for h in heated:
-            b = self.cache.get(h)
-            if b is None:
-                self.hot_missing[h] = None
-            elif self.pool.qid[b] >= 0 and self.pool.qid[b] != hot_q:
-                blk = np.array([b])
-                if self._hot_mask(blk)[0]:
-                    self.pool.remove(blk)
-                    self.pool.push(blk, hot_q)
-        if self.tiers is not None and self.hot_missing:
-            self._preload(now)
-
-    def _preload(self, now: float) -> None:
-        """Fetch hot blocks that only lower tiers hold into free L1 blocks (never evicting hot
-        ones), up to the hot quota."""
-        room = min(self.pool.size - self.pool.queues[self.policy.HOT].size,
-                   self.hot.max_blocks - self.pool.queues[self.policy.HOT].size)
-        if room <= 0:
-            return
-        hs, where = [], []
-        for h in list(self.hot_missing):
-            w = self.tiers.find([h])
-            if not w:
-                continue
-            hs.append(h)
-            where.append(w[0])
-            if len(hs) == room:
-                break
-        if not hs:
-            return
-        for h in hs:
-            del self.hot_missing[h]
-        ready_at = self.tiers.fetch(hs, where, now, klass=-1)
-        blocks = self._take(len(hs), allow_hot=False)
-        for b, h in zip(blocks.tolist(), hs):
-            self.cache[h] = b
-        self.hashed[blocks] = True
-        self.bhash[blocks] = hs
-        self.ready[blocks] = ready_at
-        self.pool.push(blocks, self.policy.HOT)
+        observe(self, hs, now)
 
     # -- metrics and invariants -----------------------------------------------------------------------
     def step_usage(self, ids: np.ndarray, num_new: np.ndarray, k: int = 1,

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
+
 
 class HotPrefixTracker:
     def __init__(self, min_hits: int, window_s: float, max_blocks: int):
@@ -59,3 +61,76 @@ class HotPrefixTracker:
             back = set(heated)
             cooled = [h for h in cooled if h not in back]
         return heated, cooled
+
+
+# -- the prefix cache's side (functions of a PrefixCacheKV) -------------------------------------
+
+
+def hot_mask(kv, blocks: np.ndarray) -> np.ndarray:
+    """Which of the released ``blocks`` join the hot queue (hashed, hot, within the quota)."""
+    mask = np.zeros(len(blocks), dtype=bool)
+    if kv.hot is None or kv.hot.max_blocks == 0:
+        return mask
+    room = kv.hot.max_blocks - kv.pool.queues[kv.policy.HOT].size
+    for i, (b, h) in enumerate(zip(blocks.tolist(), kv.bhash[blocks].tolist())):
+        if room <= 0:
+            break
+        if kv.hashed[b] and kv.hot.is_hot(h):
+            mask[i] = True
+            room -= 1
+    return mask
+
+
+def observe(kv, hs: list[int], now: float) -> None:
+    """A request's first lookup: update the window, move blocks in or out of the hot queue,
+    preload hot blocks that only lower tiers hold."""
+    heated, cooled = kv.hot.observe(hs, now)
+    hot_q = kv.policy.HOT
+    for h in cooled:
+        kv.hot_missing.pop(h, None)
+        b = kv.cache.get(h)
+        if b is not None and kv.pool.qid[b] == hot_q:
+            blk = np.array([b])
+            kv.pool.remove(blk)
+            kv.pool.push(blk, kv.policy.queue_of(kv.hashed[blk], kv.bclass[blk], np.zeros(1, bool)))
+    for h in heated:
+        b = kv.cache.get(h)
+        if b is None:
+            kv.hot_missing[h] = None
+        elif kv.pool.qid[b] >= 0 and kv.pool.qid[b] != hot_q:
+            blk = np.array([b])
+            if hot_mask(kv, blk)[0]:
+                kv.pool.remove(blk)
+                kv.pool.push(blk, hot_q)
+    if kv.tiers is not None and kv.hot_missing:
+        preload(kv, now)
+
+
+def preload(kv, now: float) -> None:
+    """Fetch hot blocks that only lower tiers hold into free L1 blocks (never evicting hot
+    ones), up to the hot quota."""
+    room = min(kv.pool.size - kv.pool.queues[kv.policy.HOT].size,
+               kv.hot.max_blocks - kv.pool.queues[kv.policy.HOT].size)
+    if room <= 0:
+        return
+    hs, where = [], []
+    for h in list(kv.hot_missing):
+        w = kv.tiers.find([h])
+        if not w:
+            continue
+        hs.append(h)
+        where.append(w[0])
+        if len(hs) == room:
+            break
+    if not hs:
+        return
+    for h in hs:
+        del kv.hot_missing[h]
+    ready_at = kv.tiers.fetch(hs, where, now, klass=-1)
+    blocks = kv._take(len(hs), allow_hot=False)
+    for b, h in zip(blocks.tolist(), hs):
+        kv.cache[h] = b
+    kv.hashed[blocks] = True
+    kv.bhash[blocks] = hs
+    kv.ready[blocks] = ready_at
+    kv.pool.push(blocks, kv.policy.HOT)

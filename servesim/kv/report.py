@@ -13,7 +13,8 @@
       "ttft_effect": {"with_hit": {"requests", "mean_s", "p50_s", "p99_s"}, "without_hit": {...}},
       "tiers": {"L1": {"hit_blocks", "hit_rate", "by_class"},
                 "L2": {... , "capacity_blocks", "blocks", "bytes_fetched", "bytes_stored",
-                       "fetches", "stores", "busy_s", "queue_s", "evicted", "preloaded"},
+                       "fetches", "stores", "busy_s", "queue_s", "evicted", "preloaded",
+                       "bytes_fetched_by_class"},
                 "fetch_wait_s": {"total", "mean", "by_class"}, "dropped_blocks"}
     }
 
@@ -85,6 +86,8 @@ def tier_report(kv) -> dict:
                 "bytes_stored": ln.bytes_down, "fetches": ln.fetches, "stores": ln.stores,
                 "busy_s": ln.busy_s, "queue_s": ln.queue_s, "evicted": t.stats.evicted,
                 "preloaded": t.stats.preloaded,
+                "bytes_fetched_by_class": {CLASS_NAMES[g]: int(hits[g]) * kv.tiers.block_bytes
+                                           for g in range(NUM_CLASSES) if hits[g]},
             })
         out[name] = entry
     waits = kv.fetch_waits
