@@ -321,8 +321,8 @@ class SimConfig(Frozen):
 
     fast_path: bool = True
     check_invariants: bool = False
-    # auto: the compiled core when it supports the configuration (vllm policy, recompute, paged
-    # KV), else the Python engine; both give the same results
+    # auto: the compiled core for runs of 50,000+ requests when it supports the configuration
+    # (vllm policy, recompute, paged KV), else the Python engine; both give the same results
     engine: Literal["auto", "python", "compiled"] = "auto"
 
 

@@ -71,6 +71,9 @@ def summary_json(summary: dict) -> str:
     return json.dumps(summary, indent=2, sort_keys=False) + "\n"
 
 
+COMPILED_FROM_REQUESTS = 50_000
+
+
 @dataclass
 class Built:
     """A simulation ready to run (exposed for tests that want to observe iterations)."""
@@ -129,7 +132,11 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
         cpu_overhead_s=sc.engine.cpu_overhead_s,
         cpu_overhead_per_seq_s=sc.engine.cpu_overhead_per_seq_s,
     )
-    if sc.sim.engine != "python":
+    # auto: the compiled core pays ~1 s of numba start-up (and ~8 s of compilation the first time
+    # on a machine): worth it from about COMPILED_FROM_REQUESTS requests on
+    wants_compiled = sc.sim.engine == "compiled" or (
+        sc.sim.engine == "auto" and len(wl) >= COMPILED_FROM_REQUESTS)
+    if wants_compiled:
         from servesim.engine.compiled_replica import CompiledReplica, supported
 
         why_not = supported(sc, kv, policy, on_iteration, sc.sim.check_invariants)

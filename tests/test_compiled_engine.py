@@ -64,11 +64,12 @@ def test_compiled_single_step_equals_fast():
     assert_same(run(raw, "compiled", fast=False), run(raw, "compiled", fast=True))
 
 
-def test_auto_picks_compiled_for_vllm_and_python_otherwise():
-    sc = scenario_from_dict(BASE)
-    assert build(sc).replica.name == "compiled"
-    sc = scenario_from_dict(merge(BASE, {"sim": {"check_invariants": True}}))
-    assert build(sc).replica.name != "compiled"
+def test_auto_picks_compiled_for_large_vllm_runs_and_python_otherwise():
+    big = {"stop": {"requests": 60_000}}
+    assert build(scenario_from_dict(merge(BASE, big))).replica.name == "compiled"
+    assert build(scenario_from_dict(BASE)).replica.name == "python"  # small: not worth numba's start-up
+    unsupported = merge(BASE, {**big, "sim": {"check_invariants": True}})
+    assert build(scenario_from_dict(unsupported)).replica.name == "python"
 
 
 def test_forcing_compiled_on_unsupported_config_is_a_clear_error():
