@@ -296,3 +296,24 @@ def test_lower_tier_lru_cascades_to_l3_and_drops():
     assert st.find([2, 3, 5]) == [0, 1]
     assert l2.link.bytes_down == 40 and l3.link.bytes_down == 20
     st.check()
+
+
+def test_tier_report_counts_hits_bytes_and_waits():
+    from servesim.kv.report import kv_report
+
+    kv, table, tiers, link = tier_setup()
+    prefill(kv, table, 0)
+    kv.free(0)
+    prefill(kv, table, 1)
+    kv.free(1)
+    kv.reuse_prefix(2, 10.0)
+    rep = kv_report(kv, None, 11.0, np.array([0.1, 0.2, np.nan, np.nan, np.nan]))
+    t = rep["tiers"]
+    assert (t["L1"]["hit_blocks"], t["L2"]["hit_blocks"]) == (0, 2)
+    assert t["L2"]["bytes_fetched"] == 200 and t["L2"]["bytes_stored"] == 200
+    assert t["L2"]["bytes_fetched_by_class"] == {"P0": 200}
+    assert t["fetch_wait_s"]["total"] == pytest.approx(0.7)
+    # looked up: A 5 + B 8 + C 5 tokens; hit: C's 4
+    assert rep["prefix_hit_rate"]["tokens"] == pytest.approx(4 / 18)
+    assert t["L1"]["hit_rate"] + t["L2"]["hit_rate"] == pytest.approx(rep["prefix_hit_rate"]["blocks"])
+    assert rep["ttft_effect"]["without_hit"]["requests"] == 2
