@@ -119,12 +119,48 @@ DECODE_CTX = [16, 32, 64, 128, 256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 122
 CALIB_BATCHES = [1, 8, 32, 128, 256]
 CALIB_CTX = 1024
 
+# --- the dense grid (`--grid dense`, the default since 2026-11-30) ----------------------------
+# The sparse grid above (powers of two and their 1.5x) leaves steps between its points that linear
+# interpolation cannot see: GEMM tile/wave steps in the token ops and kernel-regime changes of
+# decode attention between batch 16 and 32 (interpolation errors up to 44.5% for decode attention,
+# 9.5% for the token-op sum in a dense-grid experiment, docs/calibration.md). The dense grid is
+# uniform over the range serving uses, with the step growing with the size (never chosen from the
+# validation compositions): every step listed below, whatever the model.
+def _steps(*spans: tuple) -> list:
+    """``(start, stop, step)`` spans, stop included, merged and sorted."""
+    return sorted({v for a, b, s in spans for v in range(a, b + 1, s)})
+
+
+#: tokens: 1-4 every 1, 4-16 every 2, 16-256 every 8, 256-1024 every 32, 1024-2048 every 64,
+#: 2048-4096 every 256, 4096-8192 every 512, 8192-16384 every 2048  (96 points).
+DENSE_TOKENS = _steps((1, 4, 1), (4, 16, 2), (16, 256, 8), (256, 1024, 32), (1024, 2048, 64),
+                      (2048, 4096, 256), (4096, 8192, 512), (8192, 16384, 2048))
+#: decode batch: 1-16 every 1, 16-64 every 4, 64-128 every 8, 128-256 every 16, 256-512 every 32
+#: (52 rows).
+DENSE_DECODE_BATCH = _steps((1, 16, 1), (16, 64, 4), (64, 128, 8), (128, 256, 16), (256, 512, 32))
+#: decode context: the sparse list plus 768, 1536, 5120, 10240, 20480 (steps of at most 1.5x above
+#: 512; the model's longest context is added as before).
+DENSE_DECODE_CTX = sorted(set(DECODE_CTX) | {768, 1536, 5120, 10240, 20480})
+#: prefill attention keeps the sparse lattice (its interpolation error on held-out points is small,
+#: see docs/calibration.md, and it is the costliest table to measure).
+DENSE_PREFILL_CHUNKS = PREFILL_CHUNKS
+DENSE_PREFILL_CTX = PREFILL_CTX
+
+GRIDS = {
+    "sparse": dict(tokens=TOKENS, chunks=PREFILL_CHUNKS, prefill_ctx=PREFILL_CTX,
+                   decode_batch=DECODE_BATCH, decode_ctx=DECODE_CTX),
+    "dense": dict(tokens=DENSE_TOKENS, chunks=DENSE_PREFILL_CHUNKS, prefill_ctx=DENSE_PREFILL_CTX,
+                  decode_batch=DENSE_DECODE_BATCH, decode_ctx=DENSE_DECODE_CTX),
+}
+
 QUICK_TOKENS = [1, 8, 32, 128, 1024]
 QUICK_CHUNKS = [16, 256, 1024]
 QUICK_CTX = [0, 512, 1024]
 QUICK_DECODE_BATCH = [1, 8, 32]
 QUICK_DECODE_CTX = [128, 1024]
 QUICK_CALIB_BATCHES = [1, 8, 32]
+GRIDS["quick"] = dict(tokens=QUICK_TOKENS, chunks=QUICK_CHUNKS, prefill_ctx=QUICK_CTX,
+                      decode_batch=QUICK_DECODE_BATCH, decode_ctx=QUICK_DECODE_CTX)
 
 #: all_reduce / send_recv message sizes: 2 KiB .. 512 MiB in steps of 2 and 1.5.
 COLL_SIZES = sorted({2 ** e for e in range(11, 30)} | {3 * 2 ** (e - 1) for e in range(11, 29)})
@@ -221,14 +257,15 @@ class Timer:
     to events around R eager calls if capture fails. CPU: wall clock around R calls.
     """
 
-    def __init__(self, device: torch.device, budget: Budget, quick: bool = False):
+    def __init__(self, device: torch.device, budget: Budget, quick: bool = False,
+                 max_rep: Optional[int] = None):
         self.device = device
         self.cuda = device.type == "cuda"
         self.budget = budget
         self.quick = quick
         self.warmup = 2 if quick else 5
         self.min_rep = 3 if quick else 5
-        self.max_rep = 5 if quick else 20
+        self.max_rep = 5 if quick else (max_rep or 20)
         self.target_graph_ms = 1.0     # make one replay at least this long (amortizes its launch)
         self.budget_ms = 200.0         # GPU time spent on the timed repeats of one point, about
         self.max_r = 64
@@ -634,8 +671,15 @@ class OpBench:
     """Times every op of one (model, TP) rank shape on its grid and returns pack rows."""
 
     def __init__(self, rs: RankShape, device, timer: Timer, sdpa: Sdpa, quick: bool,
-                 kv_cap_bytes: int, rot_bytes: int):
+                 kv_cap_bytes: int, rot_bytes: int, grid: str = "dense",
+                 memo: Optional[dict] = None):
         self.rs = rs
+        self.grid = GRIDS["quick" if quick else grid]
+        #: measurements shared between packs of one process, keyed by (kernel, input shape, point):
+        #: an op whose inputs have the same shape in another pack (e.g. attention of llama-3-8b and
+        #: qwen3-8b, rms_norm as input_norm / post_attn_norm / final_norm) is timed once.
+        self.memo = memo if memo is not None else {}
+        self.reused = 0
         self.device = device
         self.dt = torch.bfloat16
         self.timer = timer
@@ -657,8 +701,36 @@ class OpBench:
         """How many copies of an op's cold inputs to rotate so that they do not sit in L2."""
         return max(1, min(8, math.ceil(self.rot_bytes / max(nbytes_one, 1))))
 
+    def sig(self, op: str) -> tuple:
+        """What an op's time depends on besides (tokens, batch, context): its kernel and the shapes
+        of its inputs (weights included). Two ops with equal signatures run the same kernels on
+        equally shaped random tensors, so one measurement serves both."""
+        rs = self.rs
+        return {
+            "input_norm": ("rms_norm", rs.h), "post_attn_norm": ("rms_norm", rs.h),
+            "final_norm": ("rms_norm", rs.h), "residual_add": ("add", rs.h),
+            "qkv_proj": ("linear", rs.qkv_out, rs.h), "o_proj": ("linear", rs.h, rs.H * rs.D),
+            "gate_up_proj": ("linear", 2 * rs.I, rs.h), "down_proj": ("linear", rs.h, rs.I),
+            "lm_head": ("linear", rs.V, rs.h), "embed": ("embed", rs.V, rs.h),
+            "rope": ("rope", rs.H, rs.KVH, rs.D, rs.max_len), "kv_write": ("kv_write", rs.KVH, rs.D),
+            "act": ("act", rs.I),
+            "attn_decode": ("attn_decode", rs.H, rs.KVH, rs.D),
+            "attn_prefill": ("attn_prefill", rs.H, rs.KVH, rs.D),
+        }.get(op, (op, rs.model, rs.tp))
+
+    def seen(self, op: str, tokens=0, batch=0, context=0) -> bool:
+        return (self.sig(op), tokens, batch, context) in self.memo
+
     def point(self, op: str, fns, tokens=0, batch=0, context=0, nbytes=0) -> Optional[Meas]:
         label = f"{op} tokens={tokens} batch={batch} ctx={context}"
+        key = (self.sig(op), tokens, batch, context)
+        if key in self.memo:  # same kernel on equally shaped inputs, timed earlier in this process
+            m = self.memo[key]
+            self.reused += 1
+            self.rows.append((op, tokens, batch, context, nbytes, m.median_ms, m.std_ms))
+            self.table[(op, tokens, batch, context)] = m
+            self.methods.setdefault(op, set()).add(m.method)
+            return m
         try:
             m = self.timer.measure(fns, label)
         except BudgetExceeded:
@@ -677,23 +749,23 @@ class OpBench:
             return None
         self.rows.append((op, tokens, batch, context, nbytes, m.median_ms, m.std_ms))
         self.table[(op, tokens, batch, context)] = m
+        self.memo[key] = m
         self.methods.setdefault(op, set()).add(m.method)
         log(f"  {label}: {m.median_ms:.4f} ms ± {m.std_ms:.4f} (n={m.n}, {m.method})")
         return m
 
     # --- grids ---------------------------------------------------------------------------
     def token_grid(self):
-        return QUICK_TOKENS if self.quick else TOKENS
+        return self.grid["tokens"]
 
     def prefill_grid(self):
-        chunks = QUICK_CHUNKS if self.quick else PREFILL_CHUNKS
-        ctxs = QUICK_CTX if self.quick else PREFILL_CTX
+        chunks, ctxs = self.grid["chunks"], self.grid["prefill_ctx"]
         pts = [(t, c) for t in chunks for c in ctxs if t + c <= self.rs.max_len]
         return sorted(pts, key=lambda p: p[0] * (p[1] + p[0] / 2))  # cheap first
 
     def decode_grid(self):
-        batches = QUICK_DECODE_BATCH if self.quick else DECODE_BATCH
-        ctxs = [c for c in (QUICK_DECODE_CTX if self.quick else DECODE_CTX) if c + 1 <= self.rs.max_len]
+        batches = self.grid["decode_batch"]
+        ctxs = [c for c in self.grid["decode_ctx"] if c + 1 <= self.rs.max_len]
         if not self.quick and (self.rs.max_len - 1) not in ctxs:
             ctxs.append(self.rs.max_len - 1)  # the longest context the model allows
         per_tok = 2 * self.rs.KVH * self.rs.D * 2
@@ -764,6 +836,9 @@ class OpBench:
         rs = self.rs
         for B, ctx in self.decode_grid():
             self.timer.budget.check()
+            if self.seen("attn_decode", B, B, ctx):
+                self.point("attn_decode", None, tokens=B, batch=B, context=ctx)
+                continue
             L = ctx + 1
             try:
                 qk = self.rnd(B, rs.H + rs.KVH, rs.D)
@@ -784,6 +859,9 @@ class OpBench:
         rs = self.rs
         for T, ctx in self.prefill_grid():
             self.timer.budget.check()
+            if self.seen("attn_prefill", T, 0, ctx):
+                self.point("attn_prefill", None, tokens=T, context=ctx)
+                continue
             try:
                 qk = self.rnd(T, rs.H + rs.KVH, rs.D)
                 q_rows = qk[:, : rs.H]
@@ -1187,13 +1265,46 @@ def method_text(timer: Timer, extra: str = "") -> str:
 
 
 # ============================================================================== mode: ops
+OPS_STAGES = ["token ops", "attn_decode", "overhead", "attn_prefill"]
+
+
+def _csv_list(text, conv=str) -> list:
+    return [conv(x) for x in str(text).split(",") if x.strip()]
+
+
 def cmd_ops(args) -> int:
+    """Op tables for every (model, TP) of ``--model`` x ``--tp`` (comma lists), in one process, so
+    that equally shaped ops are timed once (``OpBench.sig``) and torch starts once."""
     device, budget, info = setup(args)
+    models, tps = _csv_list(args.model), _csv_list(args.tp, int)
+    for m in models:
+        if m not in ALL_SHAPES:
+            raise SystemExit(f"unknown model {m}; known: {', '.join(ALL_SHAPES)}")
+    stages = _csv_list(args.stages) if args.stages else list(OPS_STAGES)
+    bad = [x for x in stages if x not in OPS_STAGES]
+    if bad:
+        raise SystemExit(f"unknown stage(s) {bad}; known: {OPS_STAGES}")
+    if args.skip_overhead and "overhead" in stages:
+        stages.remove("overhead")
+    memo: dict = {}
+    t_all = time.time()
+    for m in models:
+        for tp in tps:
+            ops_one(args, device, budget, info, m, tp, stages, memo)
+    log(f"ops: {len(models) * len(tps)} pack(s) in {time.time() - t_all:.0f}s, "
+        f"{len(memo)} distinct measurements")
+    return 0
+
+
+def ops_one(args, device, budget, info, model: str, tp: int, stages: list, memo: dict) -> None:
     gpu = gpu_key(info, args.gpu_key)
-    rs = RankShape.of(args.model, args.tp)
+    rs = RankShape.of(model, tp)
     out = Path(args.out)
-    log(f"ops: model={args.model} tp={args.tp} rank shape={rs.as_dict()} on {device_string(info)}")
-    timer = Timer(device, budget, quick=args.quick)
+    grid = "quick" if args.quick else args.grid
+    log(f"ops: model={model} tp={tp} grid={grid} stages={stages} rank shape={rs.as_dict()} on "
+        f"{device_string(info)}")
+    timer = Timer(device, budget, quick=args.quick,
+                  max_rep=args.max_rep or (10 if grid == "dense" else 20))
     sdpa = Sdpa(device)
     backend = sdpa.choose(rs, args.sdpa)
     sdpa.record_kernels(rs)
@@ -1204,20 +1315,24 @@ def cmd_ops(args) -> int:
         kv_cap = int(min(16 * 2 ** 30, 0.25 * free))
     else:
         kv_cap = 64 * 2 ** 20
-    bench = OpBench(rs, device, timer, sdpa, args.quick, kv_cap_bytes=kv_cap, rot_bytes=4 * l2)
-    stages = ["token ops", "attn_decode", "overhead", "attn_prefill"]
-    done, skipped_stages = [], []
+    bench = OpBench(rs, device, timer, sdpa, args.quick, kv_cap_bytes=kv_cap, rot_bytes=4 * l2,
+                    grid=args.grid, memo=memo)
+    stem = pack_stem(model, tp)
+    tables_from = None
+    if args.tables_from:  # overhead-only runs: the op sums come from a pack measured earlier
+        tables_from = Path(args.tables_from) / f"{stem}.csv"
+        for r in read_rows(tables_from):
+            bench.table[(r[0], int(r[1]), int(r[2]), int(r[3]))] = Meas(float(r[5]), float(r[6] or 0), 0,
+                                                                         "from pack")
+    done, skipped_stages = [], [f"{x} (not asked for)" for x in OPS_STAGES if x not in stages]
     overhead_notes: dict = {}
     t0 = time.time()
     with torch.inference_mode():
-        for name in stages:
-            if args.skip_overhead and name == "overhead":
-                skipped_stages.append("overhead (--skip-overhead)")
-                continue
+        for name in [x for x in OPS_STAGES if x in stages]:
             fn = {"token ops": bench.run_token_ops, "attn_decode": bench.run_decode,
                   "attn_prefill": bench.run_prefill,
                   "overhead": lambda: overhead_rows(bench, timer, device, args, overhead_notes)}[name]
-            log(f"[{args.model} tp{args.tp}] stage {name} (t={time.time() - t0:.0f}s)")
+            log(f"[{model} tp{tp}] stage {name} (t={time.time() - t0:.0f}s)")
             try:
                 fn()
                 done.append(name)
@@ -1228,32 +1343,50 @@ def cmd_ops(args) -> int:
     for name in stages:
         if name not in done and not any(x.startswith(name) for x in skipped_stages):
             skipped_stages.append(f"{name} (not reached: time budget)")
-    stem = pack_stem(args.model, args.tp)
     csv_path = out / "packs" / gpu / f"{stem}.csv"
     rows = sorted(bench.rows, key=lambda r: (r[0], r[2], r[1], r[3], r[4]))
-    write_rows(csv_path, rows)
-    meta = base_meta(gpu, args.model, args.tp, info, rs)
+    if rows:
+        write_rows(csv_path, rows)
+    meta = base_meta(gpu, model, tp, info, rs)
     meta.update(
         method=method_text(timer, f"; SDPA backend {backend}"),
         command=args.parent_command or this_command(),
+        grid=grid_text(grid),
         notes=ops_notes(rs, backend, overhead_notes),
         sdpa_backend=backend, sdpa_checks_rel_err=sdpa.checks, sdpa_tried=sdpa.tried,
         sdpa_kernels=sdpa.kernels,
         timing_methods={k: sorted(v) for k, v in bench.methods.items()},
         rows=len(rows), seconds=round(time.time() - t0, 1),
+        shared_measurements=(f"{bench.reused} of {len(rows)} rows reuse a measurement of an op "
+                             f"with the same kernel and input shapes taken earlier in this process"),
         stages_done=done, stages_skipped=skipped_stages,
         points_skipped=bench.skipped, points_dropped=timer.dropped,
         graph_capture_failures=timer.capture_failures,
         overhead=overhead_notes,
         collectives=("not merged: all_reduce needs a multi-GPU run (`allreduce`, then `merge`)"
-                     if args.tp > 1 else "send_recv not merged (no multi-GPU run)"),
+                     if tp > 1 else "send_recv not merged (no multi-GPU run)"),
     )
-    write_yaml(csv_path.with_suffix(".yaml"), meta)
-    log(f"wrote {csv_path} ({len(rows)} rows) in {time.time() - t0:.0f}s; "
+    if tables_from is not None:
+        meta["tables_from"] = str(tables_from)
+    if rows:
+        write_yaml(csv_path.with_suffix(".yaml"), meta)
+    log(f"wrote {csv_path} ({len(rows)} rows, {bench.reused} reused) in {time.time() - t0:.0f}s; "
         f"skipped {len(bench.skipped)} points, dropped {len(timer.dropped)}")
-    if args.collectives:
+    if args.collectives and rows:
         merge_collectives_into(csv_path, [Path(args.collectives)])
-    return 0
+    del bench
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def grid_text(grid: str) -> dict:
+    g = GRIDS[grid]
+
+    def span(v):
+        return f"{len(v)} points {v[0]}..{v[-1]}: {v}"
+    return dict(name=grid, tokens=span(g["tokens"]), decode_batch=span(g["decode_batch"]),
+                decode_context=span(g["decode_ctx"]) + " (+ max_model_len - 1)",
+                prefill_chunk=span(g["chunks"]), prefill_context=span(g["prefill_ctx"]))
 
 
 def ops_notes(rs: RankShape, backend: str, ov: dict) -> str:
@@ -1748,6 +1881,7 @@ def cmd_all(args) -> int:
     hard = t_start + args.time_budget_s - 25 if args.time_budget_s else None
     soft = t_start + 0.75 * args.time_budget_s if args.time_budget_s else None
     common = ["--out", str(out), "--device", args.device, "--sdpa", args.sdpa]
+    grid_args = ["--grid", args.grid] + (["--max-rep", str(args.max_rep)] if args.max_rep else [])
     if args.quick:
         common.append("--quick")
     if args.gpu_key:
@@ -1774,7 +1908,7 @@ def cmd_all(args) -> int:
     def size(m):
         s = ALL_SHAPES[m]
         return s["num_layers"] * (3 * s["hidden_size"] * s["intermediate_size"] + 2 * s["hidden_size"] ** 2)
-    tasks = [Task(f"ops-{pack_stem(m, tp)}", me + ["ops", "--model", m, "--tp", str(tp)] + common,
+    tasks = [Task(f"ops-{pack_stem(m, tp)}", me + ["ops", "--model", m, "--tp", str(tp)] + grid_args + common,
                   cost=(1.0 if tp == 1 else 0.6) * size(m) * 1.2) for m in models for tp in tps]
     tasks += [Task(f"iterations-{m}", me + ["iterations", "--model", m] + common, cost=size(m))
               for m in iter_models]
@@ -1849,12 +1983,25 @@ def main(argv=None) -> int:
         sp.add_argument("--soft-deadline-epoch", type=float, default=None, help=argparse.SUPPRESS)
         sp.add_argument("--parent-command", default=None, help=argparse.SUPPRESS)
 
+    def add_grid_args(sp):
+        sp.add_argument("--grid", choices=["dense", "sparse"], default="dense",
+                        help="op grid: dense (default; see DENSE_* in this file) or sparse (the "
+                             "powers-of-two grid of the first H200 packs)")
+        sp.add_argument("--max-rep", type=int, default=None,
+                        help="most timed replays per point (default 10 dense, 20 sparse)")
+
     models = sorted(ALL_SHAPES)
-    sp = sub.add_parser("ops", help="op tables (one pack) for one model and TP degree")
-    sp.add_argument("--model", required=True, choices=models)
-    sp.add_argument("--tp", type=int, default=1)
+    sp = sub.add_parser("ops", help="op tables (one pack per model and TP degree)")
+    sp.add_argument("--model", required=True,
+                    help=f"model, or a comma list (one process, shared measurements): {models}")
+    sp.add_argument("--tp", default="1", help="TP degree, or a comma list")
     sp.add_argument("--collectives", default=None, help="collectives CSV to merge into the pack")
     sp.add_argument("--skip-overhead", action="store_true")
+    sp.add_argument("--stages", default=None,
+                    help=f"comma list of stages to run (default all): {OPS_STAGES}")
+    sp.add_argument("--tables-from", default=None,
+                    help="folder of packs whose op rows give the table sums (for --stages overhead)")
+    add_grid_args(sp)
     common(sp)
     sp = sub.add_parser("iterations", help="whole-forward validation data for one model (TP 1)")
     sp.add_argument("--model", required=True, choices=models)
@@ -1868,6 +2015,7 @@ def main(argv=None) -> int:
                     help="time eager calls only (no CUDA-graph capture of the collectives)")
     common(sp)
     sp = sub.add_parser("all", help="collectives, then ops and iterations for several models")
+    add_grid_args(sp)
     sp.add_argument("--models", default=",".join(SHAPES))
     sp.add_argument("--tps", default="1,2")
     sp.add_argument("--iter-models", default=None, help="models for iterations (default: --models; '' none)")
