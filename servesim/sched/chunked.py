@@ -30,7 +30,10 @@ decodes share iterations is ``engine.options.mix``:
     hybrid_only:
       |r0 + r1[0:1000]|r0 r1|r0 r1| ...            (one long iteration: r0's token waits)
 
-A running request whose remaining prompt is a single token counts as a decode (it costs one
+Admission needs KV for the whole prompt, not just its first chunk (vLLM v0's block manager, which
+Sarathi-Serve builds on, allocates a prompt's blocks when it is admitted; SGLang admits a request
+only if its prompt fits the free tokens): a prompt that could never finish prefilling is not
+started. A running request whose remaining prompt is a single token counts as a decode (it costs one
 token like one). ``max_running_requests`` (SGLang) caps the running set, within ``max_num_seqs``.
 When running requests run out of KV, the victim is the newest running request (Sarathi-Serve
 inherits vLLM's rule), or with ``engine.options.retract: sglang`` SGLang's retraction choice: the
@@ -82,14 +85,14 @@ class ChunkedPrefill(ContinuousBatching):
             return self._finish(b, self._causes[cause],
                                 all_decode and not prefilled and not admitted and not self._preempted, now)
         # prefill_first / chunk_only: prefill and decode iterations never mix
-        has_decodes = self._has_decodes()
-        if self.mode == "chunk_only" and self._last_prefill and has_decodes:
-            self._last_prefill = False
+        if self.mode == "chunk_only" and self._last_prefill and self._has_decodes():
             self._decodes(now, b)
-            cause = Cause.TOKEN_BUDGET if self.num_waiting() or self._has_prefills() else Cause.ITERATION
-            batch = self._finish(b, self._causes[cause], not self._preempted, now)
-            batch.stable = False  # the next iteration is a prefill turn
-            return batch
+            if b.ids:  # (unless every decode was preempted: then a prefill iteration after all)
+                self._last_prefill = False
+                cause = Cause.TOKEN_BUDGET if self.num_waiting() or self._has_prefills() else Cause.ITERATION
+                batch = self._finish(b, self._causes[cause], not self._preempted, now)
+                batch.stable = False  # the next iteration is a prefill turn
+                return batch
         cause, _ = self._prefill(now, b, self.chunk)
         if b.ids:
             self._last_prefill = True
@@ -168,7 +171,7 @@ class ChunkedPrefill(ContinuousBatching):
                         b.add(rid, n)
                         self._budget -= n
                         cap -= n
-        if self._preempted:
+        if self._preempted and (b.ids or len(self.st.running)):  # no admissions after a preemption
             return (Cause.KV_BLOCKS if self.num_waiting() else Cause.ITERATION), False
         st, req, kv = self.st, self.req, self.kv
         waiting = self.waiting
@@ -182,12 +185,13 @@ class ChunkedPrefill(ContinuousBatching):
             if not self._ready(rid, now):
                 waiting.popleft()
                 continue
-            n = int(req.prompt[rid] + req.num_output[rid] - req.computed[rid])
+            whole = int(req.prompt[rid] + req.num_output[rid] - req.computed[rid])
+            n = whole
             if n > cap:
                 if self.mode == "hybrid_only" and n <= self.budget:
                     return Cause.TOKEN_BUDGET, admitted  # whole prompts only
                 n = cap
-            if not kv.allocate(rid, n):
+            if not kv.allocate(rid, whole):  # room for the whole prompt, not just this chunk
                 return Cause.KV_BLOCKS, admitted
             waiting.popleft()
             self._admit_one(rid, n, now, b)

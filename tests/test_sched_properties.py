@@ -1,0 +1,183 @@
+"""Scheduling invariants over random workloads and configurations, for every policy.
+
+Hypothesis draws a policy with its knobs (preemption mode, chunking mode, multi-step, aging, class
+batch sizes, micro-batches), a small KV pool and budget, and a random open-loop workload with SLA
+classes. Each scenario runs with invariant checks on, once single-stepping (observed through the
+iteration hook and a wrapper around the policy's ``schedule``) and once on the fast path; then:
+
+* no iteration exceeds the token budget or the policy's batch cap (``max_num_seqs``,
+  ``max_running_requests``, ``max_batch_size``);
+* every arrived request finished, or was rejected with a reason;
+* first admissions are FIFO within a class (FCFS policies: FIFO overall);
+* priority without aging: no request is admitted while a request of a higher class is still waiting;
+* every request's blocked seconds by cause sum to its queueing delay;
+* the fast path gives the single-step results exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from servesim import scenario_from_dict
+from servesim.engine.state import WAITING
+from servesim.sched.base import CAUSE_NAMES
+from servesim.simulate import build, run_built, simulate
+from tests.conftest import BASE, merge
+from tests.test_fastpath_exact import TS_COLS, assert_summaries_equal
+
+MAX_MODEL_LEN = 96
+
+
+@st.composite
+def policies(draw) -> dict:
+    name = draw(st.sampled_from(["vllm", "static-fifo", "chunked", "priority"]))
+    eng: dict = {"scheduler": name}
+    opts: dict = {}
+    chunked = draw(st.booleans()) if name != "static-fifo" else False
+    if name == "chunked":
+        chunked = True
+        opts["mix"] = draw(st.sampled_from(["stall_free", "prefill_first", "hybrid_only", "chunk_only"]))
+        opts["retract"] = draw(st.sampled_from(["newest", "sglang"]))
+        eng["chunked_prefill_size"] = draw(st.integers(8, 64))
+        eng["max_running_requests"] = draw(st.integers(1, 8))
+    if name == "static-fifo":
+        eng["max_batch_size"] = draw(st.integers(1, 8))
+        if draw(st.booleans()):
+            opts["micro_batch_size"] = draw(st.integers(1, 4))
+    if name == "priority":
+        if draw(st.booleans()):
+            opts["aging_s"] = draw(st.sampled_from([0.02, 0.1, 0.5]))
+        if draw(st.booleans()):
+            opts["class_max_seqs"] = draw(st.lists(st.integers(1, 8), min_size=1, max_size=5))
+        opts["preempt_lower"] = draw(st.booleans())
+    if name != "static-fifo":
+        eng["preemption"] = draw(st.sampled_from(["recompute", "swap"]))
+        if eng["preemption"] == "swap":
+            opts["swap_space_gib"] = draw(st.sampled_from([0.0, 0.001, 4.0]))
+        eng["num_scheduler_steps"] = draw(st.sampled_from([1, 1, 3]))
+    eng["enable_chunked_prefill"] = chunked
+    eng["max_num_batched_tokens"] = draw(st.integers(16, 96)) if chunked else 128
+    eng["options"] = opts
+    return eng
+
+
+@st.composite
+def scenarios(draw) -> dict:
+    eng = draw(policies())
+    block = draw(st.sampled_from([1, 2, 4, 16]))
+    blocks = draw(st.integers(8, 60))
+    eng.update({"block_size": block, "num_gpu_blocks_override": max(blocks, math.ceil(MAX_MODEL_LEN / block)),
+                "max_num_seqs": draw(st.integers(1, 8)), "max_model_len": MAX_MODEL_LEN})
+    weights = draw(st.lists(st.sampled_from([0.0, 1.0, 2.0]), min_size=1, max_size=5).filter(lambda w: sum(w) > 0))
+    return merge(BASE, {
+        "seed": draw(st.integers(0, 10_000)),
+        "stop": {"requests": draw(st.integers(5, 40))},
+        "engine": eng,
+        "step_time": draw(st.sampled_from([{"model": "constant", "seconds": 0.01}, {"model": "roofline"}])),
+        "workload": {"arrival": {"process": draw(st.sampled_from(["poisson", "gamma"])),
+                                 "rate": draw(st.floats(5.0, 150.0))},
+                     "prompt": {"dist": "uniform", "min": 1, "max": 60},
+                     "output": {"dist": "uniform", "min": 1, "max": 40},
+                     "classes": {"weights": weights}},
+        "sim": {"check_invariants": True},
+    })
+
+
+def batch_cap(eng: dict) -> int:
+    cap = eng["max_num_seqs"]
+    if eng["scheduler"] == "static-fifo":
+        cap = min(cap, eng["max_batch_size"])
+    if eng["scheduler"] == "chunked":
+        cap = min(cap, eng["max_running_requests"])
+    return cap
+
+
+class Observer:
+    """Watches a single-stepping run: every iteration's batch, and who each schedule call admits
+    while whom it leaves waiting."""
+
+    def __init__(self, raw: dict):
+        self.eng = raw["engine"]
+        self.batches: list[tuple[np.ndarray, np.ndarray]] = []
+        self.priority_violations: list[str] = []
+
+    def on_iteration(self, t0, t1, ids, num_new) -> None:
+        self.batches.append((ids.copy(), num_new.copy()))
+
+    def wrap(self, policy, req) -> None:
+        schedule = policy.schedule
+
+        def watched(now):
+            before = req.status == WAITING
+            batch = schedule(now)
+            after = req.status == WAITING
+            fresh = np.flatnonzero(before & ~after & (req.t_first_sched == now))
+            still = np.flatnonzero(before & after)
+            if len(fresh) and len(still) and req.klass[still].min() < req.klass[fresh].max():
+                self.priority_violations.append(
+                    f"t={now}: admitted {fresh.tolist()} (classes {req.klass[fresh].tolist()}) while "
+                    f"{still.tolist()} (classes {req.klass[still].tolist()}) wait")
+            return batch
+
+        policy.schedule = watched
+
+
+def run(raw: dict, fast: bool, observer: Observer | None = None):
+    sc = scenario_from_dict(merge(raw, {"sim": {"fast_path": fast}}))
+    if observer is None:
+        return simulate(sc)
+    b = build(sc, on_iteration=observer.on_iteration)
+    observer.wrap(b.replica.policy, b.table)
+    return run_built(b)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_scheduling_invariants(raw):
+    eng = raw["engine"]
+    obs = Observer(raw)
+    slow = run(raw, fast=False, observer=obs)
+    df = slow.requests
+
+    # budgets and caps, every iteration
+    cap = batch_cap(eng)
+    assert obs.batches
+    for ids, num_new in obs.batches:
+        assert int(num_new.sum()) <= eng["max_num_batched_tokens"]
+        assert len(ids) <= cap
+        assert len(np.unique(ids)) == len(ids)
+
+    # every arrived request finished or was rejected with a reason
+    assert set(df.status) <= {"finished", "rejected"}
+    rejected = df[df.status == "rejected"]
+    assert (rejected.reject_reason != "").all()
+
+    # FIFO of first admission within a class (overall for the FCFS policies)
+    done = df[df.status == "finished"]
+    groups = [done] if eng["scheduler"] != "priority" else [g for _, g in done.groupby("klass")]
+    for g in groups:
+        by_arrival = g.sort_values(["arrival_s", "id"])
+        assert (np.diff(by_arrival.first_scheduled_s.to_numpy()) >= -1e-12).all()
+
+    # strict priority without aging
+    if eng["scheduler"] == "priority" and "aging_s" not in eng["options"]:
+        assert obs.priority_violations == []
+
+    # blocked seconds by cause sum to the queueing delay (preemption waits are charged apart)
+    first_wait = [f"blocked_{n}_s" for n in CAUSE_NAMES if n != "preempted"]
+    np.testing.assert_allclose(done[first_wait].sum(axis=1), done.queue_s, rtol=1e-9, atol=1e-9)
+    assert (done[[f"blocked_{n}_s" for n in CAUSE_NAMES]] >= -1e-9).all().all()
+    assert (done.blocked_preempted_s[done.preemptions == 0] == 0).all()
+
+    # the fast path gives the same results
+    fast = run(raw, fast=True)
+    f = fast.requests
+    assert f.status.tolist() == df.status.tolist()
+    assert f.preemptions.tolist() == df.preemptions.tolist()
+    for col in TS_COLS + [c for c in f.columns if c.startswith("blocked_")]:
+        np.testing.assert_allclose(f[col].to_numpy(), df[col].to_numpy(), rtol=1e-9, atol=1e-9, err_msg=col)
+    assert_summaries_equal(fast.summary, slow.summary)
