@@ -50,7 +50,7 @@ class Result:
 
     @cached_property
     def timeseries(self) -> pd.DataFrame:
-        return timeseries_frame(self.recorder)
+        return timeseries_frame(self.recorder, self.memory.num_blocks, self.scenario.engine.block_size)
 
     @cached_property
     def sketches(self) -> dict[str, LogSketch]:
@@ -166,7 +166,17 @@ def run_built(b: Built, seed: int | None = None) -> Result:
         name=sc.name, seed=sc.seed if seed is None else seed, req=b.table, rec=b.recorder,
         num_blocks=b.memory.num_blocks, sim_time=b.replica.now, wall_s=wall,
         warmup=sc.stop.warmup_requests, slo_ttft=sc.slo.ttft_s, slo_tpot=sc.slo.tpot_s,
+        block_size=sc.engine.block_size,
     )
+    kv = b.replica.kv
+    if hasattr(kv, "hit_tokens"):  # prefix caching: hit rates, tier traffic, the TTFT effect
+        from servesim.kv.report import kv_report
+        from servesim.metrics.summary import latency_column, measured_mask
+
+        meas = np.flatnonzero(measured_mask(b.table, sc.stop.warmup_requests))
+        ttft = np.full(b.table.n, np.nan)
+        ttft[meas] = latency_column(b.table, meas, "ttft")
+        summary["kv"].update(kv_report(kv, ttft))
     return Result(sc, summary, b.table, b.recorder, b.memory, b.model.describe(), b.workload.notes)
 
 

@@ -307,7 +307,7 @@ def test_tier_report_counts_hits_bytes_and_waits():
     prefill(kv, table, 1)
     kv.free(1)
     kv.reuse_prefix(2, 10.0)
-    rep = kv_report(kv, None, 11.0, np.array([0.1, 0.2, np.nan, np.nan, np.nan]))
+    rep = kv_report(kv, np.array([0.1, 0.2, np.nan, np.nan, np.nan]))
     t = rep["tiers"]
     assert (t["L1"]["hit_blocks"], t["L2"]["hit_blocks"]) == (0, 2)
     assert t["L2"]["bytes_fetched"] == 200 and t["L2"]["bytes_stored"] == 200

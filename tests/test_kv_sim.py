@@ -13,7 +13,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servesim import ServesimError, scenario_from_dict
-from servesim.kv.frag import FragRecorder, StepUsage
 from servesim.kv.prefix import PrefixCacheKV
 from servesim.kv.report import kv_report
 from servesim.simulate import build, run_built, simulate
@@ -83,7 +82,7 @@ def test_sessions_hit_the_cache_and_cut_ttft():
     ttft = np.full(kv.req.n, np.nan)
     fr = on.requests
     ttft[fr.id.to_numpy()] = fr.ttft_s.to_numpy()
-    rep = kv_report(kv, None, on.summary["sim_time_s"], ttft)
+    rep = kv_report(kv, ttft)
     # turns 2 and 3 reuse the system prompt and history; turn 1 at least the system prompt
     assert rep["prefix_hit_rate"]["tokens"] > 0.4
     assert rep["tiers"]["L1"]["hit_rate"] == rep["prefix_hit_rate"]["blocks"]
@@ -186,20 +185,21 @@ def test_tiers_and_preload_build_from_a_scenario():
 
 
 # ----------------------------------------------------------------------------- frag recorder
-def test_frag_recorder_time_weighted_mean_and_peak():
-    rec = FragRecorder(bin_s=1.0)
-    k2 = np.array([0, 0])
+def test_fragmentation_time_weighted_mean_and_peak():
+    """The engine recorder integrates the KV slot signals exactly; shares are of the whole pool."""
+    from servesim.metrics.collect import Recorder
+    from servesim.metrics.summary import kv_summary, timeseries_frame
 
-    def u(alloc, used, resv):
-        return StepUsage(100, np.array(alloc), np.array(used), np.array(resv), k2[: len(alloc)] * 0)
-
-    rec.add(0.0, np.array([0.5, 1.5]), u([40, 60], [30, 50], [0, 0]))  # 0.5 s at 40%, 1 s at 60%
-    rec.add(3.0, np.array([4.0]), u([80], [50], [20]))  # idle 1.5..3 counts as 0
-    s = rec.summary(sim_time=4.0)
+    rec = Recorder(timeseries_bin_s=1.0)
+    # pool of 10 blocks x 10 slots; frag = (internal, reserved, external) slots per step
+    rec.steps(0.0, np.array([0.5, 1.5]), np.array([4, 6]), 1, 0, 1, 0, 0,
+              (np.array([10, 10]), np.array([0, 0]), np.array([0, 0])))  # 0.5 s at 40 %, 1 s at 60 %
+    rec.steps(3.0, np.array([4.0]), 8, 1, 0, 1, 0, 0, (10, 20, 0))  # idle 1.5..3 counts as 0
+    s = kv_summary(rec, num_blocks=10, block_size=10, sim_time=4.0)
     assert s["utilization"]["mean"] == pytest.approx((0.5 * 0.4 + 1.0 * 0.6 + 1.0 * 0.8) / 4)
     assert s["utilization"]["peak"] == pytest.approx(0.8)
     assert s["internal_fragmentation"]["mean"] == pytest.approx((0.5 * 0.1 + 1.0 * 0.1 + 1.0 * 0.1) / 4)
     assert s["reservation_waste"]["peak"] == pytest.approx(0.2)
-    cols = rec.columns(4)
+    cols = timeseries_frame(rec, num_blocks=10, block_size=10)
     assert cols["kv_utilization_mean"].tolist() == pytest.approx([0.5, 0.3, 0.0, 0.8])
     assert cols["kv_utilization_peak"].tolist() == pytest.approx([0.6, 0.6, 0.0, 0.8])

@@ -66,9 +66,10 @@ def test_time_series_bins_coarsen_exactly_when_a_run_outgrows_them():
     from servesim.metrics.collect import BinnedSeries
 
     rng = np.random.default_rng(3)
+    ns = len(BinnedSeries.SIGNALS)
     ends = np.cumsum(rng.uniform(0.01, 0.7, 4000))
     starts = np.concatenate([[0.0], ends[:-1]]) + rng.uniform(0, 0.005, 4000)  # small idle gaps
-    vals = rng.integers(0, 50, (4, 4000)).astype(float)
+    vals = rng.integers(0, 50, (ns, 4000)).astype(float)
     fine, coarse = BinnedSeries(1.0), BinnedSeries(1.0, max_bins=64)
     for i in range(0, 4000, 100):
         fine.add(starts[i : i + 100], ends[i : i + 100], vals[:, i : i + 100])
@@ -77,9 +78,9 @@ def test_time_series_bins_coarsen_exactly_when_a_run_outgrows_them():
     assert factor > 1 and coarse.nbins() <= 64
     nb = fine.nbins()
     pad = (-nb) % factor
-    f_int = np.concatenate([fine.integral[:, :nb], np.zeros((4, pad))], axis=1)
-    f_peak = np.concatenate([fine.peak[:, :nb], np.zeros((4, pad))], axis=1)
+    f_int = np.concatenate([fine.integral[:, :nb], np.zeros((ns, pad))], axis=1)
+    f_peak = np.concatenate([fine.peak[:, :nb], np.zeros((ns, pad))], axis=1)
     m = (nb + pad) // factor
-    np.testing.assert_allclose(coarse.integral[:, :m], f_int.reshape(4, m, factor).sum(axis=2), rtol=1e-9)
-    np.testing.assert_array_equal(coarse.peak[:, :m], f_peak.reshape(4, m, factor).max(axis=2))
+    np.testing.assert_allclose(coarse.integral[:, :m], f_int.reshape(ns, m, factor).sum(axis=2), rtol=1e-9)
+    np.testing.assert_array_equal(coarse.peak[:, :m], f_peak.reshape(ns, m, factor).max(axis=2))
     np.testing.assert_allclose(coarse.integral.sum(), (vals * (ends - starts)).sum(), rtol=1e-9)

@@ -453,9 +453,12 @@ def _decode_run_capacity(I, computed, ids, nb, k_max, used):
 # ----------------------------------------------------------------------------------- apply
 @njit(cache=True)
 def _record(I, rb_start, rb_end, rb_vals, rb_itlw, t0, ends, k, used, running, waiting, tokens,
-            itl_first, itl_rest):
+            itl_first, itl_rest, slots_last, slots_step):
+    """One step-log row per step. KV slots written during step j are ``slots_last - slots_step *
+    (k - 1 - j)``; paged blocks are all touched, so internal slots = blocks * bs - written."""
     i = I[I_FILL]
     prev = t0
+    bs = I[I_BS]
     for j in range(k):
         rb_start[i + j] = prev
         rb_end[i + j] = ends[j]
@@ -464,8 +467,19 @@ def _record(I, rb_start, rb_end, rb_vals, rb_itlw, t0, ends, k, used, running, w
         rb_vals[1, i + j] = running
         rb_vals[2, i + j] = waiting
         rb_vals[3, i + j] = tokens
+        rb_vals[4, i + j] = used[j] * bs - (slots_last - slots_step * (k - 1 - j))
+        rb_vals[5, i + j] = 0.0
+        rb_vals[6, i + j] = 0.0
         rb_itlw[i + j] = itl_first if j == 0 else itl_rest
     I[I_FILL] = i + k
+
+
+@njit(cache=True)
+def _running_slots(I, run, computed):
+    s = 0
+    for i in range(I[I_RUN_LEN]):
+        s += computed[run[i]]
+    return s
 
 
 @njit(cache=True)
@@ -540,7 +554,7 @@ def _apply_decode(I, F, dts, arrival, prompt, output, computed, num_output, t_fi
             I[I_IRR_LEN] += 1
         t_last[r] = t_end
     _record(I, rb_start, rb_end, rb_vals, rb_itlw, t0, ends, k, used, I[I_RUN_LEN], I[I_WQ_LEN], nb,
-            n_regular, nb)
+            n_regular, nb, _running_slots(I, run, computed), nb)
     F[F_NOW] = t_end
     if k == rem_min:
         done = np.empty(nb, dtype=np.int64)
@@ -591,7 +605,7 @@ def _apply_mixed(I, F, dt, arrival, prompt, output, computed, num_output, t_firs
     ends = np.empty(1)
     ends[0] = t1
     _record(I, rb_start, rb_end, rb_vals, rb_itlw, t0, ends, 1, used, I[I_RUN_LEN], I[I_WQ_LEN], tokens,
-            n_regular, 0)
+            n_regular, 0, _running_slots(I, run, computed), 0)
     F[F_NOW] = t1
     if nd:
         _finish(I, F, done, nd, t_finish, status, held, run, arrival, heap_t, heap_id, think)

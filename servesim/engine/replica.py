@@ -32,6 +32,7 @@ from servesim.engine.state import FINISHED, REJECTED, Reject, ReplicaState
 from servesim.metrics.collect import Recorder
 from servesim.perf.base import StepTimeModel
 from servesim.sched.base import Batch, Policy
+from servesim.sched.continuous import ones
 
 MAX_RUN_STEPS = 1 << 14  # bound on one fast-path run (memory of its per-step arrays)
 
@@ -178,6 +179,7 @@ class Replica:
             starts = np.concatenate(([t0], ends[:-1]))
             for j in range(k):
                 self.on_iteration(float(starts[j]), float(ends[j]), ids, np.ones(len(ids), np.int64))
+        frag = self._frag(self.kv.step_usage(ids, ones(n), k, used))
         # progress: every request computed k tokens and sampled k tokens
         req.computed[ids] += k
         req.num_output[ids] += k
@@ -196,11 +198,12 @@ class Replica:
                 self.rec.itl_values(deliver - last[odd])
         req.t_last_token[ids] = t_end
         if burst:
-            self.rec.steps(t0, ends, used, len(self.st.running), self.policy.num_waiting(), n, 0, 0)
+            self.rec.steps(t0, ends, used, len(self.st.running), self.policy.num_waiting(), n, 0, 0, frag)
             if t_end >= self.rec.itl_from:
                 self.rec.itl_pairs(np.array([t_end - t0, 0.0]), np.array([n_regular, (k - 1) * n]))
         else:
-            self.rec.steps(t0, ends, used, len(self.st.running), self.policy.num_waiting(), n, n_regular, n)
+            self.rec.steps(t0, ends, used, len(self.st.running), self.policy.num_waiting(), n, n_regular, n,
+                           frag)
         self.now = t_end
         if k == rem_min:
             self._finish(ids[remaining == k])
@@ -216,6 +219,7 @@ class Replica:
         if self.on_iteration is not None:
             self.on_iteration(t0, t1, ids, n)
         used = self.kv.used_blocks
+        frag = self._frag(self.kv.step_usage(ids, n, 1))
         req.computed[ids] += n
         sampled = ids[req.computed[ids] == req.prompt[ids] + req.num_output[ids]]
         n_regular = 0
@@ -231,10 +235,15 @@ class Replica:
                 self.rec.itl_values(t1 - last[odd])
             req.t_last_token[sampled] = t1
         self.rec.steps(t0, np.array([t1]), used, len(self.st.running), self.policy.num_waiting(),
-                       int(n.sum()), n_regular, 0)
+                       int(n.sum()), n_regular, 0, frag)
         self.now = t1
         if len(sampled):
             self._finish(sampled[req.num_output[sampled] >= req.output[sampled]])
+
+    @staticmethod
+    def _frag(u):
+        """(internal, reserved, external) KV slots per step, from the manager's StepUsage."""
+        return u.allocated - u.used - u.reserved_unused, u.reserved_unused, u.external
 
     def _finish(self, done: np.ndarray) -> None:
         if len(done) == 0:

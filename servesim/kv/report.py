@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from servesim.kv.frag import FragRecorder
 from servesim.request import CLASS_NAMES, NUM_CLASSES
 
 
@@ -36,12 +35,11 @@ def _rate(hit, query) -> float | None:
     return float(hit) / float(query) if query else None
 
 
-def kv_report(kv, frag: FragRecorder | None = None, sim_time: float = 0.0, ttft: np.ndarray | None = None) -> dict:
-    """Every ``"kv"`` entry this manager can give (merge into the summary's ``"kv"`` dict).
+def kv_report(kv, ttft: np.ndarray | None = None) -> dict:
+    """The ``"kv"`` entries of a prefix-caching manager (hit rates, tier traffic, TTFT effect) to
+    merge into the summary's ``"kv"`` dict; fragmentation comes from the engine's recorder.
     ``ttft``: per-request TTFT in seconds indexed by request id (NaN: not measured)."""
     out: dict = {}
-    if frag is not None:
-        out.update(frag.summary(sim_time))
     if hasattr(kv, "hit_tokens"):
         out.update(prefix_report(kv, ttft))
     return out
@@ -111,8 +109,3 @@ def ttft_effect(ttft: np.ndarray, hit_tokens: np.ndarray) -> dict:
                      "p50_s": float(np.percentile(x, 50)) if len(x) else None,
                      "p99_s": float(np.percentile(x, 99)) if len(x) else None}
     return out
-
-
-def timeseries_columns(frag: FragRecorder, nbins: int) -> dict[str, np.ndarray]:
-    """Columns to add to the run's time-series frame (``nbins`` rows of the recorder's bins)."""
-    return frag.columns(nbins)

@@ -28,7 +28,8 @@ class BinnedSeries:
     (integrals add, peaks take the max) and the bin width doubles. ``bin_s`` is therefore the
     finest width; long runs get coarser series in bounded memory, still exact per bin."""
 
-    SIGNALS = ("kv_blocks", "running", "waiting", "batch_tokens")
+    SIGNALS = ("kv_blocks", "running", "waiting", "batch_tokens", "kv_internal_slots", "kv_reserved_slots",
+               "kv_external_slots")
 
     def __init__(self, bin_s: float, max_bins: int = 1 << 16):
         self.bin_s = float(bin_s)
@@ -95,7 +96,8 @@ class BinnedSeries:
         self.t_end = max(self.t_end, float(ends[-1]))
 
     def nbins(self) -> int:
-        return int(self.t_end // self.bin_s) + 1 if self.t_end > 0 else 0
+        """Bins covering [0, t_end): a run ending on a bin edge has no empty last bin."""
+        return int(np.ceil(self.t_end / self.bin_s)) if self.t_end > 0 else 0
 
 
 class Recorder:
@@ -114,35 +116,35 @@ class Recorder:
         n = self.BUFFER
         self._start = np.empty(n)
         self._end = np.empty(n)
-        self._vals = np.empty((4, n))
+        self._vals = np.zeros((len(BinnedSeries.SIGNALS), n))
         self._itl_w = np.empty(n, dtype=np.int64)
         self._fill = 0
 
     # -- hot path -------------------------------------------------------------------------
     def steps(self, t0: float, ends: np.ndarray, kv_used, running: int, waiting: int, batch_tokens: int,
-              itl_first: int, itl_rest: int) -> None:
+              itl_first: int, itl_rest: int, frag=None) -> None:
         """Record ``len(ends)`` consecutive steps starting at ``t0``. ``itl_first`` requests got a
-        regular token at the end of the first step, ``itl_rest`` at the end of each later one."""
+        regular token at the end of the first step, ``itl_rest`` at the end of each later one.
+        ``frag``: (internal, reserved, external) KV slots per step (see servesim/kv/frag.py)."""
         k = len(ends)
         i = self._fill
         if i + k > self.BUFFER:
             self.flush()
             i = 0
-            if k > self.BUFFER:  # a huge run: record it directly
-                self._fold(np.concatenate(([t0], ends[:-1])), ends,
-                           np.vstack([np.broadcast_to(kv_used, k), np.full(k, running), np.full(k, waiting),
-                                      np.full(k, batch_tokens)]).astype(float),
-                           np.r_[itl_first, np.full(k - 1, itl_rest)])
-                return
         j = i + k
         self._start[i] = t0
         if k > 1:
             self._start[i + 1 : j] = ends[:-1]
         self._end[i:j] = ends
-        self._vals[0, i:j] = kv_used
-        self._vals[1, i:j] = running
-        self._vals[2, i:j] = waiting
-        self._vals[3, i:j] = batch_tokens
+        v = self._vals
+        v[0, i:j] = kv_used
+        v[1, i:j] = running
+        v[2, i:j] = waiting
+        v[3, i:j] = batch_tokens
+        if frag is not None:
+            v[4, i:j], v[5, i:j], v[6, i:j] = frag
+        else:
+            v[4:, i:j] = 0.0
         self._itl_w[i] = itl_first
         if k > 1:
             self._itl_w[i + 1 : j] = itl_rest

@@ -149,8 +149,33 @@ def measured_mask(req: RequestTable, warmup: int) -> np.ndarray:
     return m
 
 
+FRAG_SIGNALS = (("internal_fragmentation", 4), ("reservation_waste", 5), ("external_fragmentation", 6))
+
+
+def kv_summary(rec: Recorder, num_blocks: int, block_size: int, sim_time: float) -> dict:
+    """KV usage and fragmentation (servesim/kv/frag.py gives the definitions): time means over
+    [0, sim_time] and peaks, as shares of the pool."""
+    rec.flush()
+    s = rec.series
+    nb = s.nbins()
+    t = max(sim_time, 1e-300)
+    integ = s.integral[:, :nb].sum(axis=1)
+    peak = s.peak[:, :nb].max(axis=1) if nb else np.zeros(len(s.SIGNALS))
+    slots = num_blocks * block_size
+    out = {
+        "blocks_total": int(num_blocks),
+        "peak_usage": float(peak[0] / num_blocks),
+        "mean_usage": float(integ[0] / t / num_blocks),
+    }
+    out["utilization"] = {"mean": out["mean_usage"], "peak": out["peak_usage"]}
+    for name, i in FRAG_SIGNALS:
+        out[name] = {"mean": float(integ[i] / t / slots), "peak": float(peak[i] / slots)}
+    return out
+
+
 def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num_blocks: int,
-                  sim_time: float, wall_s: float, warmup: int, slo_ttft: float, slo_tpot: float) -> dict:
+                  sim_time: float, wall_s: float, warmup: int, slo_ttft: float, slo_tpot: float,
+                  block_size: int = 1) -> dict:
     """The summary dictionary, from the columns, one latency column alive at a time."""
     rec.flush()
     status = req.status
@@ -176,9 +201,6 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
         if cnt:
             reasons[label] = cnt
     total_time = max(sim_time, 1e-300)
-    nb = rec.series.nbins()
-    kv_int = rec.series.integral[0, :nb].sum()
-    kv_peak = rec.series.peak[0, :nb].max() if nb else 0.0
     return {
         "scenario": name,
         "seed": seed,
@@ -200,11 +222,7 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
         },
         "slo": {"ttft_s": slo_ttft, "tpot_s": slo_tpot, "attainment": (good / n_meas) if n_meas else None},
         "latency_s": lat,
-        "kv": {
-            "blocks_total": int(num_blocks),
-            "peak_usage": float(kv_peak / num_blocks),
-            "mean_usage": float(kv_int / total_time / num_blocks),
-        },
+        "kv": kv_summary(rec, num_blocks, block_size, sim_time),
         "engine": {
             "iterations": int(rec.iterations),
             "busy_fraction": float(rec.busy_s / total_time),
@@ -220,7 +238,8 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
     }
 
 
-def timeseries_frame(rec: Recorder) -> pd.DataFrame:
+def timeseries_frame(rec: Recorder, num_blocks: int = 1, block_size: int = 1) -> pd.DataFrame:
+    """Per time bin: time-weighted mean and peak of every signal; KV fragmentation as pool shares."""
     rec.flush()
     s = rec.series
     nb = s.nbins()
@@ -228,7 +247,13 @@ def timeseries_frame(rec: Recorder) -> pd.DataFrame:
     width = np.minimum(s.bin_s, np.maximum(s.t_end - t, 0.0))
     width = np.where(width > 0, width, np.nan)
     out = {"t_s": t}
-    for i, name in enumerate(s.SIGNALS):
+    slots = num_blocks * block_size
+    for i, name in enumerate(s.SIGNALS[:4]):
         out[f"{name}_mean"] = s.integral[i, :nb] / width
         out[f"{name}_peak"] = s.peak[i, :nb]
+    out["kv_utilization_mean"] = out["kv_blocks_mean"] / num_blocks
+    out["kv_utilization_peak"] = out["kv_blocks_peak"] / num_blocks
+    for name, i in FRAG_SIGNALS:
+        out[f"kv_{name}_mean"] = s.integral[i, :nb] / width / slots
+        out[f"kv_{name}_peak"] = s.peak[i, :nb] / slots
     return pd.DataFrame(out)
