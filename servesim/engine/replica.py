@@ -86,8 +86,8 @@ class Replica:
             st.set_causes(batch.waiting_cause)
             if self.check:
                 self._check(batch)
-            if batch.empty:
-                t_next = min(inbox.next_time(), self.stop_time)
+            if batch.empty:  # idle until an arrival, the stop time, or the policy's horizon (a fetch)
+                t_next = min(inbox.next_time(), self.stop_time, batch.horizon_s)
                 if t_next == INF:
                     if policy.num_waiting() or len(st.running):
                         raise RuntimeError("scheduler returned an empty batch with work pending and "
