@@ -103,8 +103,16 @@ def print_summary(console: Console, res) -> None:
         table.add_row(name.upper() if name != "queue" else "queue", *(_ms(d[k]) for k in ("mean",) + PCT_KEYS))
     console.print(table)
     kv = s["kv"]
-    console.print(f"KV        {kv['blocks_total']:,} blocks; peak {kv['peak_usage']:.1%}, "
-                  f"time-mean {kv['mean_usage']:.1%}")
+    line = (f"KV        {kv['blocks_total']:,} blocks; peak {kv['peak_usage']:.1%}, "
+            f"time-mean {kv['mean_usage']:.1%}")
+    frag = [(name, kv[key]["mean"]) for name, key in (("internal", "internal_fragmentation"),
+            ("reserved-unused", "reservation_waste"), ("external", "external_fragmentation")) if key in kv]
+    if frag:
+        line += "; fragmentation " + ", ".join(f"{n} {v:.1%}" for n, v in frag)
+    hit = kv.get("prefix_hit_rate", {}).get("tokens")
+    if hit is not None:
+        line += f"; prefix-cache hits {hit:.1%} of tokens"
+    console.print(line)
     b = s["blockage"].get("all")
     if b and b["waiting_s"] > 0:
         top = sorted(b["share"].items(), key=lambda kv_: -kv_[1])[:3]
