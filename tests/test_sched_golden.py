@@ -292,3 +292,22 @@ def test_priority_preempts_lower_class_for_kv(fast_path):
     ]
     assert trace[3] == (0.03, 0.04, {0: 8})  # r0 recomputes
     assert res.requests.preemptions.tolist() == [1, 0]
+
+
+@pytest.mark.parametrize("fast_path", FAST)
+def test_priority_class_batch_budget(fast_path):
+    """class_max_seqs [4, 4, 2]: P2 requests fill at most 2 of the 4 slots; a P0 arriving later
+    joins at once, without evicting anyone; the third P2 waits on its class budget."""
+    sc = sim(fast_path, scheduler="priority", max_num_seqs=4, options={"class_max_seqs": [4, 4, 2]})
+    reqs = [Request(0.0, 3, 3, klass=2), Request(0.0, 3, 3, klass=2), Request(0.0, 3, 1, klass=2),
+            Request(0.005, 2, 1, klass=0)]
+    res, trace = run_traced(sc, reqs)
+    assert trace == [
+        (0.00, 0.01, {0: 3, 1: 3}),
+        (0.01, 0.02, {0: 1, 1: 1, 3: 2}),  # r3 (P0) joins a batch of 2; r2 (P2) still may not
+        (0.02, 0.03, {0: 1, 1: 1}),
+        (0.03, 0.04, {2: 3}),
+    ]
+    df = res.requests.set_index("id")
+    assert df.preemptions.sum() == 0
+    np.testing.assert_allclose(df.loc[2, "blocked_batch_slots_s"], 0.03, atol=1e-12)

@@ -23,9 +23,11 @@ it runs (an aged P4 admitted as P0 is not evicted for a P1), but the right to pr
 request's own class (an aged P4 never evicts anyone above P4).
 
 Dynamic batch size per class (``engine.options.class_max_seqs: [n0, .., n4]``): a request of
-class ``g`` is admitted only while fewer than ``n_g`` requests run. Lower classes get a smaller
-batch (shorter iterations, headroom for urgent arrivals); higher classes may fill up to
-``max_num_seqs`` (and preempt lower classes to get a slot). Default: ``max_num_seqs`` for all.
+class ``g`` is admitted only while fewer than ``n_g`` requests run, so the batch grows to what the
+most urgent waiting class allows: lower classes get a smaller batch (shorter iterations, headroom
+for urgent arrivals), higher classes may fill it up to ``max_num_seqs``. A class budget is never a
+reason to evict: only a class whose budget is ``max_num_seqs`` preempts lower classes for a slot.
+Default: ``max_num_seqs`` for all.
 
 Waiting causes per class: the blocked head's class gets the head's cause; every other class with
 waiting requests is behind it (``higher_class``); a class with nobody waiting would be considered
@@ -162,35 +164,44 @@ class PriorityScheduling(ContinuousBatching):
 
     # -- admission -----------------------------------------------------------------------------
     def _admit(self, now: float, b: BatchBuilder) -> tuple[np.ndarray, bool]:
-        st, req, kv = self.st, self.req, self.kv
         admitted = False
         while self.n_queued:
             g, e = self._head(now)
             rid = self.queues[g][0]
-            over = len(st.running) - self.class_slots[g] + 1  # slots to free for it
-            cause = None
-            if over > 0 and not (self.preempt_lower and len(self._lower(g)) >= over):
-                cause = Cause.BATCH_SLOTS
-            elif self._budget <= 0:
-                cause = Cause.TOKEN_BUDGET
-            elif not self._ready(rid, now):
-                self._pop(g)
-                continue
-            else:
-                n = int(req.prompt[rid] + req.num_output[rid] - req.computed[rid])
-                if n > self._budget and not self.chunked:
-                    cause = Cause.TOKEN_BUDGET
-                else:
-                    n = min(n, self._budget)
-                    if (over > 0 or not kv.allocate(rid, n)) and not self._make_room(rid, g, n, max(over, 0), now, b):
-                        cause = Cause.KV_BLOCKS
+            n, cause = self._try(rid, g, now, b)
             if cause is not None:
                 return self._blocked(g, e, cause), admitted
             self._pop(g)
+            if n < 0:  # set aside: its KV is on the way from a lower tier
+                continue
             self.rank[rid] = e
             self._admit_one(rid, n, now, b)
             admitted = True
         return self._causes[Cause.ITERATION], admitted
+
+    def _try(self, rid: int, g: int, now: float, b: BatchBuilder) -> tuple[int, Cause | None]:
+        """The tokens head ``rid`` (class ``g``) runs this iteration, once it has a slot and KV
+        (evicting lower classes where allowed); or why it cannot; ``-1`` if it was set aside."""
+        run = len(self.st.running)
+        over = 0  # batch slots to free for it by evicting lower classes
+        if run >= self.class_slots[g]:
+            # its class budget is full; only the hard cap (max_num_seqs) is contested by eviction
+            over = run - self.max_seqs + 1
+            if over <= 0 or not (self.preempt_lower and len(self._lower(g)) >= over):
+                return 0, Cause.BATCH_SLOTS
+        if self._budget <= 0:
+            return 0, Cause.TOKEN_BUDGET
+        if not self._ready(rid, now):
+            return -1, None
+        req = self.req
+        n = int(req.prompt[rid] + req.num_output[rid] - req.computed[rid])
+        if n > self._budget:
+            if not self.chunked:
+                return 0, Cause.TOKEN_BUDGET
+            n = self._budget
+        if (over > 0 or not self.kv.allocate(rid, n)) and not self._make_room(rid, g, n, over, now, b):
+            return 0, Cause.KV_BLOCKS
+        return n, None
 
     def _blocked(self, g: int, e: int, cause: Cause) -> np.ndarray:
         key = (g, e, int(cause), tuple(bool(q) for q in self.queues))
