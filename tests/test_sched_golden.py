@@ -311,3 +311,31 @@ def test_priority_class_batch_budget(fast_path):
     df = res.requests.set_index("id")
     assert df.preemptions.sum() == 0
     np.testing.assert_allclose(df.loc[2, "blocked_batch_slots_s"], 0.03, atol=1e-12)
+
+
+@pytest.mark.parametrize("fast_path", FAST)
+@pytest.mark.parametrize("policy", ["vllm", "chunked", "priority"])
+def test_tier_transfer_sets_a_request_aside(policy, fast_path, monkeypatch):
+    """The KV manager reports r1's prefix on its way from a lower tier until 32 ms: r1 is set aside
+    (r2 behind it goes first), its wait is charged to the transfer, and it rejoins at the first
+    iteration boundary after the transfer (40 ms)."""
+    from servesim.kv.base import NO_HIT, PrefixHit
+    from servesim.kv.paged import PagedKV
+
+    def reuse_prefix(self, rid, now):
+        return PrefixHit(0, 0.032) if rid == 1 and now < 0.032 else NO_HIT
+
+    monkeypatch.setattr(PagedKV, "reuse_prefix", reuse_prefix)
+    sc = sim(fast_path, scheduler=policy)
+    res, trace = run_traced(sc, [Request(0.0, 4, 6), Request(0.005, 5, 2), Request(0.006, 3, 2)])
+    assert trace == [
+        (0.00, 0.01, {0: 4}),
+        (0.01, 0.02, {0: 1, 2: 3}),
+        (0.02, 0.03, {0: 1, 2: 1}),
+        (0.03, 0.04, {0: 1}),
+        (0.04, 0.05, {0: 1, 1: 5}),
+        (0.05, 0.06, {0: 1, 1: 1}),
+    ]
+    df = res.requests.set_index("id")
+    np.testing.assert_allclose(df.loc[1, ["blocked_iteration_s", "blocked_tier_transfer_s"]], [0.005, 0.03], atol=1e-12)
+    np.testing.assert_allclose(df.loc[1, "queue_s"], 0.035, atol=1e-12)
