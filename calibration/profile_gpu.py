@@ -1853,6 +1853,76 @@ def cmd_merge(args) -> int:
     return 0
 
 
+# ============================================================================== combine
+OVERHEAD_OPS = ("overhead_eager", "overhead_cuda_graph")
+
+
+def cmd_combine(args) -> int:
+    """Finish packs measured in pieces (all on this machine, no GPU needed):
+
+    * ``--keep-from DIR --keep-ops a,b``: rows of those ops are taken from the packs of the same
+      name in DIR (an earlier measurement: e.g. attn_prefill and the collectives when only the
+      token ops and decode attention were re-measured); the YAML says where they came from.
+    * ``--overheads-from D1,D2``: overhead rows measured again in other processes (``ops --stages
+      overhead --tables-from``, same tables) are combined with the pack's own by the median, per op
+      and batch, of forward - tables over all processes; every process's value is kept in the YAML.
+      Why: the eager launch time of one forward varies between processes on a VM host (5-22 ms
+      seen on the lent H200), so one process is a poor sample of it.
+    """
+    out = Path(args.out)
+    keep_ops = _csv_list(args.keep_ops or "")
+    others = [Path(x) for x in _csv_list(args.overheads_from or "")]
+    for gpu_dir in sorted(p for p in (out / "packs").glob("*") if p.is_dir()):
+        for pack in sorted(gpu_dir.glob("*.csv")):
+            rows = read_rows(pack)
+            meta = read_yaml(pack.with_suffix(".yaml"))
+            if keep_ops:
+                old = Path(args.keep_from) / pack.name
+                kept = [r for r in read_rows(old) if r[0] in keep_ops]
+                rows = [r for r in rows if r[0] not in keep_ops] + kept
+                oldmeta = read_yaml(old.with_suffix(".yaml"))
+                meta["kept_rows"] = dict(
+                    ops=keep_ops, rows=len(kept), from_pack=str(old),
+                    measured=oldmeta.get("date"), command=oldmeta.get("command"),
+                    method=oldmeta.get("method"), collectives=oldmeta.get("collectives"))
+                if {"all_reduce", "send_recv"} & set(keep_ops) and oldmeta.get("collectives"):
+                    meta["collectives"] = oldmeta["collectives"]
+                for op in keep_ops:
+                    if op in (oldmeta.get("timing_methods") or {}):
+                        meta.setdefault("timing_methods", {})[op] = oldmeta["timing_methods"][op]
+            if others:
+                ov = meta.get("overhead") or {}
+                pts = ov.get("points") or {}
+                per: dict = {}
+                for key, v in pts.items():
+                    per.setdefault(key, []).append(float(v["diff_ms"]))
+                for d in others:
+                    om = read_yaml(d / "packs" / gpu_dir.name / pack.with_suffix(".yaml").name)
+                    for key, v in ((om.get("overhead") or {}).get("points") or {}).items():
+                        per.setdefault(key, []).append(float(v["diff_ms"]))
+                std = {(r[0], int(r[2])): r[6] for r in rows if r[0] in OVERHEAD_OPS}
+                rows = [r for r in rows if r[0] not in OVERHEAD_OPS]
+                combined = {}
+                for key, diffs in sorted(per.items()):
+                    op, b = key.split(" batch=")
+                    med = float(np.median(diffs))
+                    combined[key] = dict(diff_ms_per_process=[round(x, 5) for x in diffs],
+                                         median_ms=round(med, 5))
+                    if math.isfinite(med) and med > 0:
+                        sd = std.get((op, int(b)), float("nan"))
+                        rows.append((op, int(b), int(b), 0, 0, med, sd))
+                ov["combined"] = dict(
+                    processes=1 + len(others), sources=["this pack"] + [str(d) for d in others],
+                    rule="median over processes of forward - table sum, per op and batch", points=combined)
+                meta["overhead"] = ov
+            rows = sorted(rows, key=lambda r: (r[0], int(r[2]), int(r[1]), int(r[3]), int(r[4])))
+            write_rows(pack, rows)
+            meta["rows"] = len(rows)
+            write_yaml(pack.with_suffix(".yaml"), meta)
+            log(f"combined {pack}: {len(rows)} rows")
+    return 0
+
+
 # ============================================================================== mode: all
 @dataclass
 class Task:
@@ -2028,10 +2098,18 @@ def main(argv=None) -> int:
     common(sp)
     sp = sub.add_parser("merge", help="merge collectives/<gpu>/*.csv into the packs under --out")
     sp.add_argument("--out", required=True)
+    sp = sub.add_parser("combine", help="keep some ops' rows from older packs; median overheads "
+                                        "over several processes (no GPU needed)")
+    sp.add_argument("--out", required=True, help="folder whose packs/<gpu>/*.csv are rewritten")
+    sp.add_argument("--keep-from", default=None, help="folder of older packs (same file names)")
+    sp.add_argument("--keep-ops", default=None, help="comma list of ops whose rows to keep from them")
+    sp.add_argument("--overheads-from", default=None,
+                    help="comma list of --out folders of `ops --stages overhead --tables-from` runs")
     args = p.parse_args(argv)
     try:
         return {"ops": cmd_ops, "iterations": cmd_iterations, "allreduce": cmd_allreduce,
-                "all": cmd_all, "merge": cmd_merge, "backends": cmd_backends}[args.mode](args)
+                "all": cmd_all, "merge": cmd_merge, "backends": cmd_backends,
+                "combine": cmd_combine}[args.mode](args)
     except SystemExit:
         raise
     except Exception:
