@@ -132,7 +132,7 @@ def _steps(*spans: tuple) -> list:
 
 
 #: tokens: 1-4 every 1, 4-16 every 2, 16-256 every 8, 256-1024 every 32, 1024-2048 every 64,
-#: 2048-4096 every 256, 4096-8192 every 512, 8192-16384 every 2048  (96 points).
+#: 2048-4096 every 256, 4096-8192 every 512, 8192-16384 every 2048  (100 points).
 DENSE_TOKENS = _steps((1, 4, 1), (4, 16, 2), (16, 256, 8), (256, 1024, 32), (1024, 2048, 64),
                       (2048, 4096, 256), (4096, 8192, 512), (8192, 16384, 2048))
 #: decode batch: 1-16 every 1, 16-64 every 4, 64-128 every 8, 128-256 every 16, 256-512 every 32
@@ -1918,6 +1918,8 @@ def cmd_combine(args) -> int:
             rows = sorted(rows, key=lambda r: (r[0], int(r[2]), int(r[1]), int(r[3]), int(r[4])))
             write_rows(pack, rows)
             meta["rows"] = len(rows)
+            meta["combined"] = dict(command=this_command(), date=time.strftime("%Y-%m-%d"),
+                                    note=args.note or "")
             write_yaml(pack.with_suffix(".yaml"), meta)
             log(f"combined {pack}: {len(rows)} rows")
     return 0
@@ -2105,6 +2107,7 @@ def main(argv=None) -> int:
     sp.add_argument("--keep-ops", default=None, help="comma list of ops whose rows to keep from them")
     sp.add_argument("--overheads-from", default=None,
                     help="comma list of --out folders of `ops --stages overhead --tables-from` runs")
+    sp.add_argument("--note", default=None, help="provenance text stored in each YAML (combined.note)")
     args = p.parse_args(argv)
     try:
         return {"ops": cmd_ops, "iterations": cmd_iterations, "allreduce": cmd_allreduce,

@@ -226,6 +226,74 @@ def test_cli_all_quick_on_cpu():
         assert all(float(v["measured_ms"]) > 0 for v in vrows)
 
 
+def test_dense_grid_is_uniform_and_contains_sparse_calibration_points():
+    """The dense grid: a fixed step within each span (never picked from validation sizes), and the
+    overhead calibration batches/context are grid points (the overhead rows need their table sums)."""
+    toks, batches = pg.DENSE_TOKENS, pg.DENSE_DECODE_BATCH
+    assert len(toks) == 100 and toks[0] == 1 and toks[-1] == 16384 and toks == sorted(set(toks))
+    assert all(t in toks for t in range(16, 257, 8)) and all(t in toks for t in range(256, 1025, 32))
+    assert all(t in toks for t in range(1024, 2049, 64))
+    assert list(range(1, 17)) == batches[:16] and batches[-1] == 512 and len(batches) == 52
+    for b in pg.CALIB_BATCHES:
+        assert b in batches and b in toks
+    assert pg.CALIB_CTX in pg.DENSE_DECODE_CTX and set(pg.DECODE_CTX) <= set(pg.DENSE_DECODE_CTX)
+    # steps never exceed 1.5x above 512 in decode context
+    c = [x for x in pg.DENSE_DECODE_CTX if x >= 512]
+    assert all(b / a <= 1.5 for a, b in zip(c, c[1:]))
+
+
+def test_shared_measurements_only_between_equal_shapes():
+    rs8, rsl = pg.RankShape.of("qwen3-8b", 1), pg.RankShape.of("llama-3-8b", 1)
+    t = pg.Timer(CPU, pg.Budget())
+    s = pg.Sdpa(CPU)
+    b8 = pg.OpBench(rs8, CPU, t, s, True, kv_cap_bytes=1, rot_bytes=1)
+    bl = pg.OpBench(rsl, CPU, t, s, True, kv_cap_bytes=1, rot_bytes=1)
+    for op in ("attn_decode", "attn_prefill", "qkv_proj", "o_proj", "input_norm", "kv_write"):
+        assert b8.sig(op) == bl.sig(op), op
+    for op in ("gate_up_proj", "down_proj", "act", "lm_head", "embed", "rope"):
+        assert b8.sig(op) != bl.sig(op), op  # intermediate / vocab / rope table differ
+    assert b8.sig("input_norm") == b8.sig("post_attn_norm") == b8.sig("final_norm")
+    assert pg.OpBench(pg.RankShape.of("qwen3-8b", 2), CPU, t, s, True, 1, 1).sig("attn_decode") \
+        != b8.sig("attn_decode")
+
+
+def test_ops_multi_pack_overhead_only_and_combine():
+    """`ops` with two packs in one process shares measurements; `--stages overhead --tables-from`
+    re-measures only overheads; `combine` keeps rows from older packs and takes the median overhead."""
+    with tempfile.TemporaryDirectory() as d:
+        me = [sys.executable, str(HERE / "profile_gpu.py")]
+        a, o2, old = Path(d) / "a", Path(d) / "o2", Path(d) / "old"
+        r = subprocess.run(me + ["ops", "--model", "tiny", "--tp", "1,2", "--device", "cpu", "--quick",
+                                 "--stages", "token ops,attn_decode,overhead", "--out", str(a)],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        import yaml
+        meta = yaml.safe_load((a / "packs" / "cpu" / "tiny-tp2.yaml").read_text())
+        assert meta["grid"]["name"] == "quick" and "attn_prefill (not asked for)" in meta["stages_skipped"]
+        assert not meta["shared_measurements"].startswith("0 of")  # norms / embed shared with TP1
+        r = subprocess.run(me + ["ops", "--model", "tiny", "--tp", "1,2", "--device", "cpu", "--quick",
+                                 "--stages", "overhead", "--tables-from", str(a / "packs" / "cpu"),
+                                 "--out", str(o2)], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        (old).mkdir()
+        pg.write_rows(old / "tiny.csv", [("attn_prefill", 16, 0, 0, 0, 1.5, 0.1)])
+        pg.write_yaml(old / "tiny.yaml", {"date": "2000-01-01", "command": "x"})
+        pg.write_rows(old / "tiny-tp2.csv", [("attn_prefill", 16, 0, 0, 0, 0.9, 0.1),
+                                             ("all_reduce", 4096, 2, 0, 4096, 0.01, 0.0)])
+        pg.write_yaml(old / "tiny-tp2.yaml", {"date": "2000-01-01", "command": "x"})
+        assert pg.main(["combine", "--out", str(a), "--keep-from", str(old), "--keep-ops",
+                        "attn_prefill,all_reduce", "--overheads-from", str(o2)]) == 0
+        rows = _check_pack_csv(a / "packs" / "cpu" / "tiny-tp2.csv")
+        assert [r["time_ms"] for r in rows if r["op"] == "attn_prefill"] == ["0.9"]
+        assert any(r["op"] == "all_reduce" for r in rows)
+        meta = yaml.safe_load((a / "packs" / "cpu" / "tiny-tp2.yaml").read_text())
+        assert meta["kept_rows"]["rows"] == 2 and meta["overhead"]["combined"]["processes"] == 2
+        for key, v in meta["overhead"]["combined"]["points"].items():
+            assert len(v["diff_ms_per_process"]) == 2
+            med = sorted(v["diff_ms_per_process"])
+            assert abs(v["median_ms"] - (med[0] + med[1]) / 2) < 1e-4
+
+
 if __name__ == "__main__":
     failures = 0
     for name, fn in list(globals().items()):
