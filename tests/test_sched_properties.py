@@ -135,7 +135,7 @@ def run(raw: dict, fast: bool, observer: Observer | None = None):
     return run_built(b)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_scheduling_invariants(raw):
     eng = raw["engine"]
