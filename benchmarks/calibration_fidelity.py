@@ -317,6 +317,7 @@ def build_report() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--append-results", action="store_true", help="append to benchmarks/RESULTS.md")
+    ap.add_argument("--note", default=None, help="one line saying what changed since the last run")
     args = ap.parse_args()
     report = build_report()
     print(report)
@@ -326,8 +327,13 @@ def main() -> None:
         stamp = (f"{datetime.datetime.now().isoformat(timespec='minutes')}, {platform.node()}, "
                  f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, "
                  f"numpy {np.__version__}")
+        text = path.read_text() if path.is_file() else ""
+        sections = [ln for ln in text.splitlines() if ln.startswith("## ")]
+        # a later run goes under the same section when it is the file's last one (append only)
+        title = "" if sections and sections[-1].strip() == "## calibration fidelity" else "\n## calibration fidelity\n"
+        note = f" -- {args.note}" if args.note else ""
         with path.open("a") as fh:
-            fh.write(f"{head}\n## calibration fidelity\n\n_{stamp}; `python benchmarks/calibration_fidelity.py`_\n\n"
+            fh.write(f"{head}{title}\n_{stamp}; `python benchmarks/calibration_fidelity.py`{note}_\n\n"
                      f"{report}\n")
         print(f"appended to {path}")
 
