@@ -11,6 +11,7 @@ of what the vllm policy sustains, ``OVERLOAD`` about 150%. Every policy sees the
 3. static-fifo (Spark, batches of 16) has the worst P99 TTFT; its waits are mostly "static batch".
 4. Under overload, priority scheduling gives P0 a lower P99 TTFT than FIFO (vllm) does; P0 only
    waits for iteration boundaries, and the waiting moves to P4 (partly "a higher class ahead").
+5. Aging bounds the lowest class's wait (about 4 aging periods plus a P0's wait).
 
 The default run checks each on one seed with a few hundred requests; the ``slow`` variants
 replicate over seeds with more requests and require the ordering in every replication and, for
@@ -51,7 +52,9 @@ POLICIES = {
     "chunk_only": {**CHUNK, "options": {"mix": "chunk_only"}},
     "static_fifo": {"scheduler": "static-fifo", "max_batch_size": 16},
     "priority": {"scheduler": "priority"},
+    "priority_aging": {"scheduler": "priority", "options": {"aging_s": 5.0}},
 }
+AGING_S = 5.0
 FAST = {"seeds": (1,), "requests": 600}
 SLOW = {"seeds": (11, 12, 13, 14, 15), "requests": 3000}
 
@@ -108,7 +111,7 @@ def check_hybrid_only_extremes(seeds, requests):
 def check_static_fifo_worst_p99_ttft(seeds, requests):
     for s in seeds:
         for rate in (LIGHT, LOAD):
-            p99 = {p: lat(p, rate, s, requests, "ttft", "p99") for p in POLICIES}
+            p99 = {p: lat(p, rate, s, requests, "ttft", "p99") for p in POLICIES if p != "priority_aging"}
             assert max(p99, key=p99.get) == "static_fifo", (s, rate, p99)
             assert top_cause("static_fifo", rate, s, requests) == "static_batch"
         # at the light load static batching keeps up with arrivals: its TTFT is head-of-line
@@ -133,8 +136,23 @@ def check_priority_protects_p0(seeds, requests):
     assert ratio_below_one(ratios), ratios
 
 
+def check_aging_bounds_low_class_wait(seeds, requests):
+    """A P4 ranks as P0 after 4 aging periods, then waits like a P0 that arrived then: its wait is
+    bounded by 4 * aging_s + the longest P0 wait (+1 s for admission at the next boundaries),
+    and shorter than without aging, where it starves behind every higher class."""
+    for s in seeds:
+        wait = {}
+        for p in ("priority", "priority_aging"):
+            df = result(p, OVERLOAD, s, requests).requests
+            done = df[df.status == "finished"]
+            wait[p] = [float(done[done.klass == k].queue_s.max()) for k in (0, 4)]
+        (_, p4_strict), (p0_aged, p4_aged) = wait["priority"], wait["priority_aging"]
+        assert p4_aged <= 4 * AGING_S + p0_aged + 1.0, (s, wait)
+        assert p4_aged < p4_strict, (s, wait)
+
+
 CHECKS = [check_chunked_lowers_p99_itl, check_hybrid_only_extremes, check_static_fifo_worst_p99_ttft,
-          check_priority_protects_p0]
+          check_priority_protects_p0, check_aging_bounds_low_class_wait]
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=[c.__name__.removeprefix("check_") for c in CHECKS])
