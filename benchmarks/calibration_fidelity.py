@@ -330,7 +330,8 @@ def main() -> None:
         text = path.read_text() if path.is_file() else ""
         sections = [ln for ln in text.splitlines() if ln.startswith("## ")]
         # a later run goes under the same section when it is the file's last one (append only)
-        title = "" if sections and sections[-1].strip() == "## calibration fidelity" else "\n## calibration fidelity\n"
+        last = sections[-1].strip() if sections else ""
+        title = "" if last == "## calibration fidelity" else "\n## calibration fidelity\n"
         note = f" -- {args.note}" if args.note else ""
         with path.open("a") as fh:
             fh.write(f"{head}{title}\n_{stamp}; `python benchmarks/calibration_fidelity.py`{note}_\n\n"
