@@ -59,41 +59,46 @@ class StaticFIFO(ContinuousBatching):
 
     def schedule(self, now: float) -> Batch:
         b = self._begin(now)
+        if not len(self.st.running) and not self.members and not self.fetching:
+            self._form()
         run = self.st.running.ids
-        if not len(run) and not self.members:
-            self._form(now)
         req = self.req
-        if len(run) and not self.members and int(req.num_output[run].min()) > 0:
-            # decode phase: every member has its first token; all decode together
+        prefilled = len(run) > 0 and int(req.num_output[run].min()) > 0
+        if self.members or (len(run) and not prefilled):
+            self._prefill(now, b)
+        if not b.ids and prefilled:
+            # decode phase: every member has its first token (or the rest fetch their KV from a
+            # lower tier meanwhile); all decode together
             if not self.kv.allocate_decodes(run):  # pragma: no cover - the reservation prevents it
                 raise AssertionError("static batch ran out of its KV reservation")
             b.add_array(run, ones(len(run)))
             return self._finish(b, self._static, True, now)
-        self._prefill(now, b)
-        return self._finish(b, self._static if b.ids else self._idle, False, now)
+        busy = bool(b.ids) or bool(self.fetching)
+        return self._finish(b, self._static if busy else self._idle, False, now)
 
-    def _form(self, now: float) -> None:
-        """The engine is idle: take up to ``cap`` FIFO requests whose reservations fit the pool."""
-        kv, req = self.kv, self.req
-        free = kv.free_blocks
+    def _form(self) -> None:
+        """The engine is idle: take up to ``cap`` FIFO requests whose reservations fit the pool.
+        (Prefix reuse is looked up when a member's prefill starts, so it cannot go stale.)"""
+        req = self.req
+        free = self.kv.free_blocks
         reserved = 0
         waiting = self.waiting
         while waiting and len(self.members) < self.cap:
             rid = waiting[0]
-            if not self._ready(rid, now):
-                waiting.popleft()
-                continue
             blocks = -(-int(req.prompt[rid] + req.output[rid] - 1) // self.bs)
             if reserved + blocks > free:
                 break
-            waiting.popleft()
-            self.members.append(rid)
+            self.members.append(waiting.popleft())
             reserved += blocks
+
+    def _requeue(self, rid: int) -> None:
+        """A member whose KV came from a lower tier goes back to the front of the batch."""
+        self.members.appendleft(rid)
 
     def _prefill(self, now: float, b: BatchBuilder) -> None:
         """One prefill iteration: unfinished prompts of running members first (chunked prefill),
         then new members, at most ``micro`` requests and ``max_num_batched_tokens`` tokens."""
-        req, kv = self.req, self.kv
+        req = self.req
         count = 0
         for rid in self.st.running.ids.tolist():
             if req.num_output[rid] > 0 or count >= self.micro or self._budget <= 0:
@@ -106,6 +111,9 @@ class StaticFIFO(ContinuousBatching):
         members = self.members
         while members and count < self.micro and self._budget > 0:
             rid = members[0]
+            if not self._ready(rid, now):  # its KV is on the way from a lower tier
+                members.popleft()
+                continue
             n = int(req.prompt[rid] + req.num_output[rid] - req.computed[rid])
             if n > self._budget:
                 if not self.chunked:
