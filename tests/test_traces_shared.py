@@ -170,6 +170,7 @@ def test_each_trace_scenario_builds_a_workload(path):
 def test_prefix_scenarios_share_prefixes_at_the_engine_block_size(name):
     """The property the [kv] tests lean on: at the engine's 16-token blocks many requests share
     leading blocks with an earlier request."""
+    shared()  # skips when ../shared is absent
     w = expand_prefix_blocks(build(SCENARIOS / f"{name}.yaml"), 16)
     assert w.prefix_block_tokens == 16
     first = w.prefix_hashes[w.prefix_offsets[:-1][np.diff(w.prefix_offsets) > 0]]
