@@ -181,3 +181,48 @@ def test_scheduling_invariants(raw):
     for col in TS_COLS + [c for c in f.columns if c.startswith("blocked_")]:
         np.testing.assert_allclose(f[col].to_numpy(), df[col].to_numpy(), rtol=1e-9, atol=1e-9, err_msg=col)
     assert_summaries_equal(fast.summary, slow.summary)
+
+
+SESSIONS = {
+    "workload": {"arrival": {"process": "poisson", "rate": 4.0},
+                 "sessions": {"turns": {"dist": "fixed", "value": 3}, "think_s": 0.3, "think_dist": "fixed",
+                              "new_input": {"dist": "uniform", "min": 4, "max": 40},
+                              "output": {"dist": "uniform", "min": 1, "max": 12},
+                              "system_prompt_tokens": 32, "block_tokens": 16}},
+}
+
+
+@st.composite
+def kv_scenarios(draw) -> dict:
+    """Every policy on every KV manager: prefix caching (with lower tiers), static and elastic
+    reservation, on multi-turn sessions whose turns share prefixes."""
+    raw = draw(scenarios())
+    eng = raw["engine"]
+    eng.update({"block_size": 8, "num_gpu_blocks_override": draw(st.integers(24, 80)), "max_model_len": 192,
+                "max_num_batched_tokens": 192 if not eng["enable_chunked_prefill"] else eng["max_num_batched_tokens"]})
+    kv = draw(st.sampled_from(["prefix", "prefix_tiers", "static", "elastic"]))
+    patch: dict = {"engine": eng, **SESSIONS}
+    if kv.startswith("prefix"):
+        eng["enable_prefix_caching"] = True
+        if kv == "prefix_tiers":
+            patch["kv_tiers"] = [{"kind": "cpu", "capacity_gib": 0.01}]
+    else:
+        eng["kv_allocator"] = kv
+    raw = merge(raw, patch)
+    del raw["workload"]["prompt"], raw["workload"]["output"]
+    raw["stop"] = {"requests": draw(st.integers(5, 40))}
+    return raw
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kv_scenarios())
+def test_policies_on_every_kv_manager(raw):
+    slow, fast = run(raw, fast=False), run(raw, fast=True)
+    df, f = slow.requests, fast.requests
+    assert set(df.status) <= {"finished", "rejected"}
+    done = df[df.status == "finished"]
+    first_wait = [f"blocked_{n}_s" for n in CAUSE_NAMES if n != "preempted"]
+    np.testing.assert_allclose(done[first_wait].sum(axis=1), done.queue_s, rtol=1e-9, atol=1e-9)
+    assert f.status.tolist() == df.status.tolist()
+    for col in TS_COLS + [c for c in f.columns if c.startswith("blocked_")]:
+        np.testing.assert_allclose(f[col].to_numpy(), df[col].to_numpy(), rtol=1e-9, atol=1e-9, err_msg=col)

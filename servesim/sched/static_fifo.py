@@ -15,8 +15,12 @@ longest member (cause ``static_batch``). This is the head-of-line blocking of pr
 KV: static engines reserve each member's final size up front, so a running batch never runs out
 of KV mid-way and never preempts. We reserve ``prompt + output - 1`` slots per member (a real
 engine reserves ``max_tokens``, which the simulator knows as the output length); a batch stops
-growing at the first FIFO request whose reservation does not fit. Blocks are still allocated as the
-sequences grow, so KV usage metrics show what is written, not what is reserved.
+growing at the first FIFO request whose reservation does not fit. With the paged allocator,
+blocks are still allocated as the sequences grow, so KV usage metrics show what is written, not
+what is reserved. Other KV managers may reserve more than that estimate (``kv_allocator: static``
+reserves ``max_model_len``): a member whose prefill allocation fails ends the batch there, the
+rest return to the queue in order; one that grows in steps of its own (``elastic``) can run a
+decode short, and then the newest member is preempted (recompute) and re-prefilled in the batch.
 
 Prefill: the batch's prompts are prefilled before any member decodes. With
 ``engine.options.micro_batch_size: m`` they are prefilled ``m`` requests at a time (micro-batches
@@ -33,7 +37,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from servesim.engine.state import ReplicaState
+from servesim.engine.state import RUNNING, ReplicaState
 from servesim.scenario import EngineConfig
 from servesim.sched.base import Batch, Cause, uniform_causes
 from servesim.sched.continuous import BatchBuilder, ContinuousBatching, ones, positive_int
@@ -63,16 +67,19 @@ class StaticFIFO(ContinuousBatching):
             self._form()
         run = self.st.running.ids
         req = self.req
-        prefilled = len(run) > 0 and int(req.num_output[run].min()) > 0
+        need = req.prompt[run] + req.num_output[run] - req.computed[run]
+        prefilled = len(run) > 0 and int(need.max()) == 1
         if self.members or (len(run) and not prefilled):
             self._prefill(now, b)
         if not b.ids and prefilled:
             # decode phase: every member has its first token (or the rest fetch their KV from a
             # lower tier meanwhile); all decode together
-            if not self.kv.allocate_decodes(run):  # pragma: no cover - the reservation prevents it
-                raise AssertionError("static batch ran out of its KV reservation")
-            b.add_array(run, ones(len(run)))
-            return self._finish(b, self._static, True, now)
+            if self.kv.allocate_decodes(run):
+                b.add_array(run, ones(len(run)))
+                return self._finish(b, self._static, True, now)
+            # an allocator that grows in steps of its own ran short: preempt the newest member
+            self._running_one_by_one(run.tolist(), [1] * len(run), now, b)
+            return self._finish(b, self._static, False, now)
         busy = bool(b.ids) or bool(self.fetching)
         return self._finish(b, self._static if busy else self._idle, False, now)
 
@@ -92,7 +99,8 @@ class StaticFIFO(ContinuousBatching):
             reserved += blocks
 
     def _requeue(self, rid: int) -> None:
-        """A member whose KV came from a lower tier goes back to the front of the batch."""
+        """A member whose KV came from a lower tier, or that was preempted, goes back to the
+        front of the batch (it prefills again before the batch decodes on)."""
         self.members.appendleft(rid)
 
     def _prefill(self, now: float, b: BatchBuilder) -> None:
@@ -101,13 +109,14 @@ class StaticFIFO(ContinuousBatching):
         req = self.req
         count = 0
         for rid in self.st.running.ids.tolist():
-            if req.num_output[rid] > 0 or count >= self.micro or self._budget <= 0:
+            need = int(req.prompt[rid] + req.num_output[rid] - req.computed[rid])
+            if need <= 1 or count >= self.micro or self._budget <= 0 or req.status[rid] != RUNNING:
                 continue
-            n = min(int(req.prompt[rid] - req.computed[rid]), self._budget)
-            self._allocate(rid, n)
-            b.add(rid, n)
-            self._budget -= n
-            count += 1
+            n = min(need, self._budget)
+            if self._allocate_or_preempt(rid, n, now, b):
+                b.add(rid, n)
+                self._budget -= n
+                count += 1
         members = self.members
         while members and count < self.micro and self._budget > 0:
             rid = members[0]
@@ -119,12 +128,12 @@ class StaticFIFO(ContinuousBatching):
                 if not self.chunked:
                     break
                 n = self._budget
-            self._allocate(rid, n)
+            if not self.kv.allocate(rid, n):
+                # the allocator reserves more than our estimate (e.g. static max_model_len
+                # extents): the batch ends here, the rest go back to the queue, in order
+                while members:
+                    self.waiting.appendleft(members.pop())
+                break
             members.popleft()
             self._admit_one(rid, n, now, b)
             count += 1
-
-    def _allocate(self, rid: int, n: int) -> None:
-        if not self.kv.allocate(rid, n):  # pragma: no cover - the reservation prevents it
-            raise AssertionError(f"static batch member {rid} ran out of its KV reservation")
-
