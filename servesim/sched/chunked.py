@@ -76,14 +76,13 @@ class ChunkedPrefill(ContinuousBatching):
     def schedule(self, now: float) -> Batch:
         b = self._begin(now)
         if self.mode in ("stall_free", "hybrid_only"):
-            all_decode = self._decodes(now, b)
+            self._decodes(now, b)
+            decoded = len(b.ids)  # parts so far: the prefill pass only adds parts
             used = self.budget - self._budget
             cap = (self.chunk if self.mode == "stall_free" else self.budget) - used
-            before = self._budget
-            cause, admitted = self._prefill(now, b, cap)
-            prefilled = self._budget != before
-            return self._finish(b, self._causes[cause],
-                                all_decode and not prefilled and not admitted and not self._preempted, now)
+            cause, _ = self._prefill(now, b, cap)
+            only_decodes = len(b.ids) == decoded and not self._preempted
+            return self._finish(b, self._causes[cause], only_decodes, now)
         # prefill_first / chunk_only: prefill and decode iterations never mix
         if self.mode == "chunk_only" and self._last_prefill and self._has_decodes():
             self._decodes(now, b)
@@ -98,8 +97,8 @@ class ChunkedPrefill(ContinuousBatching):
             self._last_prefill = True
             return self._finish(b, self._causes[cause], False, now)
         self._last_prefill = False
-        all_decode = self._decodes(now, b)
-        return self._finish(b, self._causes[cause], all_decode and not self._preempted, now)
+        self._decodes(now, b)
+        return self._finish(b, self._causes[cause], not self._preempted, now)
 
     # -- decodes -----------------------------------------------------------------------------
     def _need(self, run: np.ndarray) -> np.ndarray:
@@ -114,21 +113,21 @@ class ChunkedPrefill(ContinuousBatching):
         run = self.st.running.ids
         return bool(len(run)) and bool((self._need(run) > 1).any())
 
-    def _decodes(self, now: float, b: BatchBuilder) -> bool:
-        """Every running request that needs one token gets it (oldest first, within the budget).
-        Returns True (the batch so far is all decodes)."""
+    def _decodes(self, now: float, b: BatchBuilder) -> None:
+        """Every running request that needs one token gets it (oldest first, within the budget);
+        one vectorized allocation unless the pool is short."""
         run = self.st.running.ids
         if not len(run):
-            return True
+            return
         dec = run[self._need(run) == 1]
         if len(dec) > self._budget:
             dec = dec[: self._budget]
         if not len(dec):
-            return True
+            return
         if self.kv.allocate_decodes(dec):
             b.add_array(dec, ones(len(dec)))
             self._budget -= len(dec)
-            return True
+            return
         status = self.req.status
         for rid in dec.tolist():
             if status[rid] != RUNNING:
@@ -136,7 +135,6 @@ class ChunkedPrefill(ContinuousBatching):
             if self._allocate_or_preempt(rid, 1, now, b):
                 b.add(rid, 1)
                 self._budget -= 1
-        return True
 
     def _victim_sglang(self, rid: int) -> int:
         """SGLang's retraction order: fewest output tokens, then longest prompt, then newest;
