@@ -51,7 +51,7 @@ import numpy as np
 from servesim.engine.state import RUNNING, ReplicaState
 from servesim.scenario import EngineConfig
 from servesim.sched.base import Batch, Cause
-from servesim.sched.continuous import BatchBuilder, ContinuousBatching, ones
+from servesim.sched.continuous import ASIDE, NO_ROOM, BatchBuilder, ContinuousBatching, ones
 
 MODES = ("stall_free", "prefill_first", "hybrid_only", "chunk_only")
 
@@ -180,9 +180,12 @@ class ChunkedPrefill(ContinuousBatching):
             if cap <= 0:
                 return Cause.TOKEN_BUDGET, admitted
             rid = waiting[0]
-            if not self._ready(rid, now):
+            ready = self._ready(rid, now)
+            if ready == ASIDE:
                 waiting.popleft()
                 continue
+            if ready == NO_ROOM:
+                return Cause.KV_BLOCKS, admitted
             whole = int(req.prompt[rid] + req.num_output[rid] - req.computed[rid])
             n = whole
             if n > cap:

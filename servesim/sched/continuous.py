@@ -44,6 +44,7 @@ from servesim.scenario import EngineConfig
 from servesim.sched.base import Batch, Cause, uniform_causes
 
 GIB = 1 << 30
+READY, ASIDE, NO_ROOM = 1, 0, -1  # what _ready found
 _ONES_CACHE: dict[int, np.ndarray] = {}
 _EMPTY = np.empty(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
@@ -149,6 +150,7 @@ class ContinuousBatching:
         self.swap_used = 0  # token slots (whole blocks) parked in host memory
         self.waiting: deque[int] = deque()
         self.fetching: dict[int, float] = {}  # rid -> when its KV reaches the GPU (tier transfer)
+        self.fetch_need: dict[int, int] = {}  # rid -> blocks it will still need once fetched
         self._causes = {c: uniform_causes(c) for c in Cause}
         self._budget = 0
         self._extra = 0.0
@@ -234,9 +236,13 @@ class ContinuousBatching:
                 cause = Cause.TOKEN_BUDGET
                 break
             rid = waiting[0]
-            if not self._ready(rid, now):
+            ready = self._ready(rid, now)
+            if ready == ASIDE:
                 waiting.popleft()
                 continue
+            if ready == NO_ROOM:
+                cause = Cause.KV_BLOCKS
+                break
             n = int(req.prompt[rid] + req.num_output[rid] - req.computed[rid])
             if n > self._budget:
                 if not self.chunked:
@@ -304,25 +310,39 @@ class ContinuousBatching:
         b.add(rid, n)
         self._budget -= n
 
-    def _ready(self, rid: int, now: float) -> bool:
-        """Ask the KV manager what of ``rid``'s KV is reusable (prefix cache, lower tiers). If its
-        KV is still on the way from a lower tier, set it aside until then (its wait is charged to
-        the tier transfer) and return False; the caller removes it from the waiting order."""
+    def _ready(self, rid: int, now: float) -> int:
+        """Ask the KV manager what of ``rid``'s KV is reusable (prefix cache, lower tiers).
+        Returns READY; or ASIDE when its KV is still on the way from a lower tier: it is set aside
+        until then (its wait charged to the transfer) and the caller drops it from the waiting
+        order; or NO_ROOM when transfers already under way have claimed the room it would need.
+
+        A fetch holds blocks while the request waits, so a fetch is started only while the pool
+        can still hold this request whole *and* the rest of every request already fetching (else,
+        with nothing running, fetched requests could hold the pool and none of them fit)."""
         if self.st.swapped[rid]:
-            return True  # its own KV comes back by swap-in, which the policy charges
+            return READY  # its own KV comes back by swap-in, which the policy charges
+        req = self.req
+        known = int(req.prompt[rid] + req.num_output[rid])
+        if self.fetching and self._blocks(known) + sum(self.fetch_need.values()) > self.kv.free_blocks:
+            return NO_ROOM
         hit = self.kv.reuse_prefix(rid, now)
         if hit.ready_at <= now:
-            return True
+            return READY
         self.fetching[rid] = hit.ready_at
-        if self.req.preemptions[rid] == 0:  # a resumed request's wait is charged to its preemption
+        self.fetch_need[rid] = max(0, self._blocks(known) - self._blocks(hit.tokens))
+        if req.preemptions[rid] == 0:  # a resumed request's wait is charged to its preemption
             self.st.suspend_wait(rid, now, int(Cause.TIER_TRANSFER))
-        return False
+        return ASIDE
+
+    def _blocks(self, tokens: int) -> int:
+        return -(-tokens // self.bs)
 
     def _land_fetches(self, now: float) -> None:
         landed = sorted((r for r, t in self.fetching.items() if t <= now),
                         key=lambda r: (self.req.arrival[r], r), reverse=True)
         for rid in landed:
             del self.fetching[rid]
+            del self.fetch_need[rid]
             if self.req.preemptions[rid] == 0:
                 self.st.resume_wait(rid, now, int(Cause.TIER_TRANSFER))
             self._requeue(rid)

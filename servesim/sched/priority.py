@@ -44,7 +44,7 @@ from servesim.engine.state import ReplicaState
 from servesim.request import NUM_CLASSES
 from servesim.scenario import EngineConfig
 from servesim.sched.base import Batch, Cause
-from servesim.sched.continuous import BatchBuilder, ContinuousBatching, positive_number
+from servesim.sched.continuous import ASIDE, NO_ROOM, BatchBuilder, ContinuousBatching, positive_number
 
 INF = float("inf")
 
@@ -191,8 +191,11 @@ class PriorityScheduling(ContinuousBatching):
                 return 0, Cause.BATCH_SLOTS
         if self._budget <= 0:
             return 0, Cause.TOKEN_BUDGET
-        if not self._ready(rid, now):
+        ready = self._ready(rid, now)
+        if ready == ASIDE:
             return -1, None
+        if ready == NO_ROOM:
+            return 0, Cause.KV_BLOCKS
         req = self.req
         n = int(req.prompt[rid] + req.num_output[rid] - req.computed[rid])
         if n > self._budget:

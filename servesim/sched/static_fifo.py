@@ -40,7 +40,7 @@ from collections import deque
 from servesim.engine.state import RUNNING, ReplicaState
 from servesim.scenario import EngineConfig
 from servesim.sched.base import Batch, Cause, uniform_causes
-from servesim.sched.continuous import BatchBuilder, ContinuousBatching, ones, positive_int
+from servesim.sched.continuous import ASIDE, NO_ROOM, BatchBuilder, ContinuousBatching, ones, positive_int
 
 
 class StaticFIFO(ContinuousBatching):
@@ -120,9 +120,12 @@ class StaticFIFO(ContinuousBatching):
         members = self.members
         while members and count < self.micro and self._budget > 0:
             rid = members[0]
-            if not self._ready(rid, now):  # its KV is on the way from a lower tier
+            ready = self._ready(rid, now)
+            if ready == ASIDE:  # its KV is on the way from a lower tier
                 members.popleft()
                 continue
+            if ready == NO_ROOM:
+                break
             n = int(req.prompt[rid] + req.num_output[rid] - req.computed[rid])
             if n > self._budget:
                 if not self.chunked:
