@@ -351,6 +351,19 @@ class Scenario(Frozen):
         return self.model.shape()
 
     @property
+    def chunks_prefill(self) -> bool:
+        """Whether prompts may be split across iterations: the vLLM flag, or a policy that
+        always chunks (``chunked``)."""
+        if self.engine.enable_chunked_prefill:
+            return True
+        from servesim.sched import resolve_policy
+
+        try:
+            return bool(getattr(resolve_policy(self.engine.scheduler), "always_chunks_prefill", False))
+        except KeyError:
+            return False
+
+    @property
     def max_model_len(self) -> int:
         return self.engine.max_model_len or self.model_shape.max_model_len
 
@@ -371,7 +384,7 @@ class Scenario(Frozen):
     def _engine_consistency(self) -> "Scenario":
         e = self.engine
         mml = self.max_model_len
-        if not e.enable_chunked_prefill and e.max_num_batched_tokens < mml:
+        if not self.chunks_prefill and e.max_num_batched_tokens < mml:
             raise ValueError(
                 f"engine.max_num_batched_tokens {e.max_num_batched_tokens} is smaller than "
                 f"max_model_len {mml} with chunked prefill off, so long prompts could never run; "

@@ -121,7 +121,7 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
     replica = Replica(
         env, state, policy, model, rec, inbox,
         max_model_len=sc.max_model_len,
-        chunked_prefill=sc.engine.enable_chunked_prefill,
+        chunked_prefill=sc.chunks_prefill,
         max_num_batched_tokens=sc.engine.max_num_batched_tokens,
         stop_time=sc.stop.duration_s if sc.stop.duration_s is not None else INF,
         fast_path=sc.sim.fast_path,

@@ -163,6 +163,8 @@ class Replica:
         cpu = self.cpu_c + self.cpu_p * n
         if cpu:
             ends[1:] += cpu
+            if burst:  # multi-step: the engine schedules and prepares inputs once per burst
+                ends[2:] -= self.cpu_c
         if batch.extra_s:
             ends[1] += batch.extra_s
         ends = np.cumsum(ends, out=ends)[1:]
@@ -171,7 +173,7 @@ class Replica:
             if ends[-1] >= t_cut:
                 k = int(np.searchsorted(ends, t_cut, side="left")) + 1
                 ends, used = ends[:k], used[:k]
-        self.rec.cpu_s += cpu * k
+        self.rec.cpu_s += cpu * k - (self.cpu_c * (k - 1) if burst else 0.0)
         self.rec.extra_s += batch.extra_s
         t_end = float(ends[-1])
         yield self.env.timeout(max(0.0, t_end - self.env.now))

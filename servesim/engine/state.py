@@ -162,6 +162,7 @@ class ReplicaState:
             req.blocked[rid] += self.clocks_at(int(req.klass[rid]), now)
         else:  # resumed after a preemption
             req.blocked[rid, Cause.PREEMPTED] += now
+        self.swapped[rid] = False
         req.status[rid] = RUNNING
         self.running.add(rid)
 

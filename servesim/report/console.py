@@ -119,7 +119,9 @@ def print_summary(console: Console, res) -> None:
         parts = [f"{CAUSE_LABELS[Cause(CAUSE_NAMES.index(k))]} {v:.0%}" for k, v in top if v > 0]
         console.print(f"waiting   {b['waiting_s']:,.1f} s in all; by cause: " + ", ".join(parts))
     e = s["engine"]
-    console.print(f"engine    {e['iterations']:,} iterations, busy {e['busy_fraction']:.1%}, "
+    cpu = f", of which engine CPU {e['cpu_overhead_s'] / max(e['gpu_s'] + e['cpu_overhead_s'] + e['other_s'], 1e-12):.1%}" \
+        if e.get("cpu_overhead_s") else ""
+    console.print(f"engine    {e['iterations']:,} iterations, busy {e['busy_fraction']:.1%}{cpu}, "
                   f"mean {e['mean_running']:.1f} running, {e['mean_batch_tokens']:.0f} tokens/iteration")
     console.print(f"simulated {s['sim_time_s']:,.1f} s in {s['wall_s']:.2f} s wall "
                   f"({r['arrived'] / max(s['wall_s'], 1e-9):,.0f} requests/s)")

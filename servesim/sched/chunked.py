@@ -58,6 +58,7 @@ MODES = ("stall_free", "prefill_first", "hybrid_only", "chunk_only")
 
 class ChunkedPrefill(ContinuousBatching):
     name = "chunked"
+    always_chunks_prefill = True  # prompts longer than the token budget are split, whatever the flag
     OPTIONS = {
         **ContinuousBatching.OPTIONS,
         "mix": ("stall_free", lambda x: x in MODES, f"allowed: {', '.join(MODES)}"),

@@ -128,6 +128,7 @@ class ContinuousBatching:
     """
 
     name = "vllm"
+    always_chunks_prefill = False  # chunked only with engine.enable_chunked_prefill
     OPTIONS: dict[str, tuple[Any, Callable[[Any], bool], str]] = {
         "swap_space_gib": (4.0, lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0,
                            "CPU swap space in GiB per GPU, >= 0 (vLLM --swap-space, default 4)"),
