@@ -6,7 +6,8 @@ Workloads (the [speed] issue's list; each runs in its own subprocess so peak RSS
         Poisson at ~80 % of capacity (CORE_RATE, measured with --find-capacity), 100k requests
   a     Azure 2023 conversation lengths, each clipped to 4,096 total tokens, Poisson 6.45 req/s,
         A100-80G, llama-3-8b, vllm, block 16, max_num_seqs 128, max_num_batched_tokens 4096
-  b     (a) with chunked prefill, chunk 512
+  b     (a) with the chunked scheduler, chunk 512 (runs on the Python engine)
+  b_vllm (a) with vLLM's chunked prefill, budget 512 (runs on the compiled core)
   c     (a) overloaded at 10 req/s (preemptions)
 
 Usage:  python benchmarks/speed.py [--requests 100000] [--only a,b] [--step-model roofline|pack]
@@ -55,7 +56,9 @@ def scenario_dict(name: str, n: int, step_model: str) -> dict:
                      "lengths": {"file": AZURE_CONV, "prompt_column": "ContextTokens",
                                  "output_column": "GeneratedTokens", "clip_total": 4096}},
     }
-    if name == "b":
+    if name == "b":  # the chunked policy (Sarathi/SGLang stall-free), chunk 512: Python engine
+        base["engine"].update({"scheduler": "chunked", "chunked_prefill_size": 512})
+    if name == "b_vllm":  # vLLM's chunked-prefill mode with a 512-token budget: compiled core
         base["engine"].update({"enable_chunked_prefill": True, "max_num_batched_tokens": 512})
     if name == "c":
         base["workload"]["arrival"]["rate"] = 10.0
@@ -79,6 +82,7 @@ def run_one(name: str, n: int, step_model: str) -> dict:
         "workload": name, "requests": n, "step_model": step_model,
         "load_s": round(t_load, 3), "build_s": round(t_build, 3), "run_s": round(s["wall_s"], 3),
         "req_per_wall_s": round(n / s["wall_s"]), "req_per_wall_s_total": round(n / (time.perf_counter() - t0)),
+        "engine": b.replica.name,
         "iterations": s["engine"]["iterations"], "preemptions": s["requests"]["preemptions"],
         "sim_time_s": round(s["sim_time_s"], 1), "peak_rss_mb": round(rss_mb),
         "ttft_p99_s": s["latency_s"]["ttft"]["p99"],
@@ -101,7 +105,7 @@ def find_capacity(step_model: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=100_000)
-    ap.add_argument("--only", default="core,a,b,c")
+    ap.add_argument("--only", default="core,a,b,b_vllm,c")
     ap.add_argument("--step-model", default="roofline", choices=["roofline", "pack"])
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--find-capacity", action="store_true")
@@ -122,10 +126,10 @@ def main() -> None:
         print(json.dumps(rows[-1]), flush=True)
     print(f"\n{time.strftime('%Y-%m-%d')} · {platform.processor() or platform.machine()} · "
           f"python {platform.python_version()} · step model {args.step_model}")
-    print("| workload | requests | run s | req/wall s | req/wall s incl. load | iterations | preemptions | peak RSS MB |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| workload | engine | requests | run s | req/wall s | req/wall s incl. load | iterations | preemptions | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['workload']} | {r['requests']:,} | {r['run_s']} | {r['req_per_wall_s']:,} | "
+        print(f"| {r['workload']} | {r['engine']} | {r['requests']:,} | {r['run_s']} | {r['req_per_wall_s']:,} | "
               f"{r['req_per_wall_s_total']:,} | {r['iterations']:,} | {r['preemptions']:,} | {r['peak_rss_mb']} |")
 
 
