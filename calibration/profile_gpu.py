@@ -115,8 +115,10 @@ PREFILL_CTX = [0, 128, 256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 1638
 DECODE_BATCH = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 DECODE_CTX = [16, 32, 64, 128, 256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576,
               32768]
-#: Decode batches whose whole forward calibrates the overheads (disjoint from validation).
-CALIB_BATCHES = [1, 8, 32, 128, 256]
+#: Decode batches whose whole forward calibrates the overheads (disjoint from validation). 384 and
+#: 512 were added on 2026-11-30 (call 5) so that the rows cover the range vLLM's max_num_seqs takes
+#: (256 by default, up to 512), instead of extrapolating the gaps linearly above 256.
+CALIB_BATCHES = [1, 8, 32, 128, 256, 384, 512]
 CALIB_CTX = 1024
 
 # --- the dense grid (`--grid dense`, the default since 2026-11-30) ----------------------------
@@ -141,10 +143,17 @@ DENSE_DECODE_BATCH = _steps((1, 16, 1), (16, 64, 4), (64, 128, 8), (128, 256, 16
 #: decode context: the sparse list plus 768, 1536, 5120, 10240, 20480 (steps of at most 1.5x above
 #: 512; the model's longest context is added as before).
 DENSE_DECODE_CTX = sorted(set(DECODE_CTX) | {768, 1536, 5120, 10240, 20480})
-#: prefill attention keeps the sparse lattice (its interpolation error on held-out points is small,
-#: see docs/calibration.md, and it is the costliest table to measure).
-DENSE_PREFILL_CHUNKS = PREFILL_CHUNKS
-DENSE_PREFILL_CTX = PREFILL_CTX
+#: prefill attention (dense since 2026-11-30, call 5): chunk 16, 64, then every 64 to 1024, every
+#: 128 to 2048, every 256 to 4096, every 512 to 8192 (41 rows; neighbours differ by <= 12.5% in
+#: chunk tokens above 512). FlashAttention-2 runs one thread block per 128 query rows and head, so
+#: with few blocks per SM the time steps with ceil(chunk / 128) (waves of blocks over the 132 SMs):
+#: on the sparse lattice chunk 768 cost the same as 512 (40 heads) and interpolation between 768
+#: and 1024 missed the step. Context keeps the sparse list (rows are linear in context: holding out
+#: every other context errs by a median 0.4-0.9%) without 128 / 256 (launch floor) and 32768 (no
+#: chunk fits): 11 contexts. Chunks above 8192 are extrapolated (split rule, docs/calibration.md).
+DENSE_PREFILL_CHUNKS = _steps((16, 16, 1), (64, 1024, 64), (1024, 2048, 128), (2048, 4096, 256),
+                              (4096, 8192, 512))
+DENSE_PREFILL_CTX = [0, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576]
 
 GRIDS = {
     "sparse": dict(tokens=TOKENS, chunks=PREFILL_CHUNKS, prefill_ctx=PREFILL_CTX,
@@ -1368,7 +1377,7 @@ def ops_one(args, device, budget, info, model: str, tp: int, stages: list, memo:
     )
     if tables_from is not None:
         meta["tables_from"] = str(tables_from)
-    if rows:
+    if rows or overhead_notes.get("points"):  # an overhead run's points matter even if none is > 0
         write_yaml(csv_path.with_suffix(".yaml"), meta)
     log(f"wrote {csv_path} ({len(rows)} rows, {bench.reused} reused) in {time.time() - t0:.0f}s; "
         f"skipped {len(bench.skipped)} points, dropped {len(timer.dropped)}")
@@ -1414,6 +1423,8 @@ def overhead_rows(bench: OpBench, timer: Timer, device, args, notes: dict) -> No
     and listed (never written)."""
     rs = bench.rs
     batches = QUICK_CALIB_BATCHES if args.quick else CALIB_BATCHES
+    if getattr(args, "calib_batches", None):
+        batches = _csv_list(args.calib_batches, int)
     model = Model(rs, device)
     notes.update(calibration_batches=batches, calibration_context=CALIB_CTX,
                  shared_layer_weights=model.shared_layers, points={}, dropped=[])
@@ -1468,6 +1479,8 @@ def cmd_iterations(args) -> int:
     backend = sdpa.choose(rs, args.sdpa)
     log(f"iterations: model={args.model} on {device_string(info)}; SDPA {backend}")
     comps = validation_compositions(args.model, args.quick)
+    if args.every and args.every > 1:
+        comps = comps[:: args.every]
     if args.max_compositions:
         comps = comps[: args.max_compositions]
     t0 = time.time()
@@ -1527,6 +1540,7 @@ def cmd_iterations(args) -> int:
                 if timer.cuda else "wall clock on CPU (logic test only)"),
         command=args.parent_command or this_command(),
         sdpa_backend=backend, shared_layer_weights=shared, compositions=len(comps),
+        subset=(f"every {args.every}-th of validation_compositions()" if args.every > 1 else "all"),
         rows=len(rows), seconds=round(time.time() - t0, 1), skipped=skipped,
         dropped=timer.dropped,
         notes=("Prefills: one SDPA call per prefilling sequence (bottom-right causal over its cached "
@@ -1863,19 +1877,37 @@ def cmd_combine(args) -> int:
     * ``--keep-from DIR --keep-ops a,b``: rows of those ops are taken from the packs of the same
       name in DIR (an earlier measurement: e.g. attn_prefill and the collectives when only the
       token ops and decode attention were re-measured); the YAML says where they came from.
+    * ``--replace-from DIR --replace-ops a,b``: the opposite: rows of those ops come from the packs
+      of the same name in DIR (a newer measurement of only those ops, e.g. a denser attn_prefill
+      grid). A pack that DIR lacks, or that has no rows of an op, takes them from a pack in DIR
+      whose rank shape gives that op the same kernel and input shapes (``OpBench.sig``: e.g.
+      attention of llama-3-8b = qwen3-8b), keeping the points within its max_model_len: the
+      measurement ``ops`` would have shared within one process.
     * ``--overheads-from D1,D2``: overhead rows measured again in other processes (``ops --stages
       overhead --tables-from``, same tables) are combined with the pack's own by the median, per op
       and batch, of forward - tables over all processes; every process's value is kept in the YAML.
-      Why: the eager launch time of one forward varies between processes on a VM host (5-22 ms
-      seen on the lent H200), so one process is a poor sample of it.
+      Batches that only some processes measured take the median of those (a pack combined before
+      contributes every process it already lists). Why: the eager launch time of one forward
+      varies between processes on a VM host (5-22 ms seen on the lent H200), so one process is a
+      poor sample of it.
     """
     out = Path(args.out)
     keep_ops = _csv_list(args.keep_ops or "")
+    replace_ops = _csv_list(getattr(args, "replace_ops", None) or "")
     others = [Path(x) for x in _csv_list(args.overheads_from or "")]
     for gpu_dir in sorted(p for p in (out / "packs").glob("*") if p.is_dir()):
         for pack in sorted(gpu_dir.glob("*.csv")):
             rows = read_rows(pack)
             meta = read_yaml(pack.with_suffix(".yaml"))
+            if replace_ops:
+                rows, meta["replaced_rows"] = _replace_rows(rows, pack, Path(args.replace_from),
+                                                            replace_ops)
+                for op, note in meta["replaced_rows"]["per_op"].items():
+                    meta.setdefault("timing_methods", {})[op] = note.pop("timing_methods", None)
+                    g = note.get("grid") or {}
+                    if op == "attn_prefill" and g.get("prefill_chunk"):
+                        meta.setdefault("grid", {}).update(prefill_chunk=g["prefill_chunk"],
+                                                           prefill_context=g.get("prefill_context"))
             if keep_ops:
                 old = Path(args.keep_from) / pack.name
                 kept = [r for r in read_rows(old) if r[0] in keep_ops]
@@ -1893,14 +1925,26 @@ def cmd_combine(args) -> int:
             if others:
                 ov = meta.get("overhead") or {}
                 pts = ov.get("points") or {}
+                before = (ov.get("combined") or {}).get("points") or {}
+                old_sources = (ov.get("combined") or {}).get("sources") or ["this pack"]
                 per: dict = {}
                 for key, v in pts.items():
-                    per.setdefault(key, []).append(float(v["diff_ms"]))
-                for d in others:
-                    om = read_yaml(d / "packs" / gpu_dir.name / pack.with_suffix(".yaml").name)
-                    for key, v in ((om.get("overhead") or {}).get("points") or {}).items():
+                    if key in before:  # combined earlier: every process it already lists
+                        per.setdefault(key, []).extend(float(x) for x in before[key]["diff_ms_per_process"])
+                    else:
                         per.setdefault(key, []).append(float(v["diff_ms"]))
                 std = {(r[0], int(r[2])): r[6] for r in rows if r[0] in OVERHEAD_OPS}
+                for d in others:
+                    src = d / "packs" / gpu_dir.name / pack.with_suffix(".yaml").name
+                    if not src.exists():
+                        log(f"  {src} missing: no overhead points from {d}")
+                        continue
+                    om = read_yaml(src)
+                    for key, v in ((om.get("overhead") or {}).get("points") or {}).items():
+                        per.setdefault(key, []).append(float(v["diff_ms"]))
+                        op, b = key.split(" batch=")
+                        if not math.isfinite(std.get((op, int(b)), float("nan"))):
+                            std[(op, int(b))] = float(v.get("forward_std_ms", float("nan")))
                 rows = [r for r in rows if r[0] not in OVERHEAD_OPS]
                 combined = {}
                 for key, diffs in sorted(per.items()):
@@ -1912,7 +1956,8 @@ def cmd_combine(args) -> int:
                         sd = std.get((op, int(b)), float("nan"))
                         rows.append((op, int(b), int(b), 0, 0, med, sd))
                 ov["combined"] = dict(
-                    processes=1 + len(others), sources=["this pack"] + [str(d) for d in others],
+                    processes=max(len(v) for v in per.values()) if per else 1 + len(others),
+                    sources=list(old_sources) + [str(d) for d in others],
                     rule="median over processes of forward - table sum, per op and batch", points=combined)
                 meta["overhead"] = ov
             rows = sorted(rows, key=lambda r: (r[0], int(r[2]), int(r[1]), int(r[3]), int(r[4])))
@@ -1923,6 +1968,45 @@ def cmd_combine(args) -> int:
             write_yaml(pack.with_suffix(".yaml"), meta)
             log(f"combined {pack}: {len(rows)} rows")
     return 0
+
+
+def _attn_sig(meta: dict, op: str) -> tuple:
+    rs = meta.get("rank_shape") or {}
+    return (op, rs.get("num_heads"), rs.get("num_kv_heads"), rs.get("head_dim"))
+
+
+def _replace_rows(rows: list, pack: Path, src_dir: Path, ops: list) -> tuple[list, dict]:
+    """Rows of ``ops`` from ``src_dir``'s pack of the same name, else from a pack there whose
+    rank shape gives the op the same kernel and input shapes (attention ops only), keeping the
+    points within this model's max_model_len. Returns the rows and a provenance note."""
+    meta = read_yaml(pack.with_suffix(".yaml"))
+    max_len = ALL_SHAPES.get(meta.get("model"), {}).get("max_model_len")
+    note: dict = dict(ops=ops, per_op={})
+    rows = [r for r in rows if r[0] not in ops]
+    for op in ops:
+        src = src_dir / pack.name
+        got = [r for r in read_rows(src) if r[0] == op] if src.exists() else []
+        shared = False
+        if not got and op.startswith("attn_"):
+            for other in sorted(src_dir.glob("*.csv")):
+                if other.name != pack.name and _attn_sig(read_yaml(other.with_suffix(".yaml")), op) \
+                        == _attn_sig(meta, op):
+                    cand = [r for r in read_rows(other) if r[0] == op]
+                    if cand:
+                        src, got, shared = other, cand, True
+                        break
+        if max_len:
+            got = [r for r in got if r[1] + r[3] <= max_len] if op == "attn_prefill" else got
+        if not got:
+            raise SystemExit(f"combine: no {op} rows for {pack.name} in {src_dir}")
+        sm = read_yaml(src.with_suffix(".yaml"))
+        note["per_op"][op] = dict(rows=len(got), from_pack=str(src), measured=sm.get("date"),
+                                  command=sm.get("command"), method=sm.get("method"),
+                                  grid=sm.get("grid"), stages_skipped=sm.get("stages_skipped"),
+                                  shared_from_equal_shape=shared,
+                                  timing_methods=(sm.get("timing_methods") or {}).get(op))
+        rows += got
+    return rows, note
 
 
 # ============================================================================== mode: all
@@ -2036,7 +2120,33 @@ def _run_logged(argv, env_add, logpath: Path, prefix: str, lock) -> int:
 
 
 # ============================================================================== CLI
+THEN = "--then"
+
+
 def main(argv=None) -> int:
+    """One mode, or several chained with ``--then`` and run one after another in this process
+    (torch and CUDA start once; e.g. ``ops ... --then iterations ...``). The exit status is the
+    first non-zero one."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if THEN in argv:
+        parts, cur = [], []
+        for a in argv:
+            if a == THEN:
+                parts.append(cur)
+                cur = []
+            else:
+                cur.append(a)
+        parts.append(cur)
+        rc = 0
+        for part in parts:
+            log("chained: " + " ".join(shlex.quote(a) for a in part))
+            r = _main_one(part)
+            rc = rc or r
+        return rc
+    return _main_one(argv)
+
+
+def _main_one(argv: list) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="mode", required=True)
@@ -2073,11 +2183,16 @@ def main(argv=None) -> int:
                     help=f"comma list of stages to run (default all): {OPS_STAGES}")
     sp.add_argument("--tables-from", default=None,
                     help="folder of packs whose op rows give the table sums (for --stages overhead)")
+    sp.add_argument("--calib-batches", default=None,
+                    help=f"comma list: overhead calibration batches to measure (default {CALIB_BATCHES})")
     add_grid_args(sp)
     common(sp)
     sp = sub.add_parser("iterations", help="whole-forward validation data for one model (TP 1)")
     sp.add_argument("--model", required=True, choices=models)
     sp.add_argument("--max-compositions", type=int, default=None)
+    sp.add_argument("--every", type=int, default=1,
+                    help="measure every k-th composition only (a stratified subset, e.g. for "
+                         "run-to-run noise checks)")
     sp.add_argument("--share-layer-weights", action="store_true",
                     help="one set of layer weights for all layers (small GPUs)")
     common(sp)
@@ -2105,6 +2220,9 @@ def main(argv=None) -> int:
     sp.add_argument("--out", required=True, help="folder whose packs/<gpu>/*.csv are rewritten")
     sp.add_argument("--keep-from", default=None, help="folder of older packs (same file names)")
     sp.add_argument("--keep-ops", default=None, help="comma list of ops whose rows to keep from them")
+    sp.add_argument("--replace-from", default=None,
+                    help="folder of newer packs (same file names) whose --replace-ops rows replace these")
+    sp.add_argument("--replace-ops", default=None, help="comma list of ops to take from --replace-from")
     sp.add_argument("--overheads-from", default=None,
                     help="comma list of --out folders of `ops --stages overhead --tables-from` runs")
     sp.add_argument("--note", default=None, help="provenance text stored in each YAML (combined.note)")

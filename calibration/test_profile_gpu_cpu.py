@@ -294,6 +294,61 @@ def test_ops_multi_pack_overhead_only_and_combine():
             assert abs(v["median_ms"] - (med[0] + med[1]) / 2) < 1e-4
 
 
+def test_dense_prefill_grid_and_calibration_batches():
+    """Dense prefill lattice: chunk rows every 64 to 1024 (FlashAttention's query tiles are 64/128
+    rows), at most 12.5% apart above 512, up to 8192; calibration batches reach 512."""
+    ch, cx = pg.DENSE_PREFILL_CHUNKS, pg.DENSE_PREFILL_CTX
+    assert ch[0] == 16 and ch[-1] == 8192 and len(ch) == 41 and ch == sorted(set(ch))
+    assert all(t in ch for t in range(64, 1025, 64)) and all(t in ch for t in range(1024, 2049, 128))
+    big = [t for t in ch if t >= 512]
+    assert all(b / a <= 1.125 + 1e-9 for a, b in zip(big, big[1:]))
+    assert cx[0] == 0 and cx[-1] + ch[-1] <= 32768
+    assert pg.CALIB_BATCHES[-1] == 512 and 384 in pg.CALIB_BATCHES
+
+
+def test_then_chain_every_and_combine_replace():
+    """`--then` runs several modes in one process; `iterations --every k` measures a stratified
+    subset; `combine --replace-from` takes attn_prefill from newer packs (or a pack with the same
+    attention shape) and overheads keep every process already combined."""
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        base, new, o2 = d / "base", d / "new", d / "o2"
+        assert pg.main(["ops", "--model", "tiny", "--tp", "1", "--device", "cpu", "--quick",
+                        "--out", str(base), "--then", "iterations", "--model", "tiny", "--every", "2",
+                        "--device", "cpu", "--quick", "--out", str(d / "n")]) == 0
+        comps = pg.validation_compositions("tiny", quick=True)
+        with (d / "n" / "validation" / "cpu" / "tiny.csv").open() as fh:
+            assert len(list(csv.DictReader(fh))) == len(comps[::2])
+        import yaml
+        assert "every 2-th" in yaml.safe_load((d / "n" / "validation" / "cpu" / "tiny.yaml").read_text())["subset"]
+        # a newer prefill measurement for another model with the same attention shape only
+        pg.write_rows(new / "other.csv", [("attn_prefill", 16, 0, 0, 0, 2.5, 0.1),
+                                          ("attn_prefill", 1024, 0, 1500, 0, 9.0, 0.1)])
+        rs = pg.RankShape.of("tiny", 1)
+        pg.write_yaml(new / "other.yaml", {"date": "2000-01-02", "command": "y", "model": "other",
+                                           "rank_shape": rs.as_dict(),
+                                           "grid": {"prefill_chunk": "2 points", "prefill_context": "x"},
+                                           "timing_methods": {"attn_prefill": ["cuda-graph"]}})
+        packs = base / "packs" / "cpu"
+        r = subprocess.run([sys.executable, str(HERE / "profile_gpu.py"), "ops", "--model", "tiny",
+                            "--tp", "1", "--device", "cpu", "--quick", "--stages", "overhead",
+                            "--tables-from", str(packs), "--calib-batches", "8", "--out", str(o2)],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        for k in range(2):  # combining twice: the second keeps the first one's processes
+            assert pg.main(["combine", "--out", str(base), "--replace-from", str(new),
+                            "--replace-ops", "attn_prefill", "--overheads-from", str(o2)]) == 0
+        rows = _check_pack_csv(packs / "tiny.csv")
+        assert [r["time_ms"] for r in rows if r["op"] == "attn_prefill"] == ["2.5"]  # 1024+1500 > 2048
+        meta = yaml.safe_load((packs / "tiny.yaml").read_text())
+        note = meta["replaced_rows"]["per_op"]["attn_prefill"]
+        assert note["shared_from_equal_shape"] and note["rows"] == 1
+        assert meta["grid"]["prefill_chunk"] == "2 points"
+        pts = meta["overhead"]["combined"]["points"]
+        for key, v in pts.items():
+            n = len(v["diff_ms_per_process"])
+            assert n == (3 if "batch=8" in key else 1), (key, v)
+
 if __name__ == "__main__":
     failures = 0
     for name, fn in list(globals().items()):
