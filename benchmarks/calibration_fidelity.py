@@ -178,6 +178,25 @@ def holdout_prefill(gpu: str, model: str, tp: int) -> list[dict]:
     return out
 
 
+def holdout_prefill_chunks(gpu: str, model: str, tp: int) -> list[dict]:
+    """Chunk rows between grid rows: every other chunk row (up to t_max / 2) held out, predicted by
+    the model (linear in chunk tokens between the kept rows) and by the alternative 'ceil' (the
+    next kept row: FlashAttention runs whole query tiles, so a chunk costs what the tile-rounded
+    chunk costs where the grid has every tile multiple)."""
+    rows = load_pack(gpu, model, tp).rows("attn_prefill")
+    chunks = np.unique(rows.tokens)
+    inner = chunks[1:-1]
+    held = inner[(np.arange(len(inner)) % 2 == 0) & (inner <= chunks[-1] / 2)]
+    keep = ~np.isin(rows.tokens, held)
+    pa = PrefillAttention(rows.where(keep))
+    t = rows.where(~keep)
+    kept = np.unique(rows.tokens[keep])
+    nxt = kept[np.searchsorted(kept, t.tokens)]
+    tag = f"{gpu} {model} tp{tp} attn_prefill, every other chunk row <= {chunks[-1] // 2} held out"
+    return [{"check": f"{tag}: linear in chunk (the model)", **stats(pa(t.tokens, t.context) / t.time_ms - 1)},
+            {"check": f"{tag}: ceil to the next row", **stats(pa(nxt, t.context) / t.time_ms - 1)}]
+
+
 # --- 4. derivation rules --------------------------------------------------------------------------
 
 def vidur_attention_structure() -> dict:
@@ -303,6 +322,9 @@ def build_report() -> str:
             if load_pack(gpu, model, tp).meta.get("source") == "measured":
                 checks.append(gemm_n_scaling(gpu, model, tp, "gate_up_proj", "lm_head"))
                 checks.append(kv_write_rule(gpu, model, tp))
+    for gpu, model, tp in available_packs():
+        if gpu == "h200" and model in ("qwen3-14b", "qwen3-8b") and tp in (1, 2):
+            checks += holdout_prefill_chunks(gpu, model, tp)
     if VIDUR.is_dir():
         checks.append(vidur_attention_structure())
     packs = set(available_packs())
