@@ -59,6 +59,7 @@ import numpy as np
 
 from servesim.errors import PackError
 from servesim.models import MODELS, ModelShape
+from servesim.perf.lattice_jit import decode_lattice, prefill_lattice
 from servesim.perf.pack import LAYER_TOKEN_OPS, OpRows, Pack, check_shape, load_pack, required_ops
 
 FAR = float(2**40)  # a point far beyond any query; tables end there so linear tails are interpolation
@@ -177,6 +178,8 @@ class DecodeAttention:
         self.beta = self._per_sequence_slope()
         self._inv_dx = 1.0 / np.diff(grid)
         self._rows = [np.ascontiguousarray(r) for r in self.table]  # 1-D rows: .take is fastest
+        self._table2d = np.ascontiguousarray(self.table, dtype=np.float64)
+        self._batches_f = np.asarray(self.batches, dtype=np.float64)
 
     def _per_sequence_slope(self) -> np.ndarray:
         """d time / d batch at fixed context, from b_max and the batch nearest b_max / 2.
@@ -196,7 +199,14 @@ class DecodeAttention:
 
         The single code path of decode attention: ``predict`` calls it with one element,
         ``predict_decode_run`` with one per step, so equal inputs give bit-identical outputs.
+        Linear in per-sequence context within a measured batch row, linear in batch between rows
+        (compiled: servesim/perf/lattice_jit.py; :meth:`reference` is the same in numpy).
         """
+        return decode_lattice(int(batch), np.asarray(kv_tokens, dtype=np.float64), self.grid, self._inv_dx,
+                              self._table2d, self._batches_f, self.beta, FAR)
+
+    def reference(self, batch: int, kv_tokens: np.ndarray) -> np.ndarray:
+        """The numpy formulation of :meth:`__call__` (tests hold the two equal)."""
         grid, bs = self.grid, self.batches
         c = np.minimum(kv_tokens / batch, FAR)
         j = np.searchsorted(grid, c, side="right") - 1
@@ -273,6 +283,9 @@ class PrefillAttention:
         self._flat = self.table.ravel()
         self._inv_dc = 1.0 / np.diff(grid)
         self._inv_dt = 1.0 / np.diff(chunks) if len(chunks) > 1 else np.ones(1)
+        self._chunks_f = np.ascontiguousarray(chunks, dtype=np.float64)
+        self._inv_dt_f = np.ascontiguousarray(self._inv_dt, dtype=np.float64)
+        self._flat = np.ascontiguousarray(self._flat, dtype=np.float64)
 
     @classmethod
     def choose_long_chunk_rule(cls, rows: OpRows) -> str:
@@ -284,7 +297,7 @@ class PrefillAttention:
         train, test = rows.where(rows.tokens <= cut[-1]), rows.where(rows.tokens > cut[-1])
         errs = {}
         for rule in ("split", "flops"):
-            pred = cls(train, long_chunks=rule)(test.tokens, test.context)
+            pred = cls(train, long_chunks=rule).call_reference(test.tokens, test.context)  # setup: numpy
             errs[rule] = float(np.median(np.abs(pred / test.time_ms - 1)))
         return min(errs, key=errs.get)
 
@@ -328,7 +341,12 @@ class PrefillAttention:
         return sigma
 
     def _lattice(self, t: np.ndarray, c: np.ndarray) -> np.ndarray:
-        """Bilinear lookup for t within the chunk rows (clamped below), any c >= 0."""
+        """Bilinear lookup for t within the chunk rows (clamped below), any c >= 0 (compiled:
+        servesim/perf/lattice_jit.py; :meth:`_lattice_reference` is the same in numpy)."""
+        return prefill_lattice(np.asarray(t, np.float64), np.asarray(c, np.float64), self._chunks_f, self.grid,
+                               self._inv_dc, self._inv_dt_f, self._flat, FAR)
+
+    def _lattice_reference(self, t: np.ndarray, c: np.ndarray) -> np.ndarray:
         chunks, grid, flat = self.chunks, self.grid, self._flat
         ng = len(grid)
         c = np.minimum(c, FAR)
@@ -350,18 +368,25 @@ class PrefillAttention:
 
     def __call__(self, t: np.ndarray, c: np.ndarray) -> np.ndarray:
         """Per-layer ms for each (t, c) row; chunks beyond 2**20 tokens are split (same FLOPs)."""
+        return self._evaluate(t, c, self._lattice)
+
+    def call_reference(self, t: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """:meth:`__call__` with the numpy lookup (one-off uses: no numba start-up)."""
+        return self._evaluate(t, c, self._lattice_reference)
+
+    def _evaluate(self, t, c, lattice) -> np.ndarray:
         t = np.asarray(t, np.float64)
         c = np.asarray(c, np.float64)
         t_max = self.chunks[-1]
         if t.size == 0 or t.max() <= t_max:
-            return self._lattice(t, c)
+            return lattice(t, c)
         pieces = np.ceil(t / t_max)
         out = np.zeros_like(t)
         for k in range(int(pieces.max())):
             alive = pieces > k
             last = pieces == k + 1
             size = np.where(last, t - k * t_max, t_max)
-            out[alive] += self._lattice(size[alive], (c + k * t_max)[alive])
+            out[alive] += lattice(size[alive], (c + k * t_max)[alive])
         return out
 
 
@@ -468,7 +493,7 @@ class PackStepModel:
         c0 = float((self.pack.meta.get("overhead") or {}).get("calibration_context", 0) or 0)
         kernels = np.array([self._lin_at(int(x)) + float(self._per_seq_ms(np.array([x]))[0])
                             - float(self._gaps(np.array([x]))[0])
-                            + self.layers * float(self.decode_attn(int(x), np.array([x * c0]))[0])
+                            + self.layers * float(self.decode_attn.reference(int(x), np.array([x * c0]))[0])
                             for x in b])
         return Curve(b, kernels + over)
 
