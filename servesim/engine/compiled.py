@@ -339,7 +339,7 @@ def _schedule(I, now, prompt, num_output, computed, held, klass, t_sched, blocke
                 if n != 1 or need != 1:
                     all_decode = False
     cause = C_ITERATION
-    if preempted:
+    if preempted and (nb > 0 or I[I_RUN_LEN] > 0):
         cause = C_KV if I[I_WQ_LEN] > 0 else C_ITERATION
     else:
         cap = wq.shape[0]

@@ -194,6 +194,8 @@ class ChunkedPrefill(ContinuousBatching):
                     return Cause.TOKEN_BUDGET, admitted  # whole prompts only
                 n = cap
             if not kv.allocate(rid, whole):  # room for the whole prompt, not just this chunk
+                if self._release_idle_holders(rid, b):
+                    continue  # retry the head with the released blocks
                 return Cause.KV_BLOCKS, admitted
             waiting.popleft()
             self._admit_one(rid, n, now, b)

@@ -170,7 +170,9 @@ class ContinuousBatching:
     def schedule(self, now: float) -> Batch:
         b = self._begin(now)
         all_decode = self._schedule_running(now, b)
-        if self._preempted:
+        # vLLM admits nobody in an iteration that preempted; but when the preemption emptied the
+        # batch and the running set, vLLM's next (empty, instantaneous) step would admit: do it now
+        if self._preempted and (b.ids or len(self.st.running)):
             causes, admitted = self._causes[Cause.KV_BLOCKS if self.num_waiting() else Cause.ITERATION], False
         else:
             causes, admitted = self._admit(now, b)
@@ -251,12 +253,37 @@ class ContinuousBatching:
                     break
                 n = self._budget
             if not kv.allocate(rid, n):
+                if self._release_idle_holders(rid, b):
+                    continue  # retry the head with the released blocks
                 cause = Cause.KV_BLOCKS
                 break
             waiting.popleft()
             self._admit_one(rid, n, now, b)
             admitted = True
         return self._causes[cause], admitted
+
+    # -- deadlock breaker ---------------------------------------------------------------------
+    def _waiting_ids(self) -> list[int]:
+        """Every waiting request, in the policy's order (policies with other queues override)."""
+        return list(self.waiting)
+
+    def _release_idle_holders(self, head: int, b: BatchBuilder) -> bool:
+        """Requests can wait with KV blocks in hand (a lower-tier fetch that landed, then a
+        preemption pushed an older request ahead of them). If the head of the queue cannot fit
+        while nothing runs and nothing is scheduled, no block would ever be freed: release the
+        blocks of the other waiting holders. Their KV stays in the prefix cache (cached blocks
+        are evictable, and hit again when their turn comes); they look their prefix up again then.
+        Returns whether anything was released (the caller retries the head)."""
+        held = getattr(self.kv, "held", None)
+        if held is None or len(self.st.running) or b.ids:
+            return False  # running requests will free blocks
+        released = False
+        for rid in reversed(self._waiting_ids()):  # newest first
+            if rid != head and held[rid] > 0 and rid not in self.fetching and not self.st.swapped[rid]:
+                self.kv.free(rid)
+                self.req.computed[rid] = 0
+                released = True
+        return released
 
     # -- shared helpers ----------------------------------------------------------------------
     def _begin(self, now: float) -> BatchBuilder:

@@ -162,6 +162,9 @@ class PriorityScheduling(ContinuousBatching):
                 return int(new[hit].sum())
         return 0
 
+    def _waiting_ids(self) -> list[int]:
+        return [rid for q in self.queues for rid in q]
+
     # -- admission -----------------------------------------------------------------------------
     def _admit(self, now: float, b: BatchBuilder) -> tuple[np.ndarray, bool]:
         admitted = False
@@ -203,7 +206,8 @@ class PriorityScheduling(ContinuousBatching):
                 return 0, Cause.TOKEN_BUDGET
             n = self._budget
         if (over > 0 or not self.kv.allocate(rid, n)) and not self._make_room(rid, g, n, over, now, b):
-            return 0, Cause.KV_BLOCKS
+            if over > 0 or not (self._release_idle_holders(rid, b) and self.kv.allocate(rid, n)):
+                return 0, Cause.KV_BLOCKS
         return n, None
 
     def _blocked(self, g: int, e: int, cause: Cause) -> np.ndarray:

@@ -131,7 +131,7 @@ class StaticFIFO(ContinuousBatching):
                 if not self.chunked:
                     break
                 n = self._budget
-            if not self.kv.allocate(rid, n):
+            if not self.kv.allocate(rid, n) and not (self._release_idle_holders(rid, b) and self.kv.allocate(rid, n)):
                 # the allocator reserves more than our estimate (e.g. static max_model_len
                 # extents): the batch ends here, the rest go back to the queue, in order
                 while members:
