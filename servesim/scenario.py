@@ -23,6 +23,15 @@ from servesim.errors import ScenarioError
 from servesim.hardware import GPUS
 from servesim.kv.config import KVConfig, TierConfig
 from servesim.models import MODELS, ModelShape
+from servesim.workload.dist_config import (  # noqa: F401 (re-exported: scenario's public types)
+    ExponentialDist,
+    FixedDist,
+    GeometricDist,
+    LengthDist,
+    LognormalDist,
+    NormalDist,
+    UniformDist,
+)
 from servesim.workload.trace_config import (
     ClassAssignmentConfig,
     LengthsConfig,
@@ -204,63 +213,6 @@ class ClosedArrival(Frozen):
 ArrivalConfig = Annotated[
     Union[PoissonArrival, GammaArrival, ConstantArrival, ClosedArrival, ServeGenArrivalConfig],
     Field(discriminator="process"),
-]
-
-
-class _Bounded(Frozen):
-    min: Annotated[int, Field(ge=1)] = 1
-    max: Annotated[int, Field(ge=1)] = 1 << 20
-
-    @model_validator(mode="after")
-    def _order(self):
-        if self.min > self.max:
-            raise ValueError(f"min {self.min} must not exceed max {self.max}")
-        return self
-
-
-class FixedDist(Frozen):
-    dist: Literal["fixed"]
-    value: Annotated[int, Field(ge=1)]
-
-
-class NormalDist(_Bounded):
-    """Normal, rounded and clipped to [min, max]."""
-
-    dist: Literal["normal"]
-    mean: Annotated[float, Field(gt=0)]
-    std: Annotated[float, Field(ge=0)]
-
-
-class LognormalDist(_Bounded):
-    """Lognormal with arithmetic mean ``mean`` and log-space standard deviation ``sigma``
-    (mu = ln(mean) - sigma^2/2), rounded and clipped to [min, max]."""
-
-    dist: Literal["lognormal"]
-    mean: Annotated[float, Field(gt=0)]
-    sigma: Annotated[float, Field(ge=0)]
-
-
-class UniformDist(_Bounded):
-    """Integers uniform on [min, max]."""
-
-    dist: Literal["uniform"]
-
-
-class ExponentialDist(_Bounded):
-    dist: Literal["exponential"]
-    mean: Annotated[float, Field(gt=0)]
-
-
-class GeometricDist(_Bounded):
-    """Geometric on {1, 2, ...} with the given mean (success probability 1/mean)."""
-
-    dist: Literal["geometric"]
-    mean: Annotated[float, Field(ge=1)]
-
-
-LengthDist = Annotated[
-    Union[FixedDist, NormalDist, LognormalDist, UniformDist, ExponentialDist, GeometricDist],
-    Field(discriminator="dist"),
 ]
 
 

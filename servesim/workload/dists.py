@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from servesim.scenario import (
+from servesim.workload.dist_config import (
     ExponentialDist,
     FixedDist,
     GeometricDist,

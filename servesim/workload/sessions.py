@@ -38,7 +38,8 @@ import dataclasses
 import numpy as np
 
 from servesim.request import Workload
-from servesim.workload.trace_config import SessionDist, SessionsConfig
+from servesim.workload.dists import sample_lengths
+from servesim.workload.trace_config import SessionsConfig
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -222,24 +223,6 @@ def session_chains(
 
 
 # -------------------------------------------------------------------------- synthetic sessions
-def sample_session_dist(cfg: SessionDist, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Integers >= 1 from one of the session length distributions (rounded, clipped)."""
-    kind = cfg.dist
-    if kind == "fixed":
-        return np.full(n, cfg.value, dtype=np.int64)
-    if kind == "uniform":
-        return rng.integers(cfg.min, cfg.max + 1, n, dtype=np.int64)
-    if kind == "lognormal":
-        x = rng.lognormal(np.log(cfg.mean) - 0.5 * cfg.sigma**2, cfg.sigma, n)
-    elif kind == "exponential":
-        x = rng.exponential(cfg.mean, n)
-    elif kind == "geometric":
-        x = rng.geometric(1.0 / cfg.mean, n).astype(np.float64)
-    else:  # pragma: no cover - the union is closed
-        raise TypeError(f"unknown distribution {cfg!r}")
-    return np.clip(np.rint(x), max(1, cfg.min), cfg.max).astype(np.int64)
-
-
 def synthesize_sessions(
     cfg: SessionsConfig,
     session_starts: np.ndarray,
@@ -258,7 +241,7 @@ def synthesize_sessions(
     starts = np.asarray(session_starts, dtype=np.float64)
     r_turns, r_system, r_lengths, r_think = rng.spawn(4)
     n_sessions = len(starts)
-    turns = sample_session_dist(cfg.turns, n_sessions, r_turns)
+    turns = sample_lengths(cfg.turns, n_sessions, r_turns)
     system_id = r_system.integers(0, cfg.num_system_prompts, n_sessions)
     sess, k = _ragged_positions(turns)
     n = len(sess)
@@ -269,8 +252,8 @@ def synthesize_sessions(
         new_input, output, pair_notes = sample_length_pairs(cfg.pairs, base_dir, n, r_lengths)
     else:
         r_in, r_out = r_lengths.spawn(2)
-        new_input = sample_session_dist(cfg.new_input, n, r_in)
-        output = sample_session_dist(cfg.output, n, r_out)
+        new_input = sample_lengths(cfg.new_input, n, r_in)
+        output = sample_lengths(cfg.output, n, r_out)
     if cfg.think_dist == "exponential":
         think = r_think.exponential(cfg.think_s, n) if cfg.think_s > 0 else np.zeros(n)
     else:

@@ -28,6 +28,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from servesim.workload.dist_config import GeometricDist, LengthDist
+
 NUM_CLASSES = 5  # P0..P4, as in servesim.request (repeated to keep this module import-light)
 
 OnBadRow = Literal["error", "skip"]
@@ -320,51 +322,8 @@ class ClassAssignmentConfig(_Frozen):
 
 
 # ------------------------------------------------------------------------------------ sessions
-class _Bounded(_Frozen):
-    min: Annotated[int, Field(ge=1)] = 1
-    max: Annotated[int, Field(ge=1)] = 1 << 20
-
-    @model_validator(mode="after")
-    def _order(self):
-        if self.min > self.max:
-            raise ValueError(f"min {self.min} must not exceed max {self.max}")
-        return self
-
-
-class SFixed(_Frozen):
-    dist: Literal["fixed"]
-    value: Annotated[int, Field(ge=1)]
-
-
-class SUniform(_Bounded):
-    """Integers uniform on [min, max]."""
-
-    dist: Literal["uniform"]
-
-
-class SLognormal(_Bounded):
-    """Arithmetic mean ``mean``, log-space sd ``sigma``; rounded, clipped to [min, max]."""
-
-    dist: Literal["lognormal"]
-    mean: Annotated[float, Field(gt=0)]
-    sigma: Annotated[float, Field(ge=0)]
-
-
-class SExponential(_Bounded):
-    dist: Literal["exponential"]
-    mean: Annotated[float, Field(gt=0)]
-
-
-class SGeometric(_Bounded):
-    """On {1, 2, ...} with the given mean."""
-
-    dist: Literal["geometric"]
-    mean: Annotated[float, Field(ge=1)]
-
-
-# Same YAML shape as the scenario's prompt/output distributions (kept separate to avoid an import
-# cycle: scenario.py imports this module).
-SessionDist = Annotated[Union[SFixed, SUniform, SLognormal, SExponential, SGeometric], Field(discriminator="dist")]
+# Session lengths use the scenario's length distributions (one definition, no copies).
+SessionDist = LengthDist
 
 
 def _int_shorthand(v: Any) -> Any:
@@ -386,7 +345,7 @@ class SessionsConfig(_Frozen):
     jointly, from a length file (``pairs``). A session stops early before a turn whose prompt
     plus output would exceed ``max_context_tokens``."""
 
-    turns: SessionDist = SGeometric(dist="geometric", mean=4.0)
+    turns: SessionDist = GeometricDist(dist="geometric", mean=4.0)
     think_s: Annotated[float, Field(ge=0)] = 10.0
     think_dist: Literal["fixed", "exponential"] = "exponential"
     new_input: SessionDist | None = None
