@@ -5,7 +5,6 @@ validation of the KV fields, and the fragmentation recorder."""
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from hypothesis import strategies as st
 from servesim import ServesimError, scenario_from_dict
 from servesim.kv.prefix import PrefixCacheKV
 from servesim.kv.report import kv_report
+from tests.test_fastpath_exact import assert_summaries_equal
 from servesim.simulate import build, run_built, simulate
 from servesim.workload.generate import generate_workload
 from tests.conftest import BASE, merge
@@ -120,18 +120,6 @@ def kv_scenarios(draw):
         "max_context_tokens": 250, "system_prompt_tokens": draw(st.sampled_from([0, 16, 40]))})
     raw["workload"]["arrival"] = {"process": "poisson", "rate": draw(st.floats(2.0, 30.0))}
     return raw
-
-
-def assert_summaries_equal(a, b, path="summary"):
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), path
-        for k in a:
-            if k != "wall_s":
-                assert_summaries_equal(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, float) and b is not None:
-        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), (path, a, b)
-    else:
-        assert a == b, (path, a, b)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

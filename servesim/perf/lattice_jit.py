@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-_KERNEL = None
-_PREFILL = None
+_KERNELS: dict = {}  # name -> compiled function, built on first use
+
+
+def _kernel(name: str):
+    k = _KERNELS.get(name)
+    if k is None:
+        k = _KERNELS[name] = {"prefill": _build_prefill, "decode": _build}[name]()
+    return k
 
 
 def _build_prefill():
@@ -56,10 +62,7 @@ def _build_prefill():
 
 
 def prefill_lattice(t: np.ndarray, c: np.ndarray, chunks, grid, inv_dc, inv_dt, flat, far: float) -> np.ndarray:
-    global _PREFILL
-    if _PREFILL is None:
-        _PREFILL = _build_prefill()
-    return _PREFILL(t, c, chunks, grid, inv_dc, inv_dt, flat, far)
+    return _kernel("prefill")(t, c, chunks, grid, inv_dc, inv_dt, flat, far)
 
 
 def _build():
@@ -110,7 +113,4 @@ def _build():
 
 
 def decode_lattice(batch: int, kv: np.ndarray, grid, inv_dx, table, batches, beta, far: float) -> np.ndarray:
-    global _KERNEL
-    if _KERNEL is None:
-        _KERNEL = _build()
-    return _KERNEL(batch, kv, grid, inv_dx, table, batches, beta, far)
+    return _kernel("decode")(batch, kv, grid, inv_dx, table, batches, beta, far)
