@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from servesim.kv.base import NO_HIT, KVUsage, PrefixHit
+from servesim.kv.base import KVUsage
+from servesim.kv.counting import CountingKV
 from servesim.kv.frag import StepUsage
-from servesim.kv.steps import Holders, run_demand, step_slots
+from servesim.kv.steps import run_demand, step_slots
 
 
-class ElasticKV:
+class ElasticKV(CountingKV):
     name = "elastic"
 
     def __init__(self, num_blocks: int, block_size: int, computed: np.ndarray, base_blocks: int,
@@ -36,14 +37,9 @@ class ElasticKV:
         if num_blocks < 1 or block_size < 1 or base_blocks < 1 or growth_blocks < 1:
             raise ValueError(f"need num_blocks, block_size, base_blocks, growth_blocks >= 1, got "
                              f"{num_blocks}, {block_size}, {base_blocks}, {growth_blocks}")
-        self.num_blocks = int(num_blocks)
-        self.block_size = int(block_size)
+        super().__init__(num_blocks, block_size, computed, np.int32)
         self.base = int(base_blocks)
         self.growth = int(growth_blocks)
-        self.free_blocks = int(num_blocks)
-        self._computed = computed
-        self.held = np.zeros(len(computed), dtype=np.int32)
-        self.holders = Holders(len(computed))
 
     # -- geometry -----------------------------------------------------------------------------
     def hold_for(self, slots):
@@ -60,10 +56,6 @@ class ElasticKV:
         p = self.growth * self.block_size
         return self.base + self.growth * (-(-np.maximum(over, 0) // p))
 
-    @property
-    def used_blocks(self) -> int:
-        return self.num_blocks - self.free_blocks
-
     def max_slots(self) -> int:
         """The longest sequence whose reservation fits the pool (0 if not even the base fits)."""
         if self.num_blocks < self.base:
@@ -71,23 +63,12 @@ class ElasticKV:
         return (self.base + (self.num_blocks - self.base) // self.growth * self.growth) * self.block_size
 
     # -- allocation -----------------------------------------------------------------------------
-    def reuse_prefix(self, rid: int, now: float) -> PrefixHit:
-        return NO_HIT
-
-    def allocate(self, rid: int, num_new: int) -> bool:
-        s = int(self._computed[rid]) + num_new
-        over = s - self.base * self.block_size
-        hold = 0 if s <= 0 else self.base + (self.growth * (-(-over // (self.growth * self.block_size))) if over > 0 else 0)
-        need = hold - int(self.held[rid])
-        if need <= 0:
-            return True
-        if need > self.free_blocks:
-            return False
-        if self.held[rid] == 0:
-            self.holders.add(rid)
-        self.held[rid] += need
-        self.free_blocks -= need
-        return True
+    def blocks_needed(self, slots: int) -> int:
+        """:meth:`hold_for` of one slot count, in scalars (the admission path)."""
+        if slots <= 0:
+            return 0
+        over = slots - self.base * self.block_size
+        return self.base + (self.growth * (-(-over // (self.growth * self.block_size))) if over > 0 else 0)
 
     def allocate_decodes(self, ids: np.ndarray) -> bool:
         if len(ids) == 0:
@@ -102,11 +83,6 @@ class ElasticKV:
         self.held[ids] += need
         self.free_blocks -= total
         return True
-
-    def free(self, rid: int) -> None:
-        self.free_blocks += int(self.held[rid])
-        self.held[rid] = 0
-        self.holders.remove(rid)
 
     # -- decode runs ----------------------------------------------------------------------------
     def _run_used(self, ids: np.ndarray, k_max: int) -> np.ndarray:
@@ -153,12 +129,7 @@ class ElasticKV:
                        reserved_unused_slots=alloc - touched, largest_free_extent=free, free_slots=free)
 
     def check(self) -> None:
-        held_total = int(self.held.sum())
-        if held_total + self.free_blocks != self.num_blocks:
-            raise AssertionError(
-                f"KV invariant violated: held {held_total} + free {self.free_blocks} != total {self.num_blocks}")
-        if self.free_blocks < 0 or (self.held < 0).any():
-            raise AssertionError("KV invariant violated: negative block count")
+        self.check_counts()
         h = self.holders.ids
         if (self.held[h] < self.hold_for(self._computed[h])).any():
             raise AssertionError("KV invariant violated: a sequence holds less than its reservation")

@@ -14,28 +14,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from servesim.kv.base import NO_HIT, KVUsage, PrefixHit
+from servesim.kv.base import KVUsage
+from servesim.kv.counting import CountingKV
 from servesim.kv.frag import StepUsage
-from servesim.kv.steps import Holders, run_demand, step_slots
+from servesim.kv.steps import run_demand, step_slots
 
 
-class PagedKV:
+class PagedKV(CountingKV):
     name = "paged"
 
     def __init__(self, num_blocks: int, block_size: int, computed: np.ndarray):
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}")
-        self.num_blocks = int(num_blocks)
-        self.block_size = int(block_size)
-        self.free_blocks = int(num_blocks)
-        self._computed = computed  # shared view of the request table's num_computed column
-        self.held = np.zeros(len(computed), dtype=np.int64)
-        self.holders = Holders(len(computed))  # requests with held > 0 (for usage sums)
+        super().__init__(num_blocks, block_size, computed, np.int64)
 
     # -- queries ----------------------------------------------------------------------------
-    @property
-    def used_blocks(self) -> int:
-        return self.num_blocks - self.free_blocks
+    def blocks_needed(self, slots: int) -> int:
+        return -(-slots // self.block_size)
 
     def blocks_for(self, slots):
         return -(-slots // self.block_size)
@@ -48,23 +43,6 @@ class PagedKV:
         return self._computed[ids]
 
     # -- allocation -------------------------------------------------------------------------
-    def reuse_prefix(self, rid: int, now: float) -> PrefixHit:
-        """No prefix cache: nothing is reusable beyond what the request already computed."""
-        return NO_HIT
-
-    def allocate(self, rid: int, num_new: int) -> bool:
-        """Make room for ``num_new`` more tokens of request ``rid``; False if the pool is short."""
-        need = -(-(int(self._computed[rid]) + num_new) // self.block_size) - int(self.held[rid])
-        if need <= 0:
-            return True
-        if need > self.free_blocks:
-            return False
-        if self.held[rid] == 0:
-            self.holders.add(rid)
-        self.held[rid] += need
-        self.free_blocks -= need
-        return True
-
     def allocate_decodes(self, ids: np.ndarray) -> bool:
         """One more token for each of ``ids``, all or nothing."""
         if len(ids) == 0:
@@ -78,11 +56,6 @@ class PagedKV:
             self.held[ids] = np.maximum(self.held[ids], want)
             self.free_blocks -= total
         return True
-
-    def free(self, rid: int) -> None:
-        self.free_blocks += int(self.held[rid])
-        self.held[rid] = 0
-        self.holders.remove(rid)
 
     # -- decode runs (the engine's fast path) -------------------------------------------------
     def decode_run(self, ids: np.ndarray, k_max: int) -> tuple[int, np.ndarray]:
@@ -148,11 +121,5 @@ class PagedKV:
 
     # -- invariants -------------------------------------------------------------------------
     def check(self) -> None:
-        """Blocks in use + free = total; no request holds a negative count or more than it needs."""
-        held_total = int(self.held.sum())
-        if held_total + self.free_blocks != self.num_blocks:
-            raise AssertionError(
-                f"KV invariant violated: held {held_total} + free {self.free_blocks} != total {self.num_blocks}"
-            )
-        if self.free_blocks < 0 or (self.held < 0).any():
-            raise AssertionError("KV invariant violated: negative block count")
+        """Blocks in use + free = total; no negative counts."""
+        self.check_counts()
