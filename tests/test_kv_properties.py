@@ -306,3 +306,27 @@ def test_run_demand_matches_brute_force(c, k_max, threshold, period, chunk):
     want = [chunk * sum(1 for x in c if x + j - 1 >= threshold and (x + j - 1 - threshold) % period == 0)
             for j in range(2, k_max + 1)]
     assert got.tolist() == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 16), st.lists(st.tuples(st.integers(0, 90), st.integers(1, 30)), min_size=1, max_size=10),
+       st.integers(1, 12))
+def test_paged_step_usage_equals_the_generic_slot_accounting(bs, reqs, k):
+    """The paged shortcut (every held block touched) agrees with step_slots' general counting."""
+    from servesim.kv.paged import PagedKV
+    from servesim.kv.steps import step_slots
+
+    computed = np.array([c for c, _ in reqs], dtype=np.int64)
+    kv = PagedKV(10_000, bs, computed)
+    ids = np.arange(len(reqs))
+    # an iteration computes num_new tokens each; a decode run (k > 1) one token each per step
+    num_new = np.array([n for _, n in reqs], dtype=np.int64) if k == 1 else np.ones(len(reqs), dtype=np.int64)
+    for rid in ids:  # the policy allocated exactly this step's slots
+        assert kv.allocate(int(rid), int(num_new[rid]))
+    used = None
+    if k > 1:
+        k, used = kv.decode_run(ids, k)
+    u = kv.step_usage(ids, num_new, k, used)
+    slots, touched = step_slots(computed, kv.holders.ids, ids, num_new, k, bs)
+    np.testing.assert_array_equal(u.used, slots)
+    np.testing.assert_array_equal(u.reserved_unused, u.allocated - touched * bs)

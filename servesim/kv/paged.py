@@ -17,7 +17,7 @@ import numpy as np
 from servesim.kv.base import KVUsage
 from servesim.kv.counting import CountingKV
 from servesim.kv.frag import StepUsage
-from servesim.kv.steps import run_demand, step_slots
+from servesim.kv.steps import run_demand
 
 
 class PagedKV(CountingKV):
@@ -99,16 +99,22 @@ class PagedKV(CountingKV):
                    used: np.ndarray | None = None) -> StepUsage:
         """Slot accounting during each of the ``k`` steps that ``ids`` are about to run (called
         after the policy's allocation, before ``computed`` advances; ``k > 1``: a decode run, with
-        ``used`` from :meth:`decode_run` when at hand). See :mod:`servesim.kv.frag`."""
+        ``used`` from :meth:`decode_run` when at hand). See :mod:`servesim.kv.frag`.
+
+        Paged blocks are allocated exactly as slots are needed, so every held block is touched:
+        nothing is reserved unused, and internal slots = allocated - written. Written slots grow by
+        one per scheduled request each step of a run (the compiled core uses the same sums)."""
         bs = self.block_size  # holders: kept by allocate/free (resync with holders.reset after compiled code)
-        slots, touched = step_slots(self._computed, self.holders.ids, ids, num_new, k, bs)
         if used is None:
             used = np.full(k, self.num_blocks - self.free_blocks, dtype=np.int64)
             if k > 1:
                 used[1:] += np.cumsum(run_demand(self._computed[ids], k, 0, bs))
         alloc = np.asarray(used[:k], dtype=np.int64) * bs
+        written0 = int(self._computed[self.holders.ids].sum()) + int(num_new.sum())
+        slots = written0 + len(ids) * np.arange(k, dtype=np.int64)
+        zeros = np.zeros(k, dtype=np.int64)
         return StepUsage(total_slots=self.num_blocks * bs, allocated=alloc, used=slots,
-                         reserved_unused=alloc - touched * bs, external=np.zeros(k, dtype=np.int64))
+                         reserved_unused=zeros, external=zeros)
 
     def usage(self) -> KVUsage:
         held = int(self.held.sum())
