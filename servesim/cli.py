@@ -7,7 +7,6 @@ and exits with status 2, never a traceback.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import List, Optional
 

@@ -20,7 +20,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from servesim.errors import ScenarioError
-from servesim.hardware import GPUS
 from servesim.kv.config import KVConfig, TierConfig
 from servesim.models import MODELS, ModelShape
 from servesim.workload.dist_config import (  # noqa: F401 (re-exported: scenario's public types)

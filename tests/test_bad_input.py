@@ -3,7 +3,6 @@ allowed, exit status 2, and no traceback."""
 
 from __future__ import annotations
 
-import textwrap
 
 import pytest
 import yaml

@@ -9,7 +9,6 @@ per-request timestamps and blocked seconds must be equal, the summaries equal to
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest

@@ -11,21 +11,11 @@ import pytest
 
 from servesim.hardware import GPUS
 from servesim.models import MODELS
-from servesim.request import Request, Workload
-from servesim.simulate import simulate
+from servesim.request import Request
 from tests.conftest import scenario
+from tests.test_golden_core import run_traced
 
 FAST = [True, False]
-
-
-def run_traced(sc, requests):
-    trace = []
-
-    def hook(t0, t1, ids, num_new):
-        trace.append((round(t0, 9), round(t1, 9), dict(zip(ids.tolist(), num_new.tolist()))))
-
-    res = simulate(sc, workload=Workload.from_requests(requests), on_iteration=hook)
-    return res, trace
 
 
 def sim(fast_path, **engine):

@@ -75,7 +75,7 @@ class Replica:
 
     # ------------------------------------------------------------------------------ process
     def process(self):
-        st, req, policy, inbox = self.st, self.req, self.policy, self.inbox
+        st, policy, inbox = self.st, self.policy, self.inbox
         segments = 0
         while True:
             self._pull_arrivals(self.now)
