@@ -345,12 +345,17 @@ class Scenario(Frozen):
         from servesim.sched import policy_names, resolve_policy
 
         try:
-            resolve_policy(e.scheduler)
+            policy_cls = resolve_policy(e.scheduler)
         except KeyError:
             raise ValueError(
                 f"engine.scheduler {e.scheduler!r} is not a known policy "
                 f"(allowed: {', '.join(policy_names())}, or an import path 'module:Class')"
             ) from None
+        options = getattr(policy_cls, "OPTIONS", None)
+        if options is not None:  # the policy's own knobs (engine.options), checked at load time
+            from servesim.sched.continuous import read_options
+
+            read_options(e, getattr(policy_cls, "name", e.scheduler), options)
         from servesim.memory import plan_memory
 
         plan_memory(self)  # raises ValueError when the model does not fit

@@ -58,6 +58,12 @@ CASES = [
     ("set-through-scalar", BASE, ("--set", "seed.x=1"), ["seed", "not a mapping"]),
     ("set-bad-yaml-value", BASE, ("--set", "engine={"), ["engine", "not valid YAML"]),
     ("set-invalid-value", BASE, ("--set", "workload.arrival.rate=0"), ["workload.arrival.poisson.rate", "0"]),
+    ("unknown-policy-option", merge(BASE, {"engine": {"options": {"mixx": 1}}}), (),
+     ["engine.options.mixx", "unknown option", "swap_space_gib"]),
+    ("bad-policy-option-value", merge(BASE, {"engine": {"scheduler": "chunked", "options": {"mix": "weird"}}}), (),
+     ["engine.options.mix", "'weird'", "stall_free"]),
+    ("missing-pack", merge(BASE, {"hardware": {"gpu": "h100-80g"}, "step_time": {"model": "pack"}}), (),
+     ["no calibration pack", "h100-80g", "available"]),
     ("inline-model-missing-field", merge(BASE, {"model": {"num_layers": 2, "hidden_size": 64}}), (),
      ["model", "required"]),
 ]
