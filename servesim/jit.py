@@ -1,0 +1,123 @@
+"""One source, two engines: kernels compiled with numba, or run as plain Python.
+
+Every rule of a replica's per-step work (KV allocation, scheduling policies, iteration progress,
+step times) is written once, as a plain function over arrays and small records, and decorated
+with :func:`kernel`. Called normally, a kernel runs compiled (numba, cached on disk). The
+*reference* engine is the same source uncompiled: :func:`pure` returns the original Python
+function with every kernel it calls replaced, recursively, by its own pure version -- so the two
+engines agree by construction, and there is no second copy of any rule to keep in step.
+
+``pure(f, overrides)`` can also bind some callees to other Python callables: that is how
+object-level extensions (a prefix-cache KV manager, a user's step-time model or policy part, an
+iteration hook) plug into the same source on the uncompiled path.
+
+Caching: numba's on-disk cache checks only the source file of the function it compiled, not the
+files of the kernels that function inlined. So that an edit to any kernel module invalidates
+every cached kernel, the cache lives in a folder named by a hash of all kernel modules' sources
+(:data:`KERNEL_MODULES`; a kernel defined elsewhere is an error at import).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+# modules that define kernels, relative to the package folder; their sources key the cache
+KERNEL_MODULES = (
+    "jit.py",
+    "kv/kernels.py",
+    "perf/kernels.py",
+    "sched/state.py",
+    "sched/queues.py",
+    "sched/parts.py",
+    "sched/policies.py",
+    "engine/kernel.py",
+)
+_PKG = Path(__file__).resolve().parent
+
+
+def _source_hash() -> str:
+    h = hashlib.sha256()
+    for rel in KERNEL_MODULES:
+        p = _PKG / rel
+        if p.is_file():
+            h.update(rel.encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _cache_dir() -> str:
+    """A writable folder for compiled kernels, keyed by the kernels' sources."""
+    base = os.environ.get("SERVESIM_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    for root in (Path(base) / "servesim-numba", Path(tempfile.gettempdir()) / "servesim-numba"):
+        d = root / _source_hash()
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            probe = d / ".probe"
+            probe.write_text("")
+            probe.unlink()
+            return str(d)
+        except OSError:
+            continue
+    return ""
+
+
+def _configure_numba():
+    """Point numba's on-disk cache at the folder keyed by the kernels' sources (before any kernel
+    is declared: numba fixes a function's cache location when it is decorated)."""
+    import numba
+
+    if not os.environ.get("NUMBA_CACHE_DIR"):
+        d = _cache_dir()
+        if d:
+            numba.config.CACHE_DIR = d
+    return numba
+
+
+_numba = _configure_numba()
+Dispatcher = _numba.core.registry.CPUDispatcher
+
+
+def kernel(fn: Callable):
+    """Declare ``fn`` a kernel (see the module docstring): a numba dispatcher compiled on first
+    call and cached on disk. Its module must be listed in :data:`KERNEL_MODULES`."""
+    rel = fn.__code__.co_filename
+    try:
+        rel = str(Path(rel).resolve().relative_to(_PKG))
+    except ValueError:
+        pass
+    if rel not in KERNEL_MODULES:
+        raise RuntimeError(f"kernel {fn.__qualname__} is defined in {rel}, which is not listed in "
+                           f"servesim.jit.KERNEL_MODULES (the cache key would miss its edits)")
+    return _numba.njit(cache=True)(fn)
+
+
+def pure(k: Callable, overrides: dict[Any, Callable] | None = None,
+         _memo: dict | None = None) -> Callable:
+    """The uncompiled version of kernel ``k``: its Python source with every kernel it calls
+    replaced (recursively) by the pure version, and each kernel in ``overrides`` by the given
+    callable. Functions are rebuilt from the same code objects: no source is copied."""
+    overrides = overrides or {}
+    memo = {} if _memo is None else _memo
+    if k in overrides:
+        return overrides[k]
+    if not isinstance(k, Dispatcher):
+        return k
+    if k in memo:
+        return memo[k]
+    f = k.py_func
+    g: dict = {}
+    new = types.FunctionType(f.__code__, g, f.__name__, f.__defaults__, f.__closure__)
+    new.__qualname__ = f.__qualname__
+    new.__doc__ = f.__doc__
+    memo[k] = new
+    for name, v in f.__globals__.items():
+        if isinstance(v, Dispatcher):
+            g[name] = pure(v, overrides, memo)
+        else:
+            g[name] = v
+    return new
