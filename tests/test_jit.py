@@ -6,6 +6,18 @@ import pytest
 
 from servesim import jit
 
+SOURCE = '''
+def inner(x):
+    return x + 1
+
+inner = kernel(inner)
+
+def outer(x):
+    return inner(x) * 2
+
+outer = kernel(outer)
+'''
+
 
 def test_kernels_must_be_declared_in_listed_modules():
     def f(x):
@@ -17,22 +29,16 @@ def test_kernels_must_be_declared_in_listed_modules():
 
 def test_pure_rebuilds_callees_and_applies_overrides(monkeypatch):
     monkeypatch.setattr(jit, "KERNEL_MODULES", jit.KERNEL_MODULES + (__file__,))
-    # declare two kernels from this (test) module
-    def inner(x):
-        return x + 1
-
-    inner_k = jit.kernel(inner)
-
-    def outer(x):
-        return inner_k(x) * 2
-
-    outer.__globals__["inner_k"] = inner_k
-    outer_k = jit.kernel(outer)
-    p = jit.pure(outer_k)
+    ns = {"kernel": jit.kernel, "__name__": __name__}
+    exec(compile(SOURCE, __file__, "exec"), ns)  # a module of two kernels, calling by global name
+    inner, outer = ns["inner"], ns["outer"]
+    assert isinstance(outer, jit.Dispatcher)
+    p = jit.pure(outer)
     assert not isinstance(p, jit.Dispatcher)
-    assert p.__globals__["inner_k"] is not inner_k  # the callee was rebuilt as Python too
-    assert not isinstance(p.__globals__["inner_k"], jit.Dispatcher)
+    callee = p.__globals__["inner"]
+    assert callee is not inner and not isinstance(callee, jit.Dispatcher)  # rebuilt as Python too
     assert p(3) == 8
-    q = jit.pure(outer_k, {inner_k: lambda x: x - 1})
+    q = jit.pure(outer, {inner: lambda x: x - 1})
     assert q(3) == 4
-    assert outer_k(3) == 8  # compiled
+    assert outer(3) == 8  # compiled
+    assert ns["inner"] is inner  # the module itself is untouched
