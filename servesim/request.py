@@ -17,12 +17,81 @@ on every block before it, as in vLLM's and Mooncake's hashing), so equal hashes 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Sequence
 
 import numpy as np
 
 NUM_CLASSES = 5
 CLASS_NAMES = tuple(f"P{i}" for i in range(NUM_CLASSES))
+
+
+class Cause(IntEnum):
+    """Why a waiting request was not admitted. Every waiting second has exactly one cause."""
+
+    KV_BLOCKS = 0  # the head request's KV allocation failed
+    TOKEN_BUDGET = 1  # max_num_batched_tokens spent by requests ahead
+    BATCH_SLOTS = 2  # max_num_seqs / max_running_requests / max batch size reached
+    HIGHER_CLASS = 3  # a request of a higher SLA class is ahead and blocked
+    STATIC_BATCH = 4  # a static (request-level) batch is still running
+    TIER_TRANSFER = 5  # the request's KV is being fetched from a lower tier
+    PREEMPTED = 6  # evicted from the running set, waiting to resume
+    ITERATION = 7  # arrived during an iteration; waits for the next boundary
+
+
+NUM_CAUSES = len(Cause)
+CAUSE_NAMES = tuple(c.name.lower() for c in Cause)
+CAUSE_LABELS = {
+    Cause.KV_BLOCKS: "no free KV blocks",
+    Cause.TOKEN_BUDGET: "token budget spent",
+    Cause.BATCH_SLOTS: "batch slots full",
+    Cause.HIGHER_CLASS: "a higher class ahead",
+    Cause.STATIC_BATCH: "static batch in progress",
+    Cause.TIER_TRANSFER: "waiting for a KV tier transfer",
+    Cause.PREEMPTED: "preempted",
+    Cause.ITERATION: "waiting for the iteration boundary",
+}
+
+
+# request status codes
+PENDING, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
+
+
+class Reject:
+    NONE = 0
+    MAX_MODEL_LEN = 1
+    KV_CAPACITY = 2
+    TOKEN_BUDGET = 3
+    NAMES = {1: "exceeds_max_model_len", 2: "exceeds_kv_capacity", 3: "prompt_exceeds_token_budget"}
+
+
+class RequestTable:
+    """Per-request columns: the workload's inputs plus progress and timestamps."""
+
+    def __init__(self, workload: Workload):
+        n = len(workload)
+        self.n = n
+        # compact columns (a 10M-request run must fit in memory): token counts in int32, classes
+        # in int8; the workload's columns are shared when they already have these types
+        closed = n > 0 and bool(np.isnan(workload.arrival_s[0]))
+        self.arrival = workload.arrival_s.astype(np.float64, copy=closed)  # closed loop writes it
+        self.prompt = workload.prompt_tokens.astype(np.int32, copy=False)
+        self.output = workload.output_tokens.astype(np.int32, copy=False)
+        self.klass = workload.klass.astype(np.int8, copy=False)
+        self.computed = np.zeros(n, dtype=np.int32)
+        self.num_output = np.zeros(n, dtype=np.int32)
+        self.t_first_sched = np.full(n, np.nan)
+        self.t_first_token = np.full(n, np.nan)
+        self.t_finish = np.full(n, np.nan)
+        self.t_last_token = np.full(n, np.nan)
+        self.preemptions = np.zeros(n, dtype=np.int16)
+        self.status = np.zeros(n, dtype=np.int8)
+        self.reject_reason = np.zeros(n, dtype=np.int8)
+        self.blocked = np.zeros((n, NUM_CAUSES), dtype=np.float64)
+
+    def known_tokens(self, ids):
+        """Tokens whose ids are known (prompt + outputs so far): what a prefill must cover."""
+        return self.prompt[ids] + self.num_output[ids]
 
 
 @dataclass(frozen=True)

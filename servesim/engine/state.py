@@ -20,48 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from servesim.request import NUM_CLASSES, Workload
-from servesim.sched.base import NUM_CAUSES, Cause
-
-# request status codes
-PENDING, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
-
-
-class Reject:
-    NONE = 0
-    MAX_MODEL_LEN = 1
-    KV_CAPACITY = 2
-    TOKEN_BUDGET = 3
-    NAMES = {1: "exceeds_max_model_len", 2: "exceeds_kv_capacity", 3: "prompt_exceeds_token_budget"}
-
-
-class RequestTable:
-    """Per-request columns: the workload's inputs plus progress and timestamps."""
-
-    def __init__(self, workload: Workload):
-        n = len(workload)
-        self.n = n
-        # compact columns (a 10M-request run must fit in memory): token counts in int32, classes
-        # in int8; the workload's columns are shared when they already have these types
-        closed = n > 0 and bool(np.isnan(workload.arrival_s[0]))
-        self.arrival = workload.arrival_s.astype(np.float64, copy=closed)  # closed loop writes it
-        self.prompt = workload.prompt_tokens.astype(np.int32, copy=False)
-        self.output = workload.output_tokens.astype(np.int32, copy=False)
-        self.klass = workload.klass.astype(np.int8, copy=False)
-        self.computed = np.zeros(n, dtype=np.int32)
-        self.num_output = np.zeros(n, dtype=np.int32)
-        self.t_first_sched = np.full(n, np.nan)
-        self.t_first_token = np.full(n, np.nan)
-        self.t_finish = np.full(n, np.nan)
-        self.t_last_token = np.full(n, np.nan)
-        self.preemptions = np.zeros(n, dtype=np.int16)
-        self.status = np.zeros(n, dtype=np.int8)
-        self.reject_reason = np.zeros(n, dtype=np.int8)
-        self.blocked = np.zeros((n, NUM_CAUSES), dtype=np.float64)
-
-    def known_tokens(self, ids):
-        """Tokens whose ids are known (prompt + outputs so far): what a prefill must cover."""
-        return self.prompt[ids] + self.num_output[ids]
+from servesim.request import (  # noqa: F401 (re-exported)
+    FINISHED, NUM_CAUSES, NUM_CLASSES, PENDING, REJECTED, RUNNING, WAITING, Cause, Reject, RequestTable,
+)
 
 
 class RunningSet:

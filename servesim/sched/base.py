@@ -16,43 +16,15 @@ called every iteration; results are identical either way, only slower.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from servesim.request import NUM_CLASSES
+from servesim.request import CAUSE_LABELS, CAUSE_NAMES, NUM_CAUSES, NUM_CLASSES, Cause  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from servesim.engine.state import ReplicaState
     from servesim.scenario import EngineConfig
-
-
-class Cause(IntEnum):
-    """Why a waiting request was not admitted. Every waiting second has exactly one cause."""
-
-    KV_BLOCKS = 0  # the head request's KV allocation failed
-    TOKEN_BUDGET = 1  # max_num_batched_tokens spent by requests ahead
-    BATCH_SLOTS = 2  # max_num_seqs / max_running_requests / max batch size reached
-    HIGHER_CLASS = 3  # a request of a higher SLA class is ahead and blocked
-    STATIC_BATCH = 4  # a static (request-level) batch is still running
-    TIER_TRANSFER = 5  # the request's KV is being fetched from a lower tier
-    PREEMPTED = 6  # evicted from the running set, waiting to resume
-    ITERATION = 7  # arrived during an iteration; waits for the next boundary
-
-
-NUM_CAUSES = len(Cause)
-CAUSE_NAMES = tuple(c.name.lower() for c in Cause)
-CAUSE_LABELS = {
-    Cause.KV_BLOCKS: "no free KV blocks",
-    Cause.TOKEN_BUDGET: "token budget spent",
-    Cause.BATCH_SLOTS: "batch slots full",
-    Cause.HIGHER_CLASS: "a higher class ahead",
-    Cause.STATIC_BATCH: "static batch in progress",
-    Cause.TIER_TRANSFER: "waiting for a KV tier transfer",
-    Cause.PREEMPTED: "preempted",
-    Cause.ITERATION: "waiting for the iteration boundary",
-}
 
 
 def uniform_causes(cause: Cause) -> np.ndarray:
