@@ -8,94 +8,78 @@ is large enough for the next buffer (external fragmentation)::
     pool:  [AAAA....BBBBBB..CCC.....]     free = 4 + 2 + 5 = 11 units
                 ^^^^      ^^   ^^^^^      a 6-unit buffer does not fit anywhere
 
-:class:`ExtentAllocator` keeps the free holes as two sorted arrays (starts, lengths), coalescing a
-freed extent with its neighbours. Placement is **first fit** (lowest address whose hole is large
-enough; Knuth's classic, what a bump/free-list allocator does) or **best fit** (the smallest hole
-that is large enough, ties to the lowest address; less splitting of large holes). Both are O(holes)
-per call, with one hole per live buffer at most plus one.
+The free holes are two sorted arrays (starts, lengths); a freed extent coalesces with its
+neighbours. Placement is **first fit** (lowest address whose hole is large enough; Knuth's
+classic, what a bump/free-list allocator does) or **best fit** (the smallest hole that is large
+enough, ties to the lowest address; less splitting of large holes). Both are O(holes) per call,
+with one hole per live buffer at most plus one. The rules are kernels (``extent_*`` in
+:mod:`servesim.kv.kernels`, used by the static allocator); :class:`ExtentAllocator` is their
+Python face, standalone or as a view of a static pool's holes.
 """
 
 from __future__ import annotations
 
-import bisect
+import numpy as np
+
+from servesim.kv.kernels import (BEST, FIRST, FITS, RELEASE_OVERLAP, KVState, check_message, holes,
+                                 kernel_set, scalars)
 
 
 class ExtentAllocator:
-    def __init__(self, size: int, fit: str = "first"):
-        if fit not in ("first", "best"):
+    def __init__(self, size: int, fit: str = "first", pure: bool = False):
+        if fit not in FITS:
             raise ValueError(f"fit {fit!r} is not 'first' or 'best'")
         self.size = int(size)
         self.fit = fit
-        self.starts: list[int] = [0] if size > 0 else []
-        self.lengths: list[int] = [size] if size > 0 else []
-        self.free = int(size)
+        cap = self.size // 2 + 1  # holes are separated by at least one used unit
+        self.hole_start = np.zeros(cap, dtype=np.int64)
+        self.hole_len = np.zeros(cap, dtype=np.int64)
+        self.s = scalars(self.size)
+        if self.size > 0:
+            self.hole_len[0] = self.size
+            self.s.nholes = 1
+        self._k = kernel_set(pure)
+
+    @classmethod
+    def view(cls, kv: KVState, pure: bool = False) -> "ExtentAllocator":
+        """The holes of a static pool (shared, not copied)."""
+        ex = cls.__new__(cls)
+        ex.size, ex.fit = kv.num_blocks, "first" if kv.fit == FIRST else "best"
+        ex.hole_start, ex.hole_len, ex.s = kv.hole_start, kv.hole_len, kv.s
+        ex._k = kernel_set(pure)
+        return ex
+
+    @property
+    def free(self) -> int:
+        return int(self.s.free)
 
     def alloc(self, n: int) -> int:
         """Start of a new extent of ``n`` units, or -1 when no hole is large enough."""
         if n <= 0:
             raise ValueError(f"extent length {n} must be >= 1")
-        i = -1
-        if self.fit == "first":
-            for j, length in enumerate(self.lengths):
-                if length >= n:
-                    i = j
-                    break
-        else:
-            best = None
-            for j, length in enumerate(self.lengths):
-                if length >= n and (best is None or length < best):
-                    best, i = length, j
-        if i < 0:
-            return -1
-        start = self.starts[i]
-        if self.lengths[i] == n:
-            del self.starts[i]
-            del self.lengths[i]
-        else:
-            self.starts[i] += n
-            self.lengths[i] -= n
-        self.free -= n
-        return start
+        fit = FIRST if self.fit == "first" else BEST
+        return int(self._k.extent_alloc(self.hole_start, self.hole_len, self.s, fit, n))
 
     def release(self, start: int, n: int) -> None:
         """Return ``[start, start + n)`` and merge it with adjacent holes."""
-        i = bisect.bisect_left(self.starts, start)
-        if i > 0 and self.starts[i - 1] + self.lengths[i - 1] > start:
+        code = self._k.extent_release(self.hole_start, self.hole_len, self.s, start, n)
+        if code == RELEASE_OVERLAP:
             raise AssertionError(f"extent [{start}, {start + n}) overlaps a free hole")
-        if i < len(self.starts) and start + n > self.starts[i]:
-            raise AssertionError(f"extent [{start}, {start + n}) overlaps a free hole")
-        merge_left = i > 0 and self.starts[i - 1] + self.lengths[i - 1] == start
-        merge_right = i < len(self.starts) and self.starts[i] == start + n
-        if merge_left and merge_right:
-            self.lengths[i - 1] += n + self.lengths[i]
-            del self.starts[i]
-            del self.lengths[i]
-        elif merge_left:
-            self.lengths[i - 1] += n
-        elif merge_right:
-            self.starts[i] = start
-            self.lengths[i] += n
-        else:
-            self.starts.insert(i, start)
-            self.lengths.insert(i, n)
-        self.free += n
+        if code:
+            raise AssertionError(f"no room for another free hole releasing [{start}, {start + n})")
 
     @property
     def largest(self) -> int:
-        return max(self.lengths, default=0)
+        return int(self._k.extent_largest(self.hole_len, self.s))
 
     def unusable(self, n: int) -> int:
         """Free units in holes smaller than ``n``: free memory that cannot hold an ``n``-unit extent."""
-        return sum(length for length in self.lengths if length < n)
+        return int(self._k.extent_unusable(self.hole_len, self.s, n))
 
     def holes(self) -> list[tuple[int, int]]:
-        return list(zip(self.starts, self.lengths))
+        return holes((self.hole_start, self.hole_len), self.s)
 
     def check(self) -> None:
-        prev_end = -1
-        for s, length in zip(self.starts, self.lengths):
-            if length <= 0 or s <= prev_end or s + length > self.size:
-                raise AssertionError(f"bad free extent list {self.holes()}")
-            prev_end = s + length
-        if sum(self.lengths) != self.free:
-            raise AssertionError("free extents do not add up to the free count")
+        code = self._k.extents_check(self.hole_start, self.hole_len, self.s, self.size)
+        if code:
+            raise AssertionError(check_message(self, int(code)))

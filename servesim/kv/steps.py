@@ -1,4 +1,4 @@
-"""Vectorized arithmetic shared by the allocators: decode-run demand and the holder set.
+"""Decode-run demand and per-step slot sums for the Python KV managers, and the holder set.
 
 Decode-run demand
 -----------------
@@ -12,12 +12,16 @@ every request with ``c + j - 1 >= threshold`` and ``(c + j - 1 - threshold) % pe
 
 :func:`run_demand` returns the blocks needed by steps ``2..k_max`` in O(n + k_max): each request's
 first crossing step lands in a histogram, which a strided cumulative sum then repeats every
-``period`` steps. Step 1 is the policy's allocation, so it is never counted.
+``period`` steps. Step 1 is the policy's allocation, so it is never counted. Both functions here
+are array-returning faces of kernels in :mod:`servesim.kv.kernels` (one rule for the kernel
+allocators and the prefix-caching manager).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from servesim.kv.kernels import run_demand_into, slots_per_step
 
 
 def run_demand(c: np.ndarray, k_max: int, threshold: int, period: int, chunk: int = 1) -> np.ndarray:
@@ -25,42 +29,9 @@ def run_demand(c: np.ndarray, k_max: int, threshold: int, period: int, chunk: in
     with ``c`` computed tokens each (see module docstring)."""
     if k_max <= 1:
         return np.zeros(0, dtype=np.int64)
-    x = np.asarray(c, dtype=np.int64) + 1  # c + j - 1 at j = 2
-    if threshold == 0 or x.min() >= threshold:  # all periodic from step 2: residues (as paged)
-        cnt = np.bincount((threshold - x) % period, minlength=period)
-        per_step = cnt[_steps(k_max - 1) % period] if period > 1 else np.full(k_max - 1, cnt[0])
-        return per_step * chunk if chunk != 1 else per_step
-    first = np.where(x >= threshold, 2 + (threshold - x) % period, 2 + threshold - x)
-    first = first[first <= k_max]
-    length = k_max - 1  # index j - 2
-    rows = -(-length // period)
-    hist = np.bincount(first - 2, minlength=rows * period)[: rows * period]
-    per_step = np.cumsum(hist.reshape(rows, period), axis=0).reshape(-1)[:length]
-    return per_step * chunk
-
-
-_ARANGE = np.arange(1 << 14, dtype=np.int64)
-
-
-def _steps(n: int) -> np.ndarray:
-    """``arange(n)``, cached for the engine's usual run lengths."""
-    return _ARANGE[:n] if n <= len(_ARANGE) else np.arange(n, dtype=np.int64)
-
-
-def touched_per_step(s1: np.ndarray, k: int, block_size: int) -> np.ndarray:
-    """``sum(ceil(s_j / block_size))`` for ``s_j = s1 + j - 1``, ``j = 1..k``: blocks that hold at
-    least one written slot, per step of a decode run."""
-    bs = block_size
-    base = int((-(-np.asarray(s1, dtype=np.int64) // bs)).sum())
-    out = np.full(k, base, dtype=np.int64)
-    if k > 1:
-        out[1:] += np.cumsum(run_demand(np.asarray(s1) - 1, k, 0, bs))
+    out = np.empty(k_max - 1, dtype=np.int64)
+    run_demand_into(np.ascontiguousarray(c, dtype=np.int64), k_max, threshold, period, chunk, out)
     return out
-
-
-def slack(slots: np.ndarray, block_size: int) -> int:
-    """Unwritten slots in partly written blocks: ``sum((-s) mod block_size)``."""
-    return int(((-np.asarray(slots, dtype=np.int64)) % block_size).sum())
 
 
 class Holders:
@@ -110,6 +81,7 @@ class Holders:
         self.size = len(ids)
 
 
+
 def step_slots(computed: np.ndarray, holders: np.ndarray, ids: np.ndarray, num_new: np.ndarray,
                k: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:
     """Written slots and touched blocks per step of an iteration (``k == 1``) or decode run.
@@ -117,14 +89,9 @@ def step_slots(computed: np.ndarray, holders: np.ndarray, ids: np.ndarray, num_n
     Scheduled requests ``ids`` (all holders) write ``computed + num_new`` slots in step 1 and one
     more each later step; other holders keep ``computed``. Returns ``(used_slots[k],
     touched_blocks[k])`` summed over holders."""
-    bs = block_size
-    c_all = computed[holders]
-    used0 = int(c_all.sum())
-    touched_all = int((-(-c_all // bs)).sum())
-    if len(ids) == 0:
-        return np.full(k, used0, dtype=np.int64), np.full(k, touched_all, dtype=np.int64)
-    c = computed[ids]
-    s1 = c + num_new
-    used = used0 + int(num_new.sum()) + len(ids) * np.arange(k, dtype=np.int64)
-    touched = touched_all - int((-(-c // bs)).sum()) + touched_per_step(s1, k, bs)
-    return used, touched
+    written, touched = np.empty(k, dtype=np.int64), np.empty(k, dtype=np.int64)
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    holders = np.ascontiguousarray(holders, dtype=np.int64)
+    slots_per_step(computed, holders, len(holders), ids, np.ascontiguousarray(num_new, dtype=np.int64), len(ids),
+                   k, block_size, written, touched)
+    return written, touched
