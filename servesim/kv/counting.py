@@ -34,7 +34,7 @@ class KernelKV:
         self.state = state
         self._computed = computed  # shared view of the request table's num_computed column
         self.holders = Holders(len(computed))  # requests with held > 0 (for usage sums)
-        self._k = kernel_set(pure)
+        self._k = kernel_set(pure).bind(state, computed)  # every array argument below: as_ids or fixed
 
     # -- geometry and counts ---------------------------------------------------------------------
     @property
@@ -52,16 +52,16 @@ class KernelKV:
 
     @property
     def free_blocks(self) -> int:
-        return int(self.state.s.free)
+        return int(self.state.s[0].free)
 
     @free_blocks.setter
     def free_blocks(self, value: int) -> None:
         """For code that changed holdings itself (the compiled engine core works on ``held``)."""
-        self.state.s.free = value
+        self.state.s[0].free = value
 
     @property
     def used_blocks(self) -> int:
-        return self.state.num_blocks - int(self.state.s.free)
+        return self.state.num_blocks - int(self.state.s[0].free)
 
     def max_slots(self) -> int:
         return int(self._k.kv_max_slots(self.state))

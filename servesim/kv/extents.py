@@ -37,7 +37,7 @@ class ExtentAllocator:
         self.s = scalars(self.size)
         if self.size > 0:
             self.hole_len[0] = self.size
-            self.s.nholes = 1
+            self.s[0].nholes = 1
         self._k = kernel_set(pure)
 
     @classmethod
@@ -51,7 +51,7 @@ class ExtentAllocator:
 
     @property
     def free(self) -> int:
-        return int(self.s.free)
+        return int(self.s[0].free)
 
     def alloc(self, n: int) -> int:
         """Start of a new extent of ``n`` units, or -1 when no hole is large enough."""
@@ -77,7 +77,7 @@ class ExtentAllocator:
         return int(self._k.extent_unusable(self.hole_len, self.s, n))
 
     def holes(self) -> list[tuple[int, int]]:
-        return holes((self.hole_start, self.hole_len), self.s)
+        return holes(self)
 
     def check(self) -> None:
         code = self._k.extents_check(self.hole_start, self.hole_len, self.s, self.size)

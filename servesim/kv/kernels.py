@@ -10,11 +10,11 @@ State (one record per pool, one row per request)::
     kind, block_size, num_blocks       PAGED / ELASTIC / STATIC; pool geometry
     base, growth                       elastic: blocks reserved at start, added per growth step
     fit                                static: FIRST or BEST fit placement of reservations
-    s.free                             blocks an allocation could take now
-    s.next_need, s.failed              static: size of the latest reservation attempt (external
+    s[0].free                          blocks an allocation could take now
+    s[0].next_need, s[0].failed        static: size of the latest reservation attempt (external
                                        fragmentation is measured against it); attempts that found
                                        no hole large enough
-    s.nholes                           static: free holes, as hole_start/hole_len[:nholes]
+    s[0].nholes                        static: free holes, as hole_start/hole_len[:nholes]
     held[rid]                          blocks request ``rid`` holds (or reserved, static)
     start[rid], reserve[rid]           static: first block of its reservation (-1: none), blocks
                                        it reserves on admission (length 0 for other kinds)
@@ -58,7 +58,11 @@ OVERLAP = 8  # static: two live reservations overlap
 RELEASE_OVERLAP = 1  # the released extent overlaps a free hole
 RELEASE_FULL = 2  # no room for another hole (cannot happen with make_kv's capacity)
 
-SCALARS = np.dtype([("free", np.int64), ("next_need", np.int64), ("failed", np.int64), ("nholes", np.int64)])
+# Mutable scalars: a one-element array whose items are np.record (attribute syntax in Python as in
+# numba). Kernels take the array and use ``kv.s[0].free``: passing an array from Python costs a
+# fraction of passing a record (numba types a record argument on its slow path).
+SCALARS = np.dtype((np.record, np.dtype([("free", np.int64), ("next_need", np.int64), ("failed", np.int64),
+                                         ("nholes", np.int64)], align=True)))
 
 
 class KVState(NamedTuple):
@@ -71,7 +75,7 @@ class KVState(NamedTuple):
     base: int
     growth: int
     fit: int
-    s: np.record  # mutable scalars (SCALARS), a view into a one-element array
+    s: np.ndarray  # mutable scalars: SCALARS[1], used as kv.s[0].free etc.
     held: np.ndarray  # int32[n]
     start: np.ndarray  # int32[n] (static) or int32[0]
     reserve: np.ndarray  # int32[n] (static) or int32[0]
@@ -79,13 +83,12 @@ class KVState(NamedTuple):
     hole_len: np.ndarray  # int64[cap] (static) or int64[0]
 
 
-def scalars(free: int, next_need: int = 0) -> np.record:
-    """A fresh record of mutable scalars (kernels write it through attribute syntax)."""
+def scalars(free: int, next_need: int = 0) -> np.ndarray:
+    """A fresh one-element array of mutable scalars (SCALARS)."""
     arr = np.zeros(1, dtype=SCALARS)
-    rec = arr.view(np.recarray)[0]
-    rec.free = free
-    rec.next_need = next_need
-    return rec
+    arr[0].free = free
+    arr[0].next_need = next_need
+    return arr
 
 
 def _name(value, names: dict, field: str) -> int:
@@ -133,17 +136,14 @@ def make_kv(kind, num_blocks: int, block_size: int, n_requests: int, *, base_blo
     hole_start, hole_len = np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.int64)
     rec = scalars(num_blocks, next_need)
     hole_len[0] = num_blocks
-    rec.nholes = 1
+    rec[0].nholes = 1
     return KVState(kind, block_size, num_blocks, 0, 0, fit, rec, np.zeros(n, dtype=np.int32),
                    np.full(n, -1, dtype=np.int32), reserve, hole_start, hole_len)
 
 
 def copy_kv(kv: KVState) -> KVState:
     """An independent copy (arrays and scalars)."""
-    rec = scalars(0)
-    for f in SCALARS.names:
-        setattr(rec, f, getattr(kv.s, f))
-    return kv._replace(s=rec, held=kv.held.copy(), start=kv.start.copy(), reserve=kv.reserve.copy(),
+    return kv._replace(s=kv.s.copy(), held=kv.held.copy(), start=kv.start.copy(), reserve=kv.reserve.copy(),
                        hole_start=kv.hole_start.copy(), hole_len=kv.hole_len.copy())
 
 
@@ -175,12 +175,12 @@ def _elastic_hold_pos(kv, slots):
 
 @kernel
 def kv_free_blocks(kv):
-    return kv.s.free
+    return kv.s[0].free
 
 
 @kernel
 def kv_used_blocks(kv):
-    return kv.num_blocks - kv.s.free
+    return kv.num_blocks - kv.s[0].free
 
 
 @kernel
@@ -204,10 +204,11 @@ def kv_max_slots(kv):
 
 # ------------------------------------------------------------------------- static extents
 @kernel
-def extent_alloc(hole_start, hole_len, s, fit, n):
+def extent_alloc(hole_start, hole_len, sc, fit, n):
     """Start of a new extent of ``n >= 1`` blocks taken from the free holes, or -1 when no hole
     is large enough. First fit: the lowest hole that is large enough; best fit: the smallest,
     ties to the lowest address. Holes stay sorted by start."""
+    s = sc[0]
     nh = s.nholes
     i = -1
     if fit == FIRST:
@@ -237,9 +238,10 @@ def extent_alloc(hole_start, hole_len, s, fit, n):
 
 
 @kernel
-def extent_release(hole_start, hole_len, s, start, n):
+def extent_release(hole_start, hole_len, sc, start, n):
     """Return ``[start, start + n)`` to the free holes, merged with adjacent ones. 0, or
     RELEASE_OVERLAP (it overlaps a free hole) / RELEASE_FULL, and then nothing changes."""
+    s = sc[0]
     nh = s.nholes
     i = np.searchsorted(hole_start[:nh], start)
     if i > 0 and hole_start[i - 1] + hole_len[i - 1] > start:
@@ -273,8 +275,9 @@ def extent_release(hole_start, hole_len, s, start, n):
 
 
 @kernel
-def extent_unusable(hole_len, s, n):
+def extent_unusable(hole_len, sc, n):
     """Free blocks in holes smaller than ``n``: free memory that cannot hold an ``n``-block extent."""
+    s = sc[0]
     total = 0
     for j in range(s.nholes):
         if hole_len[j] < n:
@@ -283,7 +286,8 @@ def extent_unusable(hole_len, s, n):
 
 
 @kernel
-def extent_largest(hole_len, s):
+def extent_largest(hole_len, sc):
+    s = sc[0]
     best = 0
     for j in range(s.nholes):
         if hole_len[j] > best:
@@ -292,8 +296,9 @@ def extent_largest(hole_len, s):
 
 
 @kernel
-def extents_check(hole_start, hole_len, s, size):
+def extents_check(hole_start, hole_len, sc, size):
     """OK, or BAD_EXTENTS / EXTENTS_SUM (see the codes)."""
+    s = sc[0]
     nh = s.nholes
     if nh < 0 or nh > len(hole_start):
         return BAD_EXTENTS
@@ -323,22 +328,22 @@ def kv_allocate(kv, computed, rid, n):
     need = kv_blocks_needed(kv, slots) - int(kv.held[rid])
     if need <= 0:
         return True
-    if need > kv.s.free:
+    if need > kv.s[0].free:
         return False
     kv.held[rid] += need
-    kv.s.free -= need
+    kv.s[0].free -= need
     return True
 
 
 @kernel
 def _static_allocate(kv, rid, slots):
-    s = kv.s
+    s = kv.s[0]
     if kv.held[rid] == 0:
         n = int(kv.reserve[rid])
         s.next_need = n
         if n > kv.num_blocks or slots > n * kv.block_size:
             return False
-        start = extent_alloc(kv.hole_start, kv.hole_len, s, kv.fit, n)
+        start = extent_alloc(kv.hole_start, kv.hole_len, kv.s, kv.fit, n)
         if start < 0:
             s.failed += 1  # enough free blocks maybe, but no hole: external fragmentation
             return False
@@ -368,7 +373,7 @@ def kv_allocate_decodes(kv, computed, ids, nb):
         for i in range(nb):
             r = ids[i]
             total += -(-(int(computed[r]) + 1) // bs) - int(kv.held[r])
-        if total > kv.s.free:
+        if total > kv.s[0].free:
             return False
         if total != 0:
             for i in range(nb):
@@ -376,7 +381,7 @@ def kv_allocate_decodes(kv, computed, ids, nb):
                 want = -(-(int(computed[r]) + 1) // bs)
                 if want > kv.held[r]:
                     kv.held[r] = want
-            kv.s.free -= total
+            kv.s[0].free -= total
         return True
     top = 0
     total = 0
@@ -389,14 +394,14 @@ def kv_allocate_decodes(kv, computed, ids, nb):
             total += need
     if top <= 0:
         return True
-    if total > kv.s.free:
+    if total > kv.s[0].free:
         return False
     for i in range(nb):
         r = ids[i]
         need = _elastic_hold_pos(kv, int(computed[r]) + 1) - int(kv.held[r])
         if need > 0:
             kv.held[r] += need
-    kv.s.free -= total
+    kv.s[0].free -= total
     return True
 
 
@@ -415,7 +420,7 @@ def kv_free(kv, rid):
         kv.held[rid] = 0
         kv.start[rid] = -1
         return 0
-    kv.s.free += kv.held[rid]
+    kv.s[0].free += kv.held[rid]
     kv.held[rid] = 0
     return 0
 
@@ -455,7 +460,7 @@ def run_demand_into(c, k_max, threshold, period, chunk, out):
 def kv_run_used(kv, computed, ids, nb, k_max, used):
     """Blocks in use during each of ``k_max`` decode steps of ``ids[:nb]`` (paged, elastic),
     step 1 already allocated, whether or not the pool can serve them all."""
-    used0 = kv.num_blocks - kv.s.free
+    used0 = kv.num_blocks - kv.s[0].free
     used[0] = used0
     if k_max <= 1:
         return
@@ -481,7 +486,7 @@ def kv_decode_run(kv, computed, ids, nb, k_max, used):
 
     paged/elastic: the leading steps whose blocks in use stay within the pool. static: decodes
     never allocate; a run is bounded by the smallest room left in a reservation (at least 1)."""
-    used0 = kv.num_blocks - kv.s.free
+    used0 = kv.num_blocks - kv.s[0].free
     if kv.kind == STATIC:
         if k_max >= 1 and nb > 0:
             room = -1
@@ -522,7 +527,7 @@ def kv_commit_decodes(kv, computed, ids, nb):
             want = -(-int(computed[r]) // bs)
             extra += want - int(kv.held[r])
             kv.held[r] = want
-        kv.s.free -= extra
+        kv.s[0].free -= extra
         return
     extra = 0
     for i in range(nb):
@@ -531,7 +536,7 @@ def kv_commit_decodes(kv, computed, ids, nb):
         if need > 0:
             kv.held[r] += need
             extra += need
-    kv.s.free -= extra
+    kv.s[0].free -= extra
 
 
 # ---------------------------------------------------------------------------------- metrics
@@ -590,7 +595,7 @@ def kv_step_usage(kv, computed, holders, nh, ids, new, nb, k, used, out):
     See :mod:`servesim.kv.frag`. Paged blocks are taken exactly as slots are needed, so its
     rule is the shortcut internal = allocated - written (nothing reserved ahead)."""
     bs = kv.block_size
-    used0 = kv.num_blocks - kv.s.free
+    used0 = kv.num_blocks - kv.s[0].free
     full = out.shape[0] >= 5
     if kv.kind == PAGED:
         written0 = 0
@@ -608,18 +613,18 @@ def kv_step_usage(kv, computed, holders, nh, ids, new, nb, k, used, out):
                 out[3, j] = a
                 out[4, j] = w
         return
-    # rows 0 and 1 first hold written slots and touched blocks, then become internal and reserved
-    slots_per_step(computed, holders, nh, ids, new, nb, k, bs, out[0], out[1])
+    written, touched = np.empty(k, dtype=np.int64), np.empty(k, dtype=np.int64)
+    slots_per_step(computed, holders, nh, ids, new, nb, k, bs, written, touched)
     ext = 0
     if kv.kind == STATIC:
-        ext = extent_unusable(kv.hole_len, kv.s, kv.s.next_need) * bs
+        ext = extent_unusable(kv.hole_len, kv.s, kv.s[0].next_need) * bs
     for j in range(k):
         if kv.kind == STATIC or k == 1:
             a = used0 * bs
         else:
             a = used[j] * bs
-        w = out[0, j]
-        reserved = a - out[1, j] * bs
+        w = written[j]
+        reserved = a - touched[j] * bs
         out[0, j] = a - w - reserved
         out[1, j] = reserved
         out[2, j] = ext
@@ -647,7 +652,7 @@ def kv_usage(kv, computed, holders, nh, out):
             used += c
             touched += -(-c // bs)
     if kv.kind == STATIC:
-        alloc = (kv.num_blocks - kv.s.free) * bs
+        alloc = (kv.num_blocks - kv.s[0].free) * bs
     else:
         alloc = 0
         for r in range(len(kv.held)):
@@ -656,12 +661,12 @@ def kv_usage(kv, computed, holders, nh, out):
     out[1] = alloc
     out[2] = used
     out[3] = 0 if kv.kind == PAGED else alloc - touched * bs
-    out[4] = kv.s.free * bs
-    out[5] = kv.s.free * bs
+    out[4] = kv.s[0].free * bs
+    out[5] = kv.s[0].free * bs
     out[6] = 0
     if kv.kind == STATIC:
         out[4] = extent_largest(kv.hole_len, kv.s) * bs
-        out[6] = extent_unusable(kv.hole_len, kv.s, kv.s.next_need) * bs
+        out[6] = extent_unusable(kv.hole_len, kv.s, kv.s[0].next_need) * bs
 
 
 # ------------------------------------------------------------------------------- invariants
@@ -681,7 +686,7 @@ def kv_check(kv, computed, holders, nh):
         code = extents_check(kv.hole_start, kv.hole_len, kv.s, kv.num_blocks)
         if code != OK:
             return code
-        if held_total + kv.s.free != kv.num_blocks:
+        if held_total + kv.s[0].free != kv.num_blocks:
             return STATIC_COUNTS
         for i in range(nh):
             h = holders[i]
@@ -697,9 +702,9 @@ def kv_check(kv, computed, holders, nh):
                 if kv.start[b] < kv.start[a] + kv.held[a]:
                     return OVERLAP
         return OK
-    if held_total + kv.s.free != kv.num_blocks:
+    if held_total + kv.s[0].free != kv.num_blocks:
         return COUNTS
-    if kv.s.free < 0 or negative:
+    if kv.s[0].free < 0 or negative:
         return NEGATIVE
     if kv.kind == ELASTIC:
         for i in range(nh):
@@ -709,13 +714,11 @@ def kv_check(kv, computed, holders, nh):
     return OK
 
 
-def holes(kv_or_holes, s=None) -> list[tuple[int, int]]:
-    """The free holes as (start, length) pairs, from a KVState or (hole_start, hole_len, s)."""
-    if s is None:
-        hs, hl, s = kv_or_holes.hole_start, kv_or_holes.hole_len, kv_or_holes.s
-    else:
-        hs, hl = kv_or_holes
-    n = max(0, min(int(s.nholes), len(hs)))
+def holes(kv) -> list[tuple[int, int]]:
+    """The free holes as (start, length) pairs, of a KVState (or anything with its hole_start,
+    hole_len and s fields)."""
+    hs, hl = kv.hole_start, kv.hole_len
+    n = max(0, min(int(kv.s[0].nholes), len(hs)))
     return [(int(a), int(b)) for a, b in zip(hs[:n], hl[:n])]
 
 
@@ -727,7 +730,7 @@ def check_message(kv: KVState, code: int) -> str:
         return "free extents do not add up to the free count"
     if code == COUNTS:
         held_total = int(kv.held.astype(np.int64).sum())
-        return f"KV invariant violated: held {held_total} + free {int(kv.s.free)} != total {kv.num_blocks}"
+        return f"KV invariant violated: held {held_total} + free {int(kv.s[0].free)} != total {kv.num_blocks}"
     return {
         NEGATIVE: "KV invariant violated: negative block count",
         UNDER_RESERVATION: "KV invariant violated: a sequence holds less than its reservation",
@@ -744,6 +747,15 @@ ENTRY_POINTS = ("kv_allocate", "kv_allocate_decodes", "kv_free", "kv_decode_run"
                 "extent_unusable", "extent_largest", "extents_check")
 
 
+# argument kinds of the entry kernels the Python classes call, for KernelSet.bind:
+# k the state, c the request column, i an integer, a an int64 array, o a float64 (rows, k) array
+_ARGS = {
+    "kv_allocate": "kcii", "kv_allocate_decodes": "kcai", "kv_free": "ki", "kv_decode_run": "kcaiia",
+    "kv_run_used": "kcaiia", "kv_commit_decodes": "kcai", "kv_step_usage": "kcaiaaiiao", "kv_usage": "kcaia",
+    "kv_check": "kcai", "kv_max_slots": "k", "kv_blocks_needed": "ki",
+}
+
+
 class KernelSet:
     """The entry kernels, compiled or as plain Python (``servesim.jit.pure``): what the Python
     allocator objects call. Shared by every object (copies of an object share it too)."""
@@ -755,6 +767,31 @@ class KernelSet:
         for name in ENTRY_POINTS:
             k = globals()[name]
             setattr(self, name, make_pure(k) if pure else k)
+
+    def bind(self, state: KVState, computed: np.ndarray):
+        """The ``kv_*`` kernels of :data:`_ARGS` for one pool and request column. Compiled, each
+        is the machine-code entry point for exactly these argument types, resolved once: numba's
+        dispatcher types a NamedTuple argument on its slow path (~3 us a call, several times the
+        work of a small kernel). The entry point does not check argument types, so callers must
+        pass exactly ``state``, ``computed``, Python or numpy integers, contiguous int64 arrays
+        and C-ordered float64 2-d arrays where :data:`_ARGS` says so."""
+        if self.pure:
+            return self
+        from types import SimpleNamespace
+
+        from numba import typeof, types
+
+        kinds = {"k": typeof(state), "c": typeof(computed), "i": types.int64, "a": types.int64[::1],
+                 "o": types.float64[:, ::1]}
+        if kinds["c"] != types.Array(typeof(computed).dtype, 1, "C"):
+            raise ValueError(f"the computed column must be a contiguous 1-d array, got {kinds['c']}")
+        bound = SimpleNamespace()
+        for name, spec in _ARGS.items():
+            disp = getattr(self, name)
+            sig = tuple(kinds[ch] for ch in spec)
+            disp.compile(sig)
+            setattr(bound, name, disp.overloads[sig].entry_point)
+        return bound
 
     def __deepcopy__(self, memo):
         return self

@@ -60,12 +60,12 @@ class StaticKV(KernelKV):
     @property
     def next_need(self) -> int:
         """Blocks of the latest reservation attempt (what external fragmentation is measured against)."""
-        return int(self.state.s.next_need)
+        return int(self.state.s[0].next_need)
 
     @property
     def failed(self) -> int:
         """Allocation attempts that found no hole (with enough free blocks: fragmentation)."""
-        return int(self.state.s.failed)
+        return int(self.state.s[0].failed)
 
     def capacity_of(self, rid: int) -> int:
         return int(self.state.held[rid]) * self.block_size
