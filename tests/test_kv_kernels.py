@@ -344,6 +344,9 @@ def test_counts_kernels_and_make_kv_validation():
     computed = np.zeros(3, dtype=np.int32)
     assert K.kv_allocate(kv, computed, 1, 9) and K.kv_free_blocks(kv) == 7 and K.kv_used_blocks(kv) == 3
     assert K.kv_max_slots(kv) == 40
+    twin = K.copy_kv(kv)  # independent arrays and scalars
+    K.kv_free(twin, 1)
+    assert K.kv_free_blocks(twin) == 10 and K.kv_free_blocks(kv) == 7 and kv.held[1] == 3
     with pytest.raises(ValueError, match="num_blocks >= 1"):
         K.make_kv("paged", 0, 4, 3)
     with pytest.raises(ValueError, match="kv kind 'pages'"):

@@ -16,7 +16,8 @@ import numpy as np
 
 from servesim.kv.base import NO_HIT, KVUsage, PrefixHit
 from servesim.kv.frag import StepUsage
-from servesim.kv.kernels import KVState, check_message, kernel_set
+from servesim.kv.kernels import KVState, check_message
+from servesim.kv.kernelset import kernel_set
 from servesim.kv.steps import Holders
 
 _NO_STEPS = np.zeros(0, dtype=np.int64)

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from servesim.kv.kernels import (BEST, FIRST, FITS, RELEASE_OVERLAP, KVState, check_message, holes,
-                                 kernel_set, scalars)
+from servesim.kv.kernels import BEST, FIRST, FITS, RELEASE_OVERLAP, KVState, check_message, holes, scalars
+from servesim.kv.kernelset import kernel_set
 
 
 class ExtentAllocator:
