@@ -48,8 +48,9 @@ def loop_decode_run(kv, computed, ids, nb, k, used, reps):
 
 @numba.njit
 def loop_step_usage(kv, computed, ids, nb, k, used, out, reps):
+    new = np.ones(nb, dtype=np.int64)
     for _ in range(reps):
-        K.kv_step_usage(kv, computed, ids, nb, ids, np.ones(nb, dtype=np.int64), nb, k, used, out)
+        K.kv_step_usage(kv, computed, ids, nb, ids, new, nb, k, used, out)
 
 
 def timeit(fn, reps):
