@@ -78,6 +78,7 @@ class RequestTable:
         self.prompt = workload.prompt_tokens.astype(np.int32, copy=False)
         self.output = workload.output_tokens.astype(np.int32, copy=False)
         self.klass = workload.klass.astype(np.int8, copy=False)
+        self.stream = workload.stream  # int16 stream index (workload.streams), for results only
         self.computed = np.zeros(n, dtype=np.int32)
         self.num_output = np.zeros(n, dtype=np.int32)
         self.t_first_sched = np.full(n, np.nan)
@@ -107,9 +108,28 @@ class Request:
 
 
 @dataclass(frozen=True, eq=False)
+class ClosedGroup:
+    """Rows ``lo..hi-1`` of a workload are one closed loop's requests, in the order its clients
+    send them: ``clients`` users, client ``c`` sends its first request at ``start_s[c]``; when a
+    request of the group ends, the group's next row arrives ``think_s[row - lo]`` seconds later.
+    Several groups (one per closed-loop stream) keep their own concurrency."""
+
+    lo: int
+    hi: int
+    clients: int
+    start_s: np.ndarray  # float64 [clients]
+    think_s: np.ndarray  # float64 [hi - lo]
+
+
+@dataclass(frozen=True, eq=False)
 class Workload:
     """Columns of a workload, sorted by arrival (``arrival_s`` is NaN for closed-loop requests,
-    whose arrival is decided during the run by their client's think time)."""
+    whose arrival is decided during the run by their client's think time).
+
+    ``stream`` is each request's index into ``stream_names`` (``workload.streams``; all 0 in the
+    single-stream form); ``klass`` stays the SLA priority the schedulers see. With
+    ``closed_groups`` (closed loops with a ramp-up, or several closed-loop streams), those rows
+    come first, each group contiguous, and the remaining rows are open-loop arrivals by time."""
 
     arrival_s: np.ndarray  # float64 [n]
     prompt_tokens: np.ndarray  # int64 [n]
@@ -120,10 +140,19 @@ class Workload:
     prefix_hashes: np.ndarray | None = None  # int64 [total blocks]
     prefix_block_tokens: int = 0
     notes: tuple[str, ...] = field(default=())  # human-readable lines for the run header
+    stream: np.ndarray | None = None  # int16 [n]; None: all 0
+    stream_names: tuple[str, ...] = ("default",)
+    closed_groups: tuple[ClosedGroup, ...] = ()
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
-        for name in ("prompt_tokens", "output_tokens", "klass"):
+        if self.stream is None or self.stream.dtype != np.int16:
+            col = np.zeros(n, dtype=np.int16) if self.stream is None else self.stream.astype(np.int16)
+            object.__setattr__(self, "stream", col)
+        if n and int(self.stream.max()) >= len(self.stream_names):
+            raise ValueError(f"Workload.stream has index {int(self.stream.max())} but only "
+                             f"{len(self.stream_names)} stream names")
+        for name in ("prompt_tokens", "output_tokens", "klass", "stream"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"Workload.{name} has {len(getattr(self, name))} rows, expected {n}")
         if self.prefix_offsets is not None:

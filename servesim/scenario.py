@@ -31,7 +31,21 @@ from servesim.workload.dist_config import (  # noqa: F401 (re-exported: scenario
     NormalDist,
     UniformDist,
 )
-from servesim.workload.trace_config import (
+from servesim.workload.arrival_config import (  # noqa: F401 (re-exported)
+    ArrivalConfig,
+    ClosedArrival,
+    ConstantArrival,
+    GammaArrival,
+    PoissonArrival,
+)
+from servesim.workload.stream_config import (  # noqa: F401 (re-exported)
+    ClassMix,
+    ContaminateConfig,
+    StreamConfig,
+    StreamSLO,
+    WorkloadConfig,
+)
+from servesim.workload.trace_config import (  # noqa: F401 (re-exported)
     ClassAssignmentConfig,
     LengthsConfig,
     ServeGenArrivalConfig,
@@ -180,82 +194,8 @@ StepTimeConfig = Annotated[
 
 
 # ---------------------------------------------------------------------------------- workload
-class PoissonArrival(Frozen):
-    process: Literal["poisson"]
-    rate: Annotated[float, Field(gt=0)]
-
-
-class GammaArrival(Frozen):
-    """Gamma inter-arrival times with mean 1/rate and coefficient of variation ``cv`` (cv=1 is
-    Poisson, cv>1 bursty)."""
-
-    process: Literal["gamma"]
-    rate: Annotated[float, Field(gt=0)]
-    cv: Annotated[float, Field(gt=0)] = 1.0
-
-
-class ConstantArrival(Frozen):
-    process: Literal["constant"]
-    rate: Annotated[float, Field(gt=0)]
-
-
-class ClosedArrival(Frozen):
-    """Closed loop: ``clients`` users, each sends a request, waits for its last token, thinks for
-    ``think_s`` seconds (exponential with that mean when ``think_dist: exponential``), repeats."""
-
-    process: Literal["closed"]
-    clients: Annotated[int, Field(ge=1)]
-    think_s: Annotated[float, Field(ge=0)] = 0.0
-    think_dist: Literal["fixed", "exponential"] = "fixed"
-
-
-ArrivalConfig = Annotated[
-    Union[PoissonArrival, GammaArrival, ConstantArrival, ClosedArrival, ServeGenArrivalConfig],
-    Field(discriminator="process"),
-]
-
-
-class ClassMix(Frozen):
-    """Request SLA classes P0..P4 drawn independently with these weights (normalized)."""
-
-    weights: Annotated[list[Annotated[float, Field(ge=0)]], Field(min_length=1, max_length=5)] = [1.0]
-
-    @model_validator(mode="after")
-    def _positive(self):
-        if sum(self.weights) <= 0:
-            raise ValueError("at least one class weight must be positive")
-        return self
-
-
-class WorkloadConfig(Frozen):
-    """Where requests come from. Either synthetic (``arrival`` + ``prompt``/``output`` or
-    ``lengths`` pairs from a file, optionally ``sessions``), or a full ``trace`` replay that gives
-    arrivals and lengths itself. Classes: random ``weights`` or rules/columns (see docs/traces.md)."""
-
-    arrival: ArrivalConfig = PoissonArrival(process="poisson", rate=1.0)
-    prompt: LengthDist = FixedDist(dist="fixed", value=512)
-    output: LengthDist = FixedDist(dist="fixed", value=128)
-    lengths: LengthsConfig | None = None
-    trace: TraceConfig | None = None
-    sessions: SessionsConfig | None = None
-    classes: Union[ClassMix, ClassAssignmentConfig] = ClassMix()
-
-    @model_validator(mode="after")
-    def _sources(self) -> "WorkloadConfig":
-        given = self.model_fields_set
-        if self.trace is not None:
-            clash = sorted(given & {"arrival", "prompt", "output", "lengths", "sessions"})
-            if clash:
-                raise ValueError(f"workload.trace gives arrivals and lengths itself; remove workload.{clash[0]}")
-        if self.lengths is not None and given & {"prompt", "output"}:
-            raise ValueError("workload.lengths replaces workload.prompt/output; give one or the other")
-        if self.sessions is not None:
-            if isinstance(self.arrival, ClosedArrival):
-                raise ValueError("workload.sessions needs an open-loop arrival process (sessions start at its arrivals)")
-            if given & {"prompt", "output", "lengths"}:
-                raise ValueError("workload.sessions draws its own lengths (new_input, output or pairs); "
-                                 "remove workload.prompt/output/lengths")
-        return self
+# The workload block lives with the workload package (servesim/workload/arrival_config.py and
+# stream_config.py), which takes a WorkloadConfig, never the whole scenario; re-exported here.
 
 
 class SLOConfig(Frozen):
@@ -317,6 +257,16 @@ class Scenario(Frozen):
     @property
     def max_model_len(self) -> int:
         return self.engine.max_model_len or self.model_shape.max_model_len
+
+    @model_validator(mode="after")
+    def _stop_and_workload(self) -> "Scenario":
+        if self.stop.warmup_requests and self.workload.needs_stream_clock():
+            raise ValueError(
+                f"stop.warmup_requests {self.stop.warmup_requests}: with several closed-loop streams, or "
+                f"closed-loop and open-loop streams together, requests are numbered per stream, so the "
+                f"first N are not the first N to arrive; set stop.warmup_requests: 0 (a closed loop's "
+                f"ramp_up_s spreads its clients' starts instead)")
+        return self
 
     @model_validator(mode="after")
     def _kv_consistency(self) -> "Scenario":

@@ -15,19 +15,21 @@ import simpy
 
 from servesim.engine.inbox import INF, Inbox
 from servesim.engine.replica import IterationHook, Replica
-from servesim.engine.state import ReplicaState, RequestTable
+from servesim.engine.state import FINISHED, ReplicaState, RequestTable
 from servesim.kv.factory import build_kv
 from servesim.memory import MemoryPlan, plan_memory
 from servesim.metrics.collect import Recorder
 from servesim.metrics.output import latency_sketches, write_requests_parquet
 from servesim.metrics.sketch import LogSketch
-from servesim.metrics.summary import build_summary, request_frame, timeseries_frame
+from servesim.metrics.summary import Labels, build_summary, request_frame, request_labels, timeseries_frame
 from servesim.perf.base import StepTimeModel
 from servesim.perf.build import build_step_model
 from servesim.request import Workload
 from servesim.scenario import ClosedArrival, Scenario
 from servesim.sched.base import build_policy
+from servesim.workload.closed_loop import StreamInbox
 from servesim.workload.generate import generate_workload
+from servesim.workload.stream_config import StreamSpec
 from servesim.workload.streams import stream
 
 
@@ -43,10 +45,11 @@ class Result:
     memory: MemoryPlan
     step_model: str
     workload_notes: tuple[str, ...] = ()
+    labels: Labels | None = field(default=None, repr=False)
 
     @cached_property
     def requests(self) -> pd.DataFrame:
-        return request_frame(self.table)
+        return request_frame(self.table, self.labels)
 
     @cached_property
     def timeseries(self) -> pd.DataFrame:
@@ -60,7 +63,7 @@ class Result:
     def write(self, out_dir: str | Path) -> Path:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        write_requests_parquet(self.table, out / "requests.parquet")
+        write_requests_parquet(self.table, out / "requests.parquet", self.labels)
         self.timeseries.to_parquet(out / "timeseries.parquet", index=False)
         (out / "summary.json").write_text(summary_json(self.summary))
         (out / "sketches.json").write_text(json.dumps({k: v.to_dict() for k, v in self.sketches.items()}) + "\n")
@@ -101,7 +104,7 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
             f"so far (clusters with routers come next); run replicas as separate scenarios meanwhile"
         )
     plan = plan_memory(sc)
-    wl = workload if workload is not None else generate_workload(sc, seed)
+    wl = workload if workload is not None else scenario_workload(sc, seed)
     model = step_model if step_model is not None else build_step_model(sc)
     table = RequestTable(wl)
     env = simpy.Environment()
@@ -113,7 +116,12 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
     policy = build_policy(sc.engine, state)
     rec = Recorder(sc.metrics.timeseries_bin_s)
     arr = sc.workload.arrival
-    if isinstance(arr, ClosedArrival):
+    if wl.closed_groups:  # ramped or per-stream closed loops: the workload's inbox (Python engine)
+        if np.shares_memory(table.arrival, wl.arrival_s):
+            table.arrival = table.arrival.copy()  # the inbox writes closed-loop arrivals
+        inbox = StreamInbox(table.arrival, wl.closed_groups, ended=lambda ids: table.status[ids] >= FINISHED,
+                            max_requests=sc.stop.requests)
+    elif isinstance(arr, ClosedArrival) and sc.workload.streams is None and sc.workload.trace is None:
         inbox = Inbox(table.arrival, closed_clients=arr.clients, think_s=arr.think_s,
                       think_rng=stream(seed, "think"), think_exponential=arr.think_dist == "exponential")
     else:
@@ -136,6 +144,13 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
     # on a machine): worth it from about COMPILED_FROM_REQUESTS requests on
     wants_compiled = sc.sim.engine == "compiled" or (
         sc.sim.engine == "auto" and len(wl) >= COMPILED_FROM_REQUESTS)
+    if wants_compiled and wl.closed_groups:
+        if sc.sim.engine == "compiled":
+            from servesim.errors import ScenarioError
+
+            raise ScenarioError("sim.engine = 'compiled': the compiled core does not support closed loops with "
+                                "a ramp-up or per stream; use sim.engine: auto or python")
+        wants_compiled = False
     if wants_compiled:
         from servesim.engine.compiled_replica import CompiledReplica, supported
 
@@ -157,16 +172,33 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
     return Built(sc, env, replica, table, rec, plan, model, wl)
 
 
+def scenario_workload(sc: Scenario, seed: int | None = None) -> Workload:
+    """The workload of ``sc`` (the workload package takes the workload block and the stop limits)."""
+    return generate_workload(sc.workload, seed=sc.seed if seed is None else seed, base_dir=sc.base_dir,
+                             max_requests=sc.stop.requests, duration_s=sc.stop.duration_s)
+
+
+def stream_specs(sc: Scenario, wl: Workload) -> tuple[StreamSpec, ...]:
+    """The streams results are reported by: the scenario's, or (a workload handed in by the caller)
+    one unlabelled stream per name the workload carries."""
+    specs = sc.workload.stream_specs()
+    if tuple(s.name for s in specs) == wl.stream_names:
+        return specs
+    return tuple(StreamSpec(i, name, None, None) for i, name in enumerate(wl.stream_names))
+
+
 def run_built(b: Built, seed: int | None = None) -> Result:
     sc = b.scenario
     t0 = time.perf_counter()
     b.env.run()
     wall = time.perf_counter() - t0
+    specs = stream_specs(sc, b.workload)
     summary = build_summary(
         name=sc.name, seed=sc.seed if seed is None else seed, req=b.table, rec=b.recorder,
         num_blocks=b.memory.num_blocks, sim_time=b.replica.now, wall_s=wall,
         warmup=sc.stop.warmup_requests, slo_ttft=sc.slo.ttft_s, slo_tpot=sc.slo.tpot_s,
-        block_size=sc.engine.block_size,
+        block_size=sc.engine.block_size, streams=specs,
+        named_streams=sc.workload.streams is not None or len(specs) > 1,
     )
     kv = b.replica.kv
     if hasattr(kv, "hit_tokens"):  # prefix caching: hit rates, tier traffic, the TTFT effect
@@ -177,7 +209,8 @@ def run_built(b: Built, seed: int | None = None) -> Result:
         ttft = np.full(b.table.n, np.nan)
         ttft[meas] = latency_column(b.table, meas, "ttft")
         summary["kv"].update(kv_report(kv, ttft))
-    return Result(sc, summary, b.table, b.recorder, b.memory, b.model.describe(), b.workload.notes)
+    return Result(sc, summary, b.table, b.recorder, b.memory, b.model.describe(), b.workload.notes,
+                  request_labels(b.table, specs))
 
 
 def simulate(scenario: Scenario, seed: int | None = None, *, workload: Workload | None = None,

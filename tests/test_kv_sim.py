@@ -16,7 +16,7 @@ from servesim.kv.prefix import PrefixCacheKV
 from servesim.kv.report import kv_report
 from tests.test_fastpath_exact import assert_summaries_equal
 from servesim.simulate import build, run_built, simulate
-from servesim.workload.generate import generate_workload
+from servesim.simulate import scenario_workload
 from tests.conftest import BASE, merge
 
 TS_COLS = ["first_scheduled_s", "first_token_s", "finish_s", "ttft_s", "e2e_s", "queue_s"]
@@ -61,7 +61,7 @@ def test_prefix_caching_on_an_unhashed_workload_is_plain_paged():
 
 def test_caching_off_ignores_hashes():
     s = sc(SESSIONS)
-    wl = generate_workload(s, s.seed)
+    wl = scenario_workload(s, s.seed)
     assert wl.has_prefixes
     bare = dataclasses.replace(wl, prefix_offsets=None, prefix_hashes=None, prefix_block_tokens=0)
     same_results(simulate(s, workload=wl), simulate(s, workload=bare))

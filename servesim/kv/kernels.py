@@ -592,22 +592,30 @@ def kv_step_usage(kv, computed, holders, nh, ids, new, nb, k, used, out):
         out[3, j]  allocated slots      (only when out has >= 5 rows)
         out[4, j]  written slots        (only when out has >= 5 rows)
 
-    See :mod:`servesim.kv.frag`. Paged blocks are taken exactly as slots are needed, so its
-    rule is the shortcut internal = allocated - written (nothing reserved ahead)."""
+    See :mod:`servesim.kv.frag`. Paged blocks are mostly taken as slots are needed; a policy that
+    takes a whole prompt's blocks at admission (``chunked``) holds blocks with no written slot:
+    reserved unused, not internal (block_size 1: internal exactly 0). During a decode run the
+    scheduled requests fill every block they take, so the reserved blocks stay as in step 1."""
     bs = kv.block_size
     used0 = kv.num_blocks - kv.s[0].free
     full = out.shape[0] >= 5
     if kv.kind == PAGED:
         written0 = 0
+        touched = 0  # blocks holding a written slot during step 1
         for i in range(nh):
-            written0 += int(computed[holders[i]])
+            c = int(computed[holders[i]])
+            written0 += c
+            touched += (c + bs - 1) // bs
         for i in range(nb):
+            c = int(computed[ids[i]])
             written0 += int(new[i])
+            touched += (c + int(new[i]) + bs - 1) // bs - (c + bs - 1) // bs
+        reserved = (used0 - touched) * bs
         for j in range(k):
             a = (used0 if k == 1 else used[j]) * bs
             w = written0 + nb * j
-            out[0, j] = a - w
-            out[1, j] = 0
+            out[0, j] = a - w - reserved
+            out[1, j] = reserved
             out[2, j] = 0
             if full:
                 out[3, j] = a

@@ -11,16 +11,19 @@ import pyarrow.parquet as pq
 from servesim.engine.state import FINISHED, Reject, RequestTable
 from servesim.metrics.collect import Recorder
 from servesim.metrics.sketch import LogSketch
-from servesim.metrics.summary import STATUS_NAMES, request_columns
+from servesim.metrics.summary import LABEL_COLUMNS, STATUS_NAMES, Labels, request_columns
 
 CHUNK_ROWS = 1 << 18
 REJECT_LABELS = [""] + [Reject.NAMES[k] for k in sorted(Reject.NAMES)]
 
 
-def _arrow(cols: dict[str, np.ndarray]) -> pa.Table:
+def _arrow(cols: dict[str, np.ndarray], labels: Labels | None = None) -> pa.Table:
     arrays = {}
     for name, col in cols.items():
-        if name == "status":
+        if labels is not None and name in LABEL_COLUMNS:
+            names = labels.stream_names if name == "stream" else labels.class_names
+            arrays[name] = pa.DictionaryArray.from_arrays(pa.array(col.astype(np.int16)), pa.array(list(names)))
+        elif name == "status":
             arrays[name] = pa.DictionaryArray.from_arrays(pa.array(col.astype(np.int8)), pa.array(STATUS_NAMES))
         elif name == "reject_reason":
             arrays[name] = pa.DictionaryArray.from_arrays(pa.array(col.astype(np.int8)), pa.array(REJECT_LABELS))
@@ -29,12 +32,13 @@ def _arrow(cols: dict[str, np.ndarray]) -> pa.Table:
     return pa.table(arrays)
 
 
-def write_requests_parquet(req: RequestTable, path: Path) -> None:
-    """One row per request, written ``CHUNK_ROWS`` rows at a time (one row group each)."""
+def write_requests_parquet(req: RequestTable, path: Path, labels: Labels | None = None) -> None:
+    """One row per request, written ``CHUNK_ROWS`` rows at a time (one row group each); with
+    ``labels``, the ``stream`` and ``class_label`` columns as dictionaries of names."""
     writer = None
     try:
         for lo in range(0, max(req.n, 1), CHUNK_ROWS):
-            table = _arrow(request_columns(req, lo, min(lo + CHUNK_ROWS, req.n)))
+            table = _arrow(request_columns(req, lo, min(lo + CHUNK_ROWS, req.n), labels), labels)
             if writer is None:
                 writer = pq.ParquetWriter(path, table.schema)
             writer.write_table(table)

@@ -15,21 +15,45 @@ Definitions (vLLM ``benchmark_serving`` conventions):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
 from servesim.engine.state import FINISHED, REJECTED, Reject, RequestTable
+from servesim.metrics.by_class import GlobalSLO, GroupStats, class_groups, slo_per_group, stream_groups, update_good
 from servesim.metrics.collect import Recorder
 from servesim.metrics.stats import describe
 from servesim.request import CLASS_NAMES, NUM_CLASSES
 from servesim.sched.base import CAUSE_NAMES, NUM_CAUSES, Cause
+from servesim.workload.stream_config import StreamSpec
 
 
 STATUS_NAMES = ["pending", "waiting", "running", "finished", "rejected"]
 
 
-def request_columns(req: RequestTable, lo: int = 0, hi: int | None = None) -> dict[str, np.ndarray]:
-    """The per-request output columns for rows ``lo:hi`` (chunks keep big runs in bounded memory)."""
+@dataclass(frozen=True)
+class Labels:
+    """Names for the label columns of the request output: ``stream`` (codes into
+    ``stream_names``) and ``class_label`` (``class_code``, codes into ``class_names``)."""
+
+    stream_names: tuple[str, ...]
+    class_names: tuple[str, ...]
+    class_code: np.ndarray  # int16 per request
+
+
+def request_labels(req: RequestTable, specs: tuple[StreamSpec, ...]) -> Labels:
+    g = class_groups(req.klass, req.stream, specs)
+    return Labels(tuple(sp.name for sp in specs), g.names, g.code)
+
+
+LABEL_COLUMNS = ("stream", "class_label")
+
+
+def request_columns(req: RequestTable, lo: int = 0, hi: int | None = None,
+                    labels: Labels | None = None) -> dict[str, np.ndarray]:
+    """The per-request output columns for rows ``lo:hi`` (chunks keep big runs in bounded memory).
+    With ``labels``, two more: ``stream`` and ``class_label`` as codes (see :class:`Labels`)."""
     hi = req.n if hi is None else hi
     sl = slice(lo, hi)
     arrival, status, out = req.arrival[sl], req.status[sl], req.output[sl]
@@ -63,19 +87,25 @@ def request_columns(req: RequestTable, lo: int = 0, hi: int | None = None) -> di
             col = np.where(req.preemptions[sl] > 0, blocked[:, c], 0.0)
             col = np.where(status == 1, np.nan, col)  # still waiting after a preemption
         cols[f"blocked_{CAUSE_NAMES[c]}_s"] = col
+    if labels is not None:
+        cols["stream"] = req.stream[sl]
+        cols["class_label"] = labels.class_code[sl]
     return cols
 
 
-def frame_from_columns(cols: dict[str, np.ndarray]) -> pd.DataFrame:
+def frame_from_columns(cols: dict[str, np.ndarray], labels: Labels | None = None) -> pd.DataFrame:
     cols = dict(cols)
     cols["status"] = pd.Categorical.from_codes(cols["status"], STATUS_NAMES)
-    labels = np.array([""] + [Reject.NAMES[k] for k in sorted(Reject.NAMES)], dtype=object)
-    cols["reject_reason"] = labels[cols["reject_reason"]]
+    reasons = np.array([""] + [Reject.NAMES[k] for k in sorted(Reject.NAMES)], dtype=object)
+    cols["reject_reason"] = reasons[cols["reject_reason"]]
+    if labels is not None:
+        cols["stream"] = pd.Categorical.from_codes(cols["stream"], labels.stream_names)
+        cols["class_label"] = pd.Categorical.from_codes(cols["class_label"], labels.class_names)
     return pd.DataFrame(cols)
 
 
-def request_frame(req: RequestTable) -> pd.DataFrame:
-    return frame_from_columns(request_columns(req))
+def request_frame(req: RequestTable, labels: Labels | None = None) -> pd.DataFrame:
+    return frame_from_columns(request_columns(req, labels=labels), labels)
 
 
 CHUNK = 1 << 20  # rows per pass when aggregating over all requests (bounded memory)
@@ -133,15 +163,6 @@ def latency_column(req: RequestTable, meas: np.ndarray, metric: str) -> np.ndarr
     return col
 
 
-def _count_good(req: RequestTable, meas: np.ndarray, slo_ttft: float, slo_tpot: float) -> int:
-    good = 0
-    for lo in range(0, len(meas), CHUNK):
-        idx = meas[lo : lo + CHUNK]
-        ttft, tpot = _latency(req, idx, "ttft"), _latency(req, idx, "tpot")
-        good += int(((ttft <= slo_ttft) & ((tpot <= slo_tpot) | np.isnan(tpot))).sum())
-    return good
-
-
 def measured_mask(req: RequestTable, warmup: int) -> np.ndarray:
     """Completed requests after the first ``warmup`` (arrival order)."""
     m = req.status == FINISHED
@@ -170,13 +191,27 @@ def kv_summary(rec: Recorder, num_blocks: int, block_size: int, sim_time: float)
     out["utilization"] = {"mean": out["mean_usage"], "peak": out["peak_usage"]}
     for name, i in FRAG_SIGNALS:
         out[name] = {"mean": float(integ[i] / t / slots), "peak": float(peak[i] / slots)}
+    # waste as a share of *allocated* KV (what papers and engine dashboards call fragmentation):
+    # time integrals of the waste over the time integral of the allocated slots
+    allocated = integ[0] * block_size
+    share = (lambda x: float(x / allocated)) if allocated > 0 else (lambda x: None)
+    internal, reserved = share(integ[4]), share(integ[5])
+    out["of_allocated"] = {"internal_fragmentation": internal, "reservation_waste": reserved,
+                           "waste": None if internal is None else internal + reserved}
     return out
 
 
 def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num_blocks: int,
                   sim_time: float, wall_s: float, warmup: int, slo_ttft: float, slo_tpot: float,
-                  block_size: int = 1) -> dict:
-    """The summary dictionary, from the columns, one latency column alive at a time."""
+                  block_size: int = 1, streams: tuple[StreamSpec, ...] | None = None,
+                  named_streams: bool = False) -> dict:
+    """The summary dictionary, from the columns, one latency column alive at a time.
+
+    ``streams``: the workload's streams (default: one, without an SLO of its own); each request
+    is good when it meets its stream's SLO (metrics/by_class.py). ``by_class`` is always added,
+    ``by_stream`` when ``named_streams`` (the workload names its streams)."""
+    specs = streams if streams is not None else (StreamSpec(0, "default", None, None),)
+    default = GlobalSLO(slo_ttft, slo_tpot)
     rec.flush()
     status = req.status
     arrived = int(((status != 0) | (~np.isnan(req.arrival) & (req.arrival <= sim_time))).sum())
@@ -186,13 +221,23 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
     meas = np.flatnonzero(mask).astype(np.int32 if req.n < 2**31 else np.int64)
     n_meas = len(meas)
     window = float(req.t_finish[meas].max() - req.arrival[meas].min()) if n_meas else 0.0
-    good = _count_good(req, meas, slo_ttft, slo_tpot)
+    by_class = GroupStats(class_groups(req.klass, req.stream, specs), meas)
+    by_stream = GroupStats(stream_groups(req.stream, specs), meas) if named_streams else None
+    stream_meas = req.stream[meas]
+    good_mask = np.ones(n_meas, dtype=bool)
     lat = {}
-    for metric in ("ttft", "tpot"):
-        lat[metric] = describe(latency_column(req, meas, metric))
-    lat["itl"] = rec.itl_describe()
-    for metric in ("e2e", "queue"):
-        lat[metric] = describe(latency_column(req, meas, metric))
+    for metric in ("ttft", "tpot", "itl", "e2e", "queue"):
+        if metric == "itl":
+            lat["itl"] = rec.itl_describe()
+            continue
+        col = latency_column(req, meas, metric)
+        lat[metric] = describe(col)
+        update_good(good_mask, metric, col, stream_meas, specs, default)
+        for stats in (by_class, by_stream):
+            if stats is not None:
+                stats.add(metric, col)
+        del col
+    good = int(good_mask.sum())
     out_sum = float(req.output[meas].sum(dtype=np.int64))
     per_s = (lambda x: x / window) if window > 0 else (lambda x: 0.0)
     reasons = {}
@@ -201,7 +246,7 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
         if cnt:
             reasons[label] = cnt
     total_time = max(sim_time, 1e-300)
-    return {
+    out = {
         "scenario": name,
         "seed": seed,
         "requests": {
@@ -236,6 +281,13 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
         "sim_time_s": float(sim_time),
         "wall_s": float(wall_s),
     }
+    cg = by_class.groups
+    out["by_class"] = by_class.summaries(req, good_mask, window, sim_time, slo_per_group(cg, specs), default,
+                                         "streams", [list(m) for m in cg.members])
+    if by_stream is not None:
+        out["by_stream"] = by_stream.summaries(req, good_mask, window, sim_time, [sp.slo for sp in specs], default,
+                                               "class", [sp.label for sp in specs])
+    return out
 
 
 def timeseries_frame(rec: Recorder, num_blocks: int = 1, block_size: int = 1) -> pd.DataFrame:

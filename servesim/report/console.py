@@ -11,7 +11,8 @@ from rich.table import Table
 from servesim.metrics.stats import PCT_KEYS
 from servesim.sched.base import CAUSE_LABELS, CAUSE_NAMES, Cause
 
-SHOW_AFTER_S = 2.0  # a progress bar appears only on runs longer than this
+SHOW_AFTER_S = 2.0
+CLASS_LABELS = ("P0", "P1", "P2", "P3", "P4")  # a progress bar appears only on runs longer than this
 
 
 def print_header(console: Console, built) -> None:
@@ -30,7 +31,11 @@ def print_header(console: Console, built) -> None:
     console.print(f"step time {built.model.describe()}")
     w = built.workload
     wc = sc.workload
-    if wc.trace is not None:
+    for note in getattr(sc, "load_notes", ()):
+        console.print(f"note      {note}")
+    if wc.streams is not None:
+        source = f"{len(wc.streams)} streams" + (f", rate_scale {wc.rate_scale:g}" if wc.rate_scale != 1.0 else "")
+    elif wc.trace is not None:
         source = f"trace replay ({wc.trace.format})"
     else:
         a = wc.arrival.model_dump()
@@ -81,6 +86,34 @@ def _ms(x) -> str:
     return "-" if x is None else f"{x * 1e3:,.1f}"
 
 
+def _slo_text(slo: dict) -> str:
+    """``ttft_p99<=0.8 ok`` per percentile target; the thresholds for streams without one."""
+    if not slo["met"]:
+        return ", ".join(f"{k.removesuffix('_s')}<={v:g}" for k, v in slo["targets"].items())
+    return ", ".join(f"{key}<={m['target']:g} " + ("-" if m["met"] is None else ("ok" if m["met"] else "MISSED"))
+                     for key, m in slo["met"].items())
+
+
+def _s(x) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def print_classes(console: Console, by_class: dict) -> None:
+    """One row per class label: counts, P99 tails in seconds, share of good requests (each
+    against its stream's SLO) and the class's SLO verdicts."""
+    table = Table(title="per class (P99 in seconds)", show_edge=False, header_style="bold", pad_edge=False)
+    for col in ("class", "done", "rejected", "TTFT", "TPOT", "E2E", "good", "SLO"):
+        table.add_column(col, justify="left" if col in ("class", "SLO") else "right")
+    for name, c in by_class.items():
+        r, lat, slo = c["requests"], c["latency_s"], c["slo"]
+        att = slo["attainment"]
+        own = c["streams"] == [name] or (name in CLASS_LABELS and c["streams"] == ["default"])
+        table.add_row(name if own else f"{name} ({', '.join(c['streams'])})", f"{r['completed']:,}",
+                      f"{r['rejected']:,}", _s(lat["ttft"]["p99"]), _s(lat["tpot"]["p99"]), _s(lat["e2e"]["p99"]),
+                      "-" if att is None else f"{att:.0%}", _slo_text(slo))
+    console.print(table)
+
+
 def print_summary(console: Console, res) -> None:
     s = res.summary
     r = s["requests"]
@@ -102,13 +135,17 @@ def print_summary(console: Console, res) -> None:
         d = s["latency_s"][name]
         table.add_row(name.upper() if name != "queue" else "queue", *(_ms(d[k]) for k in ("mean",) + PCT_KEYS))
     console.print(table)
+    if len(s.get("by_class", {})) > 1 or "by_stream" in s:
+        print_classes(console, s["by_class"])
     kv = s["kv"]
     line = (f"KV        {kv['blocks_total']:,} blocks; peak {kv['peak_usage']:.1%}, "
             f"time-mean {kv['mean_usage']:.1%}")
-    frag = [(name, kv[key]["mean"]) for name, key in (("internal", "internal_fragmentation"),
-            ("reserved-unused", "reservation_waste"), ("external", "external_fragmentation")) if key in kv]
-    if frag:
-        line += "; fragmentation " + ", ".join(f"{n} {v:.1%}" for n, v in frag)
+    alloc = kv.get("of_allocated", {})
+    if alloc.get("internal_fragmentation") is not None:
+        line += (f"; of allocated KV: internal fragmentation {alloc['internal_fragmentation']:.1%}, "
+                 f"reserved-unused {alloc['reservation_waste']:.1%}")
+    if kv.get("external_fragmentation", {}).get("mean"):
+        line += f"; external fragmentation {kv['external_fragmentation']['mean']:.1%} of the pool"
     hit = kv.get("prefix_hit_rate", {}).get("tokens")
     if hit is not None:
         line += f"; prefix-cache hits {hit:.1%} of tokens"
