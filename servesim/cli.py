@@ -34,7 +34,8 @@ def run(
     set_: Optional[List[str]] = typer.Option(None, "--set", help="override a field: dotted.path=YAML value"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the output folder"),
 ) -> None:
-    """Run one scenario; write requests.parquet, timeseries.parquet and summary.json."""
+    """Run one scenario; write requests.parquet, timeseries.parquet, summary.json and
+    scenario.resolved.yaml (the scenario as run: re-running it reproduces summary.json)."""
     from servesim.report.console import print_header, print_summary, ProgressReporter
     from servesim.scenario import load_scenario
     from servesim.simulate import build, run_built
@@ -56,7 +57,7 @@ def run(
         console.print(str(out_dir))
         return
     print_summary(console, res)
-    console.print(f"wrote {out_dir}/requests.parquet, timeseries.parquet, summary.json")
+    console.print(f"wrote {out_dir}/requests.parquet, timeseries.parquet, summary.json, scenario.resolved.yaml")
 
 
 @app.command()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from servesim.errors import ScenarioError
 from servesim.kv.config import KVConfig, TierConfig
@@ -219,6 +219,10 @@ class SimConfig(Frozen):
 
 # ---------------------------------------------------------------------------------- scenario
 class Scenario(Frozen):
+    """One simulation's configuration. ``load_notes``: what loading changed on its own (options
+    of another policy dropped after ``--set engine.scheduler=...``), for the run header."""
+
+    _load_notes: tuple[str, ...] = PrivateAttr(default=())
     name: str = "scenario"
     seed: Annotated[int, Field(ge=0)] = 0
     stop: StopConfig = StopConfig(requests=1000)
@@ -234,6 +238,10 @@ class Scenario(Frozen):
     kv_tiers: Annotated[list[TierConfig], Field(max_length=2)] = []
     # folder the scenario file was read from; relative paths in it resolve against this
     base_dir: str = "."
+
+    @property
+    def load_notes(self) -> tuple[str, ...]:
+        return self._load_notes
 
     @property
     def model_shape(self) -> ModelShape:
@@ -305,6 +313,13 @@ class Scenario(Frozen):
         if options is not None:  # the policy's own knobs (engine.options), checked at load time
             from servesim.sched.continuous import read_options
 
+            foreign = [k for k in e.options if k not in options]
+            if foreign:
+                rest = {k: v for k, v in e.options.items() if k in options}
+                raise ValueError(
+                    f"engine.options.{foreign[0]}: unknown option for scheduler {e.scheduler!r} (known: "
+                    f"{', '.join(sorted(options)) or 'none'}); remove it, or run with "
+                    f"--set 'engine.options={_flow(rest)}'")
             read_options(e, getattr(policy_cls, "name", e.scheduler), options)
         from servesim.memory import plan_memory
 
@@ -388,12 +403,16 @@ def scenario_from_dict(raw: dict, source: str = "scenario", overrides: list[tupl
     if not isinstance(raw, dict):
         raise ScenarioError(f"{source}: the scenario must be a YAML mapping, got {type(raw).__name__}")
     raw = _deep_copy(raw)
+    before = _deep_copy(raw)
     for path, value in overrides or []:
         _apply_override(raw, path, value, source)
+    notes = _drop_foreign_options(before, raw, [p for p, _ in overrides or []])
     if base_dir is not None:
         raw["base_dir"] = str(base_dir)
     try:
-        return Scenario.model_validate(raw)
+        sc = Scenario.model_validate(raw)
+        sc._load_notes = notes
+        return sc
     except ValidationError as err:
         raise ScenarioError(_first_error(err, source)) from None
     except ValueError as err:  # raised outside pydantic's wrapping
@@ -418,6 +437,42 @@ def load_scenario(path: str | Path, overrides: list[str] | list[tuple[str, str]]
     if overrides and isinstance(overrides[0], str):
         pairs = parse_overrides(overrides)  # type: ignore[arg-type]
     return scenario_from_dict(raw, source, pairs, base_dir=p.resolve().parent)  # type: ignore[arg-type]
+
+
+def _drop_foreign_options(before: dict, raw: dict, paths: list[str]) -> tuple[str, ...]:
+    """Switching a preset's policy with ``--set engine.scheduler=X`` drops the file's
+    ``engine.options`` that X does not know (they belong to the preset's policy), with a note.
+
+    Why not an error: the user asked for another policy on purpose, and the preset's knobs of the
+    old policy cannot apply to it; refusing would make every preset comparison two overrides
+    long. Options given with ``--set engine.options...`` are never dropped, and a file that
+    itself names options its own policy does not know is still an error (a typo must not vanish)."""
+    if "engine.scheduler" not in paths or any(p == "engine" or p.startswith("engine.options") for p in paths):
+        return ()
+    engine = raw.get("engine")
+    options = engine.get("options") if isinstance(engine, dict) else None
+    if not isinstance(options, dict) or not options:
+        return ()
+    old = (before.get("engine") or {}).get("scheduler", "vllm") if isinstance(before.get("engine"), dict) else "vllm"
+    from servesim.sched import resolve_policy
+
+    try:
+        known = getattr(resolve_policy(str(engine.get("scheduler"))), "OPTIONS", None)
+    except (KeyError, ImportError, AttributeError, ValueError):
+        return ()  # an unknown policy: validation names it
+    if known is None:
+        return ()
+    dropped = [k for k in options if k not in known]
+    if not dropped:
+        return ()
+    engine["options"] = {k: v for k, v in options.items() if k in known}
+    return (f"engine.options: dropped {', '.join(dropped)} (options of scheduler {old!r}, which "
+            f"--set engine.scheduler={engine.get('scheduler')} replaced)",)
+
+
+def _flow(d: dict) -> str:
+    """A mapping in YAML flow style, for messages that show a --set value."""
+    return yaml.safe_dump(d, default_flow_style=True, width=1 << 16).strip() if d else "{}"
 
 
 def _deep_copy(x: Any) -> Any:

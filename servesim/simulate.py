@@ -25,6 +25,7 @@ from servesim.metrics.summary import Labels, build_summary, request_frame, reque
 from servesim.perf.base import StepTimeModel
 from servesim.perf.build import build_step_model
 from servesim.request import Workload
+from servesim.resolved import resolved_info
 from servesim.scenario import ClosedArrival, Scenario
 from servesim.sched.base import build_policy
 from servesim.workload.closed_loop import StreamInbox
@@ -46,6 +47,7 @@ class Result:
     step_model: str
     workload_notes: tuple[str, ...] = ()
     labels: Labels | None = field(default=None, repr=False)
+    resolved_yaml: str = field(default="", repr=False)  # scenario.resolved.yaml (servesim/resolved.py)
 
     @cached_property
     def requests(self) -> pd.DataFrame:
@@ -66,6 +68,8 @@ class Result:
         write_requests_parquet(self.table, out / "requests.parquet", self.labels)
         self.timeseries.to_parquet(out / "timeseries.parquet", index=False)
         (out / "summary.json").write_text(summary_json(self.summary))
+        if self.resolved_yaml:
+            (out / "scenario.resolved.yaml").write_text(self.resolved_yaml)
         (out / "sketches.json").write_text(json.dumps({k: v.to_dict() for k, v in self.sketches.items()}) + "\n")
         return out
 
@@ -209,8 +213,9 @@ def run_built(b: Built, seed: int | None = None) -> Result:
         ttft = np.full(b.table.n, np.nan)
         ttft[meas] = latency_column(b.table, meas, "ttft")
         summary["kv"].update(kv_report(kv, ttft))
+    resolved_text, summary["resolved_scenario"] = resolved_info(sc, seed)
     return Result(sc, summary, b.table, b.recorder, b.memory, b.model.describe(), b.workload.notes,
-                  request_labels(b.table, specs))
+                  request_labels(b.table, specs), resolved_text)
 
 
 def simulate(scenario: Scenario, seed: int | None = None, *, workload: Workload | None = None,

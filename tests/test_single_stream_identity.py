@@ -24,7 +24,7 @@ HERE = Path(__file__).parent / "fixtures" / "single_stream"
 sys.path.insert(0, str(HERE))
 from make_expected import CASES, run_case  # noqa: E402
 
-ADDED = {("by_class",), ("kv", "of_allocated")}
+ADDED = {("by_class",), ("kv", "of_allocated"), ("resolved_scenario",)}
 FRAG_FIX = {"sglang"}  # cases whose internal/reservation split is corrected (module docstring)
 
 

@@ -363,6 +363,26 @@ class WorkloadConfig(Frozen):
         return self
 
     # -- derived views ----------------------------------------------------------------------
+    def resolved_fields(self) -> set[str]:
+        """The fields a resolved scenario writes: the active ones, every default included. Fields
+        this form does not use are left out, since giving them is an error (a trace replay has no
+        arrival process) and their defaults would only mislead."""
+        out = {"rate_scale"}
+        if self.contaminate is not None:
+            out.add("contaminate")
+        if self.streams is not None:
+            out.add("streams")
+            if any(s.share is not None for s in self.streams):
+                out.add("arrival")
+            return out
+        out.add("classes")
+        if self.trace is not None:
+            return out | {"trace"}
+        out.add("arrival")
+        if self.sessions is not None:
+            return out | {"sessions"}
+        return out | ({"lengths"} if self.lengths is not None else {"prompt", "output"})
+
     def _arrival_of(self, s: StreamConfig):
         if s.trace is not None:
             return None
