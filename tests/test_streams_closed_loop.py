@@ -1,0 +1,103 @@
+"""Closed loops per stream, with ramp-up: the workload's inbox (servesim/workload/closed_loop.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from servesim.errors import ScenarioError
+from servesim.request import ClosedGroup
+from servesim.scenario import scenario_from_dict
+from servesim.simulate import scenario_workload, simulate
+from servesim.workload.streams import stream
+from tests.conftest import BASE, merge, scenario
+
+CLOSED = {"process": "closed", "clients": 4, "think_s": 0.05, "think_dist": "exponential"}
+
+
+def frame_cols(res):
+    df = res.requests
+    return df[["arrival_s", "first_token_s", "finish_s", "status", "preemptions"]]
+
+
+@pytest.mark.parametrize("extra_group", [False, True], ids=["one group", "status look-up"])
+def test_stream_inbox_equals_the_engine_closed_loop(extra_group):
+    """One group starting every client at 0 is exactly the engine's own closed loop, whether the
+    inbox knows it is alone or looks up which group each end belongs to."""
+    sc = scenario(stop={"requests": 300}, workload={"arrival": CLOSED})
+    w = scenario_workload(sc)
+    n = len(w)
+    think = stream(sc.seed, "think").exponential(0.05, n)
+    groups = [ClosedGroup(0, n, 4, np.zeros(4), think)]
+    if extra_group:
+        groups.append(ClosedGroup(n, n, 1, np.zeros(1), np.zeros(0)))
+    mine = simulate(sc, workload=dataclasses.replace(w, closed_groups=tuple(groups)))
+    ref = simulate(sc)
+    pd.testing.assert_frame_equal(frame_cols(mine), frame_cols(ref))
+
+
+def _in_flight_max(df: pd.DataFrame) -> int:
+    """Most requests of ``df`` between arrival and end at any instant (ends before arrivals at
+    the same instant: a client's next request may arrive as its last one ends)."""
+    end = df["finish_s"].fillna(df["arrival_s"])  # a rejection ends at its arrival
+    ev = pd.DataFrame({"t": np.concatenate([df["arrival_s"], end]),
+                       "d": np.concatenate([np.ones(len(df)), -np.ones(len(df))])})
+    ev = ev.sort_values(["t", "d"], kind="stable")
+    return int(ev["d"].cumsum().max())
+
+
+def _three_streams(requests=600, warmup=0, **extra):
+    raw = merge(BASE, {"stop": {"requests": requests, "warmup_requests": warmup},
+                       "engine": {"max_num_seqs": 64}})
+    raw["workload"] = {"streams": [
+        {"name": "agents", "class": "P1", "arrival": {"process": "closed", "clients": 3, "think_s": 0.02},
+         "prompt": {"dist": "fixed", "value": 32}, "output": {"dist": "fixed", "value": 8}},
+        {"name": "batch", "class": "P3", "arrival": {"process": "closed", "clients": 5, "ramp_up_s": 0.5},
+         "prompt": {"dist": "uniform", "min": 8, "max": 64}, "output": {"dist": "uniform", "min": 2, "max": 12}},
+        {"name": "web", "class": "P0", "arrival": {"process": "poisson", "rate": 20.0},
+         "prompt": {"dist": "fixed", "value": 16}, "output": {"dist": "fixed", "value": 4}},
+    ], **extra}
+    return scenario_from_dict(raw, "test")
+
+
+def test_each_closed_stream_keeps_its_own_concurrency():
+    res = simulate(_three_streams())
+    df = res.requests
+    arrived = df[df["arrival_s"].notna()]
+    assert len(arrived) == 600  # stop.requests caps all streams together
+    assert res.summary["requests"]["arrived"] == 600
+    for name, clients in (("agents", 3), ("batch", 5)):
+        mine = arrived[arrived["stream"] == name]
+        assert _in_flight_max(mine) == clients
+        assert len(mine) > 50
+    # the batch clients start 0.1 s apart (ramp 0.5 s / 5 clients)
+    first = df[df["stream"] == "batch"]["arrival_s"].to_numpy()[:5]
+    np.testing.assert_allclose(first, [0.0, 0.1, 0.2, 0.3, 0.4])
+    # rows never sent have no arrival time and are not counted as arrived
+    assert df["arrival_s"].isna().sum() == len(df) - 600
+    assert (df[df["arrival_s"].isna()]["status"] == "pending").all()
+    assert set(res.summary["by_stream"]) == {"agents", "batch", "web"}
+
+
+def test_ramp_up_in_the_single_stream_form():
+    sc = scenario(stop={"requests": 200}, workload={"arrival": {**CLOSED, "clients": 8, "ramp_up_s": 0.8}})
+    res = simulate(sc)
+    df = res.requests
+    np.testing.assert_allclose(df["arrival_s"].to_numpy()[:8], np.arange(8) * 0.1)  # rows 0..7: clients 0..7
+    assert 4 < _in_flight_max(df) <= 8  # clients think between requests
+    assert res.summary["requests"]["completed"] == 200
+
+
+def test_warmup_needs_arrival_order():
+    with pytest.raises(ScenarioError, match="stop.warmup_requests 10: with several closed-loop streams"):
+        _three_streams(warmup=10)
+
+
+def test_compiled_core_refuses_workload_inbox():
+    sc = scenario(stop={"requests": 50}, workload={"arrival": {**CLOSED, "ramp_up_s": 1.0}},
+                  sim={"engine": "compiled"})
+    with pytest.raises(ScenarioError, match="compiled core does not support closed loops with a ramp-up"):
+        simulate(sc)
