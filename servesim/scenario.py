@@ -333,9 +333,8 @@ def _format_loc(loc: tuple) -> str:
     for p in loc:
         if isinstance(p, int):
             parts.append(f"[{p}]")
-        elif p in ("function-after", "function-before") or "[" in str(p) or str(p).startswith(
-            ("Literal", "union", "int", "float", "str", "list", "ModelShape", "Fixed", "Normal")
-        ):
+        elif p in ("function-after", "function-before", "int", "float", "str", "list", "bool") or "[" in str(p) \
+                or str(p).startswith(("Literal", "union", "ModelShape", "Fixed", "Normal")):
             continue  # pydantic's internal union/validator branch labels
         else:
             parts.append(("." if parts else "") + str(p))

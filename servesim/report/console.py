@@ -87,15 +87,16 @@ def _ms(x) -> str:
 
 
 def _slo_text(slo: dict) -> str:
-    """``ttft_p99<=0.8 ok`` per percentile target; the thresholds for streams without one."""
+    """``ttft_p99 ok`` / ``MISS`` per percentile target (targets and values are in
+    summary.json); the per-request thresholds for streams without targets."""
     if not slo["met"]:
         return ", ".join(f"{k.removesuffix('_s')}<={v:g}" for k, v in slo["targets"].items())
-    return ", ".join(f"{key}<={m['target']:g} " + ("-" if m["met"] is None else ("ok" if m["met"] else "MISSED"))
+    return ", ".join(f"{key} " + ("-" if m["met"] is None else ("ok" if m["met"] else "MISS"))
                      for key, m in slo["met"].items())
 
 
 def _s(x) -> str:
-    return "-" if x is None else f"{x:.3g}"
+    return "-" if x is None else (f"{x:,.0f}" if x >= 100 else f"{x:.3g}")
 
 
 def print_classes(console: Console, by_class: dict) -> None:

@@ -116,6 +116,8 @@ def _label(v: Any) -> Any:
     if isinstance(v, int):
         return f"P{_parse_klass(v)}"
     v = _check_name(v, "class label")
+    if re.fullmatch(r"[Pp][0-9]+", v) and priority_of_label(v) is None:
+        raise ValueError(f"{v!r} is not a class (P0..P4, or a label of your own not of the form P<number>)")
     p = priority_of_label(v)
     return f"P{p}" if p is not None else v
 
