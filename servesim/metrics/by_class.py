@@ -24,9 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servesim.engine.state import FINISHED, REJECTED, RequestTable
 from servesim.metrics.stats import PCT_KEYS, describe
-from servesim.request import CLASS_NAMES
+from servesim.request import CLASS_NAMES, FINISHED, REJECTED, RequestTable
 from servesim.workload.stream_config import StreamSpec, _SLOTargets
 
 METRICS = ("ttft", "tpot", "itl", "e2e", "queue")
