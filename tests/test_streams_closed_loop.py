@@ -101,3 +101,82 @@ def test_compiled_core_refuses_workload_inbox():
                   sim={"engine": "compiled"})
     with pytest.raises(ScenarioError, match="compiled core does not support closed loops with a ramp-up"):
         simulate(sc)
+
+
+# ------------------------------------------------------------------------ inbox properties
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from servesim.workload.closed_loop import StreamInbox  # noqa: E402
+
+
+@st.composite
+def inbox_cases(draw):
+    groups, lo = [], 0
+    for _ in range(draw(st.integers(0, 3))):
+        rows = draw(st.integers(1, 12))
+        clients = draw(st.integers(1, 5))
+        ramp = draw(st.sampled_from([0.0, 0.3]))
+        think = draw(st.lists(st.sampled_from([0.0, 0.05, 0.2]), min_size=rows, max_size=rows))
+        groups.append(ClosedGroup(lo, lo + rows, clients, np.arange(clients) * ramp / clients, np.array(think)))
+        lo += rows
+    n_open = draw(st.integers(0 if groups else 1, 10))
+    open_times = np.sort(draw(st.lists(st.floats(0, 3), min_size=n_open, max_size=n_open)))
+    service = draw(st.lists(st.sampled_from([0.0, 0.01, 0.1, 0.7]), min_size=lo + n_open, max_size=lo + n_open))
+    cap = draw(st.one_of(st.none(), st.integers(1, lo + n_open)))
+    return groups, np.concatenate([np.full(lo, np.nan), open_times]), np.array(service), cap
+
+
+@settings(max_examples=150, deadline=None)
+@given(inbox_cases())
+def test_stream_inbox_properties(case):
+    """Drive the inbox as an engine would (each request ends ``service`` after it arrives):
+    every row arrives at most once, in time order ((time, id) within a pull), closed rows in their group's order, a
+    group never has more requests out than clients, the cap holds, unsent rows keep no time."""
+    groups, arrival, service, cap = case
+    arrival = arrival.copy()
+    status = np.zeros(len(arrival), dtype=np.int8)
+    inbox = StreamInbox(arrival, groups, ended=lambda ids: status[ids] >= 3, max_requests=cap)
+    ends: list[tuple[float, int]] = []
+    arrived: list[tuple[float, int]] = []
+    out = {i: 0 for i in range(len(groups))}
+    group_of = {r: i for i, g in enumerate(groups) for r in range(g.lo, g.hi)}
+    now = 0.0
+    while True:
+        t_next = min(inbox.next_time(), min(ends)[0] if ends else np.inf)
+        if t_next == np.inf:
+            break
+        now = t_next
+        while ends and min(ends)[0] <= now:  # ends first, as the engine finishes before it pulls
+            t, rid = min(ends)
+            ends.remove((t, rid))
+            status[rid] = 3
+            if rid in group_of:
+                out[group_of[rid]] -= 1
+            inbox.request_ended(t)
+        if inbox.next_time() <= now:
+            ids = inbox.pop_until(now)
+            got = [(float(arrival[r]), r) for r in ids.tolist()]
+            assert got == sorted(got)  # one pull: (time, id) order
+            for rid in ids.tolist():
+                assert arrival[rid] <= now
+                arrived.append((float(arrival[rid]), rid))
+                ends.append((now + service[rid], rid))
+                if rid in group_of:
+                    out[group_of[rid]] += 1
+                    assert out[group_of[rid]] <= groups[group_of[rid]].clients
+    ids = [rid for _, rid in arrived]
+    assert len(ids) == len(set(ids))
+    times = [t for t, _ in arrived]
+    assert times == sorted(times)  # a row sent during a pull at t arrives at t or later
+    for g in groups:
+        mine = sorted(rid for rid in ids if g.lo <= rid < g.hi)
+        assert mine == list(range(g.lo, g.lo + len(mine)))  # a group sends its rows in order
+    expected = len(arrival) if cap is None else min(cap, len(arrival))
+    if cap is not None:
+        assert len(ids) == expected  # closed loops keep sending until the cap, open rows all come
+    else:
+        assert len(ids) == len(arrival)
+    sent = np.zeros(len(arrival), dtype=bool)
+    sent[ids] = True
+    assert np.isnan(arrival[~sent]).all() and not np.isnan(arrival[sent]).any()

@@ -26,7 +26,7 @@ import numpy as np
 
 from servesim.metrics.stats import PCT_KEYS, describe
 from servesim.request import CLASS_NAMES, FINISHED, REJECTED, RequestTable
-from servesim.workload.stream_config import StreamSpec, _SLOTargets
+from servesim.workload.stream_config import StreamSpec, split_target
 
 METRICS = ("ttft", "tpot", "itl", "e2e", "queue")
 
@@ -88,7 +88,7 @@ def _thresholds(slo, default: GlobalSLO) -> dict[str, float]:
         return {"ttft": default.ttft_s, "tpot": default.tpot_s}
     out: dict[str, float] = {}
     for key, value in slo.targets().items():
-        metric, _ = _SLOTargets.split(key)
+        metric, _ = split_target(key)
         out[metric] = min(value, out.get(metric, value))
     return out
 
@@ -117,7 +117,7 @@ def _met(slo, lat_blocks: dict) -> tuple[dict, bool | None]:
         return {}, None
     met = {}
     for key, target in slo.targets().items():
-        metric, pct = _SLOTargets.split(key)
+        metric, pct = split_target(key)
         pkey = "p999" if pct == 99.9 else f"p{int(pct)}"
         value = lat_blocks[metric][pkey]
         met[key] = {"target": target, "value": value, "met": None if value is None else bool(value <= target)}

@@ -76,11 +76,12 @@ class _SLOTargets(Frozen):
         """Given targets by key, in field order."""
         return {k: v for k in type(self).model_fields if (v := getattr(self, k)) is not None}
 
-    @staticmethod
-    def split(key: str) -> tuple[str, float]:
-        """``"ttft_p999"`` -> ``("ttft", 99.9)``."""
-        metric, pct = key.split("_", 1)
-        return metric, SLO_PERCENTILES[pct]
+
+
+def split_target(key: str) -> tuple[str, float]:
+    """``"ttft_p999"`` -> ``("ttft", 99.9)``."""
+    metric, pct = key.split("_", 1)
+    return metric, SLO_PERCENTILES[pct]
 
 
 StreamSLO = create_model(  # the 15 fields are data, not 15 hand-written lines
