@@ -350,20 +350,23 @@ class PagedKV(CountingKV):
         after the policy's allocation, before ``computed`` advances; ``k > 1``: a decode run, with
         ``used`` from :meth:`decode_run` when at hand). See :mod:`servesim.kv.frag`.
 
-        Paged blocks are allocated exactly as slots are needed, so every held block is touched:
-        nothing is reserved unused, and internal slots = allocated - written. Written slots grow by
-        one per scheduled request each step of a run (the compiled core uses the same sums)."""
+        Updated after the freeze (issue 11): blocks held with no written slot (a whole prompt's
+        blocks taken at admission by the ``chunked`` policy) are reserved unused, not internal
+        fragmentation; they stay as in step 1 during a decode run, whose scheduled requests fill
+        every block they take. Written slots grow by one per scheduled request each step."""
         bs = self.block_size  # holders: kept by allocate/free (resync with holders.reset after compiled code)
         if used is None:
             used = np.full(k, self.num_blocks - self.free_blocks, dtype=np.int64)
             if k > 1:
                 used[1:] += np.cumsum(run_demand(self._computed[ids], k, 0, bs))
         alloc = np.asarray(used[:k], dtype=np.int64) * bs
-        written0 = int(self._computed[self.holders.ids].sum()) + int(num_new.sum())
+        held, c_ids = self._computed[self.holders.ids], self._computed[ids]
+        written0 = int(held.sum()) + int(num_new.sum())
+        touched = int((-(-held // bs)).sum()) + int((-(-(c_ids + num_new) // bs) - -(-c_ids // bs)).sum())
         slots = written0 + len(ids) * np.arange(k, dtype=np.int64)
-        zeros = np.zeros(k, dtype=np.int64)
+        reserved = np.full(k, (self.num_blocks - self.free_blocks - touched) * bs, dtype=np.int64)
         return StepUsage(total_slots=self.num_blocks * bs, allocated=alloc, used=slots,
-                         reserved_unused=zeros, external=zeros)
+                         reserved_unused=reserved, external=np.zeros(k, dtype=np.int64))
 
     def usage(self) -> KVUsage:
         held = int(self.held.sum())
