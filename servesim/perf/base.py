@@ -18,11 +18,14 @@ Two entry points, both vectorized numpy because they sit in the simulator's hot 
     decode cost depends on the batch size and the total KV tokens read, not on how they are split.
     Models implement both through one code path so that equality is exact, not approximate.
 
-Models are built for one (GPU, model shape, TP, PP) and carry no mutable state.
+Models are built for one (GPU, model shape, TP, PP) and carry no mutable state. The built-in
+models are thin wrappers over the kernels of :mod:`servesim.perf.kernels` (``tables(max_tokens,
+max_seqs)`` gives the engine their arrays, so its compiled loop asks the same code directly).
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -39,21 +42,40 @@ class StepTimeModel(Protocol):
     def describe(self) -> str: ...
 
 
-def split_batch(new_tokens: np.ndarray, context: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """Split a composition into prefill rows (new > 1) and decode aggregate (count, context sum).
+def composition(new_tokens, context) -> tuple[np.ndarray, np.ndarray]:
+    """``(new, ctx)`` as the kernels take them: C-contiguous int64 vectors of equal length."""
+    new = np.ascontiguousarray(new_tokens, dtype=np.int64)
+    ctx = np.ascontiguousarray(context, dtype=np.int64)
+    if new.ndim != 1 or new.shape != ctx.shape:
+        raise ValueError(f"new_tokens and context must be vectors of equal length, got shapes "
+                         f"{new.shape} and {ctx.shape}")
+    return new, ctx
 
-    Returns ``(prefill_new, prefill_ctx, n_decode, decode_ctx_sum)``.
-    """
-    new_tokens = np.asarray(new_tokens)
-    context = np.asarray(context)
-    is_decode = new_tokens == 1
-    n_decode = int(is_decode.sum())
-    if n_decode == len(new_tokens):
-        return new_tokens[:0], context[:0], n_decode, int(context.sum())
-    is_prefill = ~is_decode
-    return (
-        new_tokens[is_prefill],
-        context[is_prefill],
-        n_decode,
-        int(context[is_decode].sum()) if n_decode else 0,
-    )
+
+def check_bounds(max_tokens: int, max_seqs: int) -> None:
+    """``tables(max_tokens, max_seqs)``: the engine's largest tokens per iteration and batch."""
+    for name, v in (("max_tokens", max_tokens), ("max_seqs", max_seqs)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+
+
+@lru_cache(maxsize=1)
+def _kernels():
+    """servesim.perf.kernels, imported on the first prediction (it loads numba, ~0.5 s), then
+    without the ~1 us of an import statement per call."""
+    from servesim.perf import kernels
+
+    return kernels
+
+
+def run_iteration(tab, new_tokens, context) -> float:
+    """``predict`` of a built-in model: the kernel on the model's tables."""
+    new, ctx = composition(new_tokens, context)
+    return float(_kernels().iteration_seconds(tab, new, ctx, new.shape[0]))
+
+
+def run_decode(tab, num_seqs: int, context_sum: int, steps: int) -> np.ndarray:
+    """``predict_decode_run`` of a built-in model: the kernel on the model's tables."""
+    out = np.empty(max(int(steps), 0))
+    _kernels().decode_seconds(tab, int(num_seqs), int(context_sum), out.shape[0], out)
+    return out

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from servesim.perf.base import check_bounds, run_decode, run_iteration
+
 
 class ConstantStepModel:
     name = "constant"
@@ -16,12 +18,25 @@ class ConstantStepModel:
         if not seconds > 0:
             raise ValueError(f"constant step time must be positive, got {seconds}")
         self.seconds = float(seconds)
+        self._tab = None
+
+    def tables(self, max_tokens: int, max_seqs: int):
+        """The kernels' :class:`~servesim.perf.kernels.StepTables` (no per-count tables)."""
+        check_bounds(max_tokens, max_seqs)
+        return self._tables()
+
+    def _tables(self):
+        if self._tab is None:
+            from servesim.perf.kernels import CONSTANT, step_tables
+
+            self._tab = step_tables(CONSTANT, seconds=self.seconds)
+        return self._tab
 
     def predict(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
-        return self.seconds
+        return run_iteration(self._tables(), new_tokens, context)
 
     def predict_decode_run(self, num_seqs: int, context_sum: int, steps: int) -> np.ndarray:
-        return np.full(steps, self.seconds)
+        return run_decode(self._tables(), num_seqs, context_sum, steps)
 
     def describe(self) -> str:
         return f"constant {self.seconds * 1e3:.3f} ms per iteration"

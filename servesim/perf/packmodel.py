@@ -18,6 +18,10 @@ cached contexts summing to ``S``, the others prefill chunks ``(t_i, c_i)``) cost
 model returns that latency (the roofline model does the same); send_recv adds one activation hop per
 stage boundary.
 
+The tables below are built once here in numpy; the predictions run as numba kernels over them
+(:mod:`servesim.perf.kernels`: ``iteration_seconds`` / ``decode_seconds`` evaluate the equations
+above, ``tables()`` hands the arrays to the engine).
+
 Interpolation (all tables are built once here, the hot path only indexes and blends):
 
 * Token-keyed ops: piecewise linear between grid points (duplicates pooled by their median), so
@@ -59,6 +63,7 @@ import numpy as np
 
 from servesim.errors import PackError
 from servesim.models import MODELS, ModelShape
+from servesim.perf.base import check_bounds, run_decode, run_iteration
 from servesim.perf.pack import LAYER_TOKEN_OPS, OpRows, Pack, check_shape, load_pack, required_ops
 
 from servesim.perf.packtables import (  # noqa: F401 (re-exported: the tables the model is built from)
@@ -102,6 +107,9 @@ class PackStepModel:
         self.pack, self.shape, self.tp, self.pp, self.cuda_graph = pack, shape, tp, pp, cuda_graph
         self.graph_scope = graph_scope
         self.layers = shape.num_layers
+        self._decode_in_graph = cuda_graph
+        self._all_in_graph = cuda_graph and graph_scope == "all"
+        self._tab = None  # the kernels' tables, built on first prediction (numba loads then)
         self.curves = {op: Curve(pack.rows(op).tokens, pack.rows(op).time_ms, loglog, monotone=False)
                        for op in LAYER_TOKEN_OPS + ("embed",)}
         for op in ("final_norm", "lm_head"):
@@ -126,10 +134,8 @@ class PackStepModel:
         self._dec_const = self._lin + self._seq
         self.curves["cpu_floor"] = self._cpu_floor_curve()
         self._cpu = np.where(n > 0, self.curves["cpu_floor"](n), 0.0)
-        self._decode_in_graph = cuda_graph
-        self._all_in_graph = cuda_graph and graph_scope == "all"
 
-    # -- construction helpers (also the path for counts beyond the tables) ---------------------
+    # -- construction helpers (numpy; the kernels continue the tables beyond their ends) --------
     def _lin_ms(self, tokens: np.ndarray) -> np.ndarray:
         c = self.curves
         per_layer = sum(c[op](tokens) for op in LAYER_TOKEN_OPS) + c["residual_add"](tokens)
@@ -190,62 +196,93 @@ class PackStepModel:
         c = self.curves
         return c["overhead_cuda_graph"](seqs) if "overhead_cuda_graph" in c else np.zeros_like(seqs)
 
+    # -- the kernels' tables (servesim/perf/kernels.py evaluates every prediction) -------------
+    #: per-count tables are extended to the engine's bounds up to this length; beyond, the
+    #: kernels compute the same extrapolation per call
+    EXTEND_CAP = 1 << 20
+
+    def tables(self, max_tokens: int, max_seqs: int):
+        """The kernels' :class:`~servesim.perf.kernels.StepTables`, with the per-count tables
+        (``lin`` by tokens, head/gaps, CPU floor and decode constants by sequences) evaluated up
+        to ``max_tokens`` / ``max_seqs``, so the engine's iterations are lookups. The values equal
+        what the kernels extrapolate beyond a table, so the bounds change speed, never results."""
+        check_bounds(max_tokens, max_seqs)
+        tab = self._tables()
+        mt, ms = min(int(max_tokens), self.EXTEND_CAP), min(int(max_seqs), self.EXTEND_CAP)
+        if mt < len(tab.pk_lin) and ms < min(len(tab.pk_seq), len(tab.pk_cpu), len(tab.pk_dec_const)):
+            return tab
+        from servesim.perf.kernels import pack_extend
+
+        lin, seq, cpu, dec = pack_extend(tab, mt, ms)
+        return tab._replace(pk_lin=lin, pk_seq=seq, pk_cpu=cpu, pk_dec_const=dec)
+
+    def _tables(self):
+        if self._tab is None:
+            self._tab = self._build_tables()
+        return self._tab
+
+    def _build_tables(self, complete: bool = True):
+        """The tables as measured (``n_table``), plus each curve's linear tail for the counts
+        beyond them. ``complete=False`` (during construction) leaves out the CPU floor."""
+        from servesim.perf.kernels import (N_TAILS, PACK, TAIL_EMBED, TAIL_FINAL_NORM, TAIL_GAPS,
+                                           TAIL_LM_HEAD, step_tables)
+
+        c = self.curves
+        tails = np.zeros((N_TAILS, 3))  # an absent curve's tail is 0.0 (adds nothing)
+        for r, op in enumerate(LAYER_TOKEN_OPS + ("residual_add",)):  # residual_add twice
+            tails[r] = _tail(c[op])
+        tails[TAIL_EMBED] = _tail(c["embed"])
+        per_seq = {TAIL_LM_HEAD: "lm_head", TAIL_FINAL_NORM: "final_norm", TAIL_GAPS: "overhead_cuda_graph"}
+        for r, op in per_seq.items():
+            if op in c:
+                tails[r] = _tail(c[op])
+        # the per-sequence table reaches past every per-sequence curve's grid, so the kernels
+        # only ever need those curves' linear tails (log-log interpolation stays in numpy)
+        seq_end = int(max([self.n_table] + [np.ceil(c[op].x[-1]) for op in per_seq.values() if op in c]))
+        seq = self._seq if seq_end == self.n_table else self._per_seq_ms(np.arange(seq_end + 1, dtype=np.float64))
+        curve = {}
+        for op in ("all_reduce", "send_recv", "cpu_floor"):
+            if op in c and (complete or op != "cpu_floor"):
+                curve[op] = (np.vstack([c[op].x, c[op].y]), c[op].slope)
+            else:
+                curve[op] = (np.zeros((2, 0)), 0.0)
+        da, pa = self.decode_attn, self.prefill_attn
+        return step_tables(
+            PACK,
+            pk=dict(layers=self.layers, tp=self.tp, pp=self.pp, n_table=self.n_table,
+                    msg_bytes=self._msg_bytes_per_token,
+                    lin_raw_end=float(self._lin_ms(np.array([float(self.n_table)]))[0]),
+                    ar_slope=curve["all_reduce"][1], sr_slope=curve["send_recv"][1],
+                    cpu_slope=curve["cpu_floor"][1], far=FAR, decode_in_graph=self._decode_in_graph,
+                    all_in_graph=self._all_in_graph),
+            pk_lin=self._lin, pk_seq=seq, pk_cpu=self._cpu if complete else None,
+            pk_dec_const=self._dec_const, pk_tails=tails, pk_ar=curve["all_reduce"][0],
+            pk_sr=curve["send_recv"][0], pk_cpu_curve=curve["cpu_floor"][0],
+            pk_dec_grid=da.grid, pk_dec_table=da._table2d, pk_dec_batches=da._batches_f,
+            pk_dec_beta=da.beta, pk_pre_chunks=pa._chunks_f, pk_pre_grid=pa.grid, pk_pre_flat=pa._flat)
+
+    # -- per-count terms (diagnostics, construction); the kernels extrapolate beyond the tables --
     def _lin_at(self, tokens: int) -> float:
         """``lin`` of one token count; beyond the table the raw sum's linear tails continue it."""
-        if tokens <= self.n_table:
+        if 0 <= tokens < len(self._lin):
             return float(self._lin[tokens])
-        raw = self._lin_ms(np.array([float(self.n_table), float(tokens)]))
-        return float(self._lin[self.n_table] + (raw[1] - raw[0]))
+        from servesim.perf.kernels import pack_lin_ms
 
-    def _seq_at(self, seqs: int) -> float:
-        if seqs <= self.n_table:
-            return float(self._seq[seqs])
-        return float(self._per_seq_ms(np.array([seqs], np.float64))[0])
+        # during construction (the CPU floor's calibration batches) the tables are not complete
+        tab = self._tab if self._tab is not None else self._build_tables(complete=hasattr(self, "_cpu"))
+        return float(pack_lin_ms(tab, int(tokens)))
 
     def _cpu_at(self, seqs: int) -> float:
-        if seqs <= self.n_table:
-            return float(self._cpu[seqs])
-        return float(self.curves["cpu_floor"](float(seqs)))
+        from servesim.perf.kernels import pack_cpu_ms
 
-    def _dec_const_at(self, seqs: int) -> float:
-        if seqs <= self.n_table:
-            return float(self._dec_const[seqs])
-        return self._lin_at(seqs) + self._seq_at(seqs)
-
-    # -- the one code path for pure-decode iterations ---------------------------------------------
-    def _decode_seconds(self, num_seqs: int, kv_tokens: np.ndarray) -> np.ndarray:
-        attn = self.decode_attn(num_seqs, kv_tokens.astype(np.float64))
-        ms = self._dec_const_at(num_seqs) + self.layers * attn
-        if not self._decode_in_graph:
-            ms = np.maximum(ms, self._cpu_at(num_seqs))
-        return ms * 1e-3
+        return float(pack_cpu_ms(self._tables(), int(seqs)))
 
     # -- StepTimeModel ------------------------------------------------------------------------
     def predict_decode_run(self, num_seqs: int, context_sum: int, steps: int) -> np.ndarray:
-        if num_seqs <= 0:
-            return np.zeros(steps)
-        kv = context_sum + num_seqs * np.arange(steps, dtype=np.int64)
-        return self._decode_seconds(int(num_seqs), kv)
+        return run_decode(self._tables(), num_seqs, context_sum, steps)
 
     def predict(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
-        new = np.asarray(new_tokens)
-        n = new.size
-        if n == 0:
-            return 0.0
-        ctx = np.asarray(context)
-        is_pre = new != 1
-        n_pre = int(np.count_nonzero(is_pre))
-        if n_pre == 0:
-            return float(self._decode_seconds(n, np.array([int(ctx.sum())], np.int64))[0])
-        p_new, p_ctx = new[is_pre], ctx[is_pre]
-        ms = self._lin_at(int(new.sum())) + self._seq_at(n)
-        ms += self.layers * float(self.prefill_attn(p_new, p_ctx).sum())
-        if n_pre < n:
-            kv = np.array([float(int(ctx.sum()) - int(p_ctx.sum()))])
-            ms += self.layers * float(self.decode_attn(n - n_pre, kv)[0])
-        if not self._all_in_graph:
-            ms = max(ms, self._cpu_at(n))
-        return ms * 1e-3
+        return run_iteration(self._tables(), new_tokens, context)
 
     def describe(self) -> str:
         meta = self.pack.meta
@@ -275,6 +312,11 @@ class PackStepModel:
         busy = sum(out.values())
         out["cpu_wait"] = 0.0 if in_graph else max(self._cpu_at(n) - busy, 0.0)
         return out
+
+
+def _tail(curve: Curve) -> tuple[float, float, float]:
+    """(x_last, y_last, slope): a curve above its grid is ``y_last + slope * (q - x_last)``."""
+    return float(curve.x[-1]), float(curve.y[-1]), float(curve.slope)
 
 
 @lru_cache(maxsize=32)

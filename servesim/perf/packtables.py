@@ -1,13 +1,16 @@
 """Interpolation tables of the pack model: 1-D curves through measured points, made monotone,
 and the 2-D attention lattices (decode by batch and context, prefill by chunk and context), with
 their documented extrapolation rules. :mod:`servesim.perf.packmodel` composes them into an
-iteration time; the equations and rules are in its docstring and in docs/calibration.md."""
+iteration time; the equations and rules are in its docstring and in docs/calibration.md.
+
+The tables are built here in numpy; the lookups run as kernels (:mod:`servesim.perf.kernels`,
+imported on first lookup so that loading a pack does not load numba). The numpy ``reference``
+lookups stay for construction-time uses and as the tests' check of the kernels."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from servesim.perf.lattice_jit import decode_lattice, prefill_lattice
 from servesim.perf.pack import OpRows
 
 FAR = float(2**40)  # a point far beyond any query; tables end there so linear tails are interpolation
@@ -137,12 +140,13 @@ class DecodeAttention:
     def __call__(self, batch: int, kv_tokens: np.ndarray) -> np.ndarray:
         """Per-layer ms for ``batch`` sequences reading ``kv_tokens`` (float array) in all.
 
-        The single code path of decode attention: ``predict`` calls it with one element,
-        ``predict_decode_run`` with one per step, so equal inputs give bit-identical outputs.
         Linear in per-sequence context within a measured batch row, linear in batch between rows
-        (compiled: servesim/perf/lattice_jit.py; :meth:`reference` is the same in numpy).
+        (kernel ``decode_lattice_into``, which the step-time kernels call; :meth:`reference` is the
+        same in numpy).
         """
-        return decode_lattice(int(batch), np.asarray(kv_tokens, dtype=np.float64), self.grid, self._inv_dx,
+        from servesim.perf.kernels import decode_lattice
+
+        return decode_lattice(int(batch), np.ascontiguousarray(kv_tokens, dtype=np.float64), self.grid,
                               self._table2d, self._batches_f, self.beta, FAR)
 
     def reference(self, batch: int, kv_tokens: np.ndarray) -> np.ndarray:
@@ -224,7 +228,6 @@ class PrefillAttention:
         self._inv_dc = 1.0 / np.diff(grid)
         self._inv_dt = 1.0 / np.diff(chunks) if len(chunks) > 1 else np.ones(1)
         self._chunks_f = np.ascontiguousarray(chunks, dtype=np.float64)
-        self._inv_dt_f = np.ascontiguousarray(self._inv_dt, dtype=np.float64)
         self._flat = np.ascontiguousarray(self._flat, dtype=np.float64)
 
     @classmethod
@@ -281,10 +284,12 @@ class PrefillAttention:
         return sigma
 
     def _lattice(self, t: np.ndarray, c: np.ndarray) -> np.ndarray:
-        """Bilinear lookup for t within the chunk rows (clamped below), any c >= 0 (compiled:
-        servesim/perf/lattice_jit.py; :meth:`_lattice_reference` is the same in numpy)."""
-        return prefill_lattice(np.asarray(t, np.float64), np.asarray(c, np.float64), self._chunks_f, self.grid,
-                               self._inv_dc, self._inv_dt_f, self._flat, FAR)
+        """Bilinear lookup for t within the chunk rows (clamped below), any c >= 0 (kernel
+        ``prefill_lattice_ms``; :meth:`_lattice_reference` is the same in numpy)."""
+        from servesim.perf.kernels import prefill_lattice
+
+        return prefill_lattice(np.ascontiguousarray(t, dtype=np.float64), np.ascontiguousarray(c, dtype=np.float64),
+                               self._chunks_f, self.grid, self._flat, FAR)
 
     def _lattice_reference(self, t: np.ndarray, c: np.ndarray) -> np.ndarray:
         chunks, grid, flat = self.chunks, self.grid, self._flat
@@ -307,14 +312,22 @@ class PrefillAttention:
         return v0 + ft * ((v10 + fc * (v11 - v10)) - v0)
 
     def __call__(self, t: np.ndarray, c: np.ndarray) -> np.ndarray:
-        """Per-layer ms for each (t, c) row; chunks beyond 2**20 tokens are split (same FLOPs)."""
-        return self._evaluate(t, c, self._lattice)
+        """Per-layer ms for each (t, c) row; chunks beyond the last row are split (same FLOPs)
+        when any row of the call is (kernel ``prefill_attention``)."""
+        from servesim.perf.kernels import prefill_attention
+
+        t = np.ascontiguousarray(t, dtype=np.float64)
+        c = np.ascontiguousarray(c, dtype=np.float64)
+        if t.shape != c.shape or t.ndim != 1:
+            raise ValueError(f"t and c must be vectors of equal length, got shapes {t.shape} and {c.shape}")
+        return prefill_attention(t, c, self._chunks_f, self.grid, self._flat, FAR)
 
     def call_reference(self, t: np.ndarray, c: np.ndarray) -> np.ndarray:
-        """:meth:`__call__` with the numpy lookup (one-off uses: no numba start-up)."""
+        """:meth:`__call__` in numpy (construction-time uses: no numba start-up; the tests' check)."""
         return self._evaluate(t, c, self._lattice_reference)
 
     def _evaluate(self, t, c, lattice) -> np.ndarray:
+        """Long chunks in row-sized pieces over a growing context, in numpy (the reference)."""
         t = np.asarray(t, np.float64)
         c = np.asarray(c, np.float64)
         t_max = self.chunks[-1]

@@ -25,6 +25,7 @@ import numpy as np
 
 from servesim.hardware import GPUSpec
 from servesim.models import ModelShape
+from servesim.perf.base import check_bounds, run_decode, run_iteration
 
 ELEMENTWISE_TENSORS = 16  # reads+writes of hidden-sized tensors per token per layer
 ALLREDUCE_LATENCY_S = 8e-6
@@ -32,6 +33,9 @@ SEND_RECV_LATENCY_S = 10e-6
 
 
 class RooflineStepModel:
+    """The equations above, evaluated by :mod:`servesim.perf.kernels` (``roofline_*``) on the
+    constants this class derives from the GPU, the model shape and the parallelism."""
+
     name = "roofline"
 
     def __init__(self, gpu: GPUSpec, shape: ModelShape, tp: int = 1, pp: int = 1,
@@ -54,81 +58,40 @@ class RooflineStepModel:
         self._b = b
         self._elementwise_bytes_tok = ELEMENTWISE_TENSORS * h * b
         self._lm = (h, shape.vocab_size // tp)
-        self._token_cache: dict[int, float] = {}  # decode batches: tokens == rows
         # decode attention over all layers = layers * max(kv * f, kv * b + n * q)
         self._dec_f = self._layers * 4.0 * self._heads * self._hd / self._flops
         self._dec_b = self._layers * self._kv_bytes_tok_layer / self._bw
         self._dec_q = self._layers * 2 * self._heads * self._hd * self._b / self._bw
+        self._tab = None
 
-    # -- pieces ---------------------------------------------------------------------------
-    def _gemm_time(self, t: float) -> float:
-        total = 0.0
-        for k, n in self._gemms:
-            total += max(2.0 * t * k * n / self._flops, self._b * (k * n + t * k + t * n) / self._bw)
-        return total
+    def tables(self, max_tokens: int, max_seqs: int):
+        """The kernels' :class:`~servesim.perf.kernels.StepTables` (closed forms: no per-count
+        tables, so the bounds change nothing)."""
+        check_bounds(max_tokens, max_seqs)
+        return self._tables()
 
-    def _token_time(self, tokens: int, rows: int) -> float:
-        """Everything that depends only on the token count and sampled rows (not on context);
-        memoized for decode batches: the hot loop asks for the same few sizes over and over."""
-        if tokens != rows:  # mixed batches vary too much to be worth keeping
-            return self._token_time_uncached(tokens, rows)
-        t = self._token_cache.get(tokens)
-        if t is None:
-            t = self._token_cache[tokens] = self._token_time_uncached(tokens, rows)
-        return t
+    def _tables(self):
+        if self._tab is None:
+            from servesim.perf.kernels import ROOFLINE, step_tables
 
-    def _token_time_uncached(self, tokens: int, rows: int) -> float:
-        per_layer = self._gemm_time(tokens) + tokens * self._elementwise_bytes_tok / self._bw
-        if self.tp > 1:
-            msg = tokens * self.shape.hidden_size * self._b
-            per_layer += 2 * (2 * (self.tp - 1) / self.tp * msg / self.gpu.nvlink_bytes_per_s
-                              + ALLREDUCE_LATENCY_S)
-        k, n = self._lm
-        lm = max(2.0 * rows * k * n / self._flops, self._b * (k * n + rows * k + rows * n) / self._bw)
-        pp_send = 0.0
-        if self.pp > 1:
-            msg = tokens * self.shape.hidden_size * self._b
-            pp_send = (self.pp - 1) * (msg / self.gpu.nvlink_bytes_per_s + SEND_RECV_LATENCY_S)
-        return self._layers * per_layer + lm + pp_send + self.overhead_s
-
-    def _decode_attn(self, n: int, kv_tokens):
-        """Decode attention over all layers for ``n`` sequences reading ``kv_tokens`` keys in all:
-        FLOPs 4 * heads * hd per key, bytes the keys' K/V plus each query's q/o. Scalars or
-        arrays, with the same float operations either way."""
-        if isinstance(kv_tokens, np.ndarray):
-            return np.maximum(kv_tokens * self._dec_f, kv_tokens * self._dec_b + n * self._dec_q)
-        return max(kv_tokens * self._dec_f, kv_tokens * self._dec_b + n * self._dec_q)
-
-    def _prefill_attn_one(self, new: float, ctx: float) -> float:
-        flops = 4.0 * self._heads * self._hd * new * (ctx + (new + 1) / 2)
-        byts = self._kv_bytes_tok_layer * (ctx + new) + 2 * new * self._heads * self._hd * self._b
-        return self._layers * max(flops / self._flops, byts / self._bw)
+            (qkv_k, qkv_n), (o_k, o_n), (gu_k, gu_n), (dn_k, dn_n) = self._gemms
+            self._tab = step_tables(ROOFLINE, rf=dict(
+                layers=self._layers, tp=self.tp, pp=self.pp, qkv_k=qkv_k, qkv_n=qkv_n, o_k=o_k,
+                o_n=o_n, gate_up_k=gu_k, gate_up_n=gu_n, down_k=dn_k, down_n=dn_n,
+                lm_k=self._lm[0], lm_n=self._lm[1], dtype_bytes=self._b, hidden=self.shape.hidden_size,
+                heads=self._heads, head_dim=self._hd, kv_bytes_tok_layer=self._kv_bytes_tok_layer,
+                elementwise_bytes_tok=self._elementwise_bytes_tok, flops=self._flops, bw=self._bw,
+                link=self.gpu.nvlink_bytes_per_s, allreduce_latency=ALLREDUCE_LATENCY_S,
+                send_latency=SEND_RECV_LATENCY_S, overhead=self.overhead_s, dec_f=self._dec_f,
+                dec_b=self._dec_b, dec_q=self._dec_q))
+        return self._tab
 
     # -- contract -------------------------------------------------------------------------
     def predict_decode_run(self, num_seqs: int, context_sum: int, steps: int) -> np.ndarray:
-        base = self._token_time(num_seqs, num_seqs)
-        if steps == 1:  # the same operations on scalars: the common single step, cheaper
-            return np.array([base + self._decode_attn(num_seqs, float(context_sum + num_seqs))])
-        kv = context_sum + num_seqs + num_seqs * np.arange(steps, dtype=np.float64)
-        return base + self._decode_attn(num_seqs, kv)
+        return run_decode(self._tables(), num_seqs, context_sum, steps)
 
     def predict(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
-        tokens = rows = n_dec = dec_ctx = 0
-        attn = 0.0
-        for n, c in zip(new_tokens.tolist(), context.tolist()):
-            tokens += n
-            rows += 1
-            if n == 1:
-                n_dec += 1
-                dec_ctx += c
-            else:
-                attn += self._prefill_attn_one(float(n), float(c))
-        if n_dec == rows:
-            return float(self.predict_decode_run(n_dec, dec_ctx, 1)[0])
-        t = self._token_time(tokens, rows) + attn
-        if n_dec:
-            t += self._decode_attn(n_dec, float(dec_ctx + n_dec))
-        return float(t)
+        return run_iteration(self._tables(), new_tokens, context)
 
     def describe(self) -> str:
         return (f"roofline on {self.gpu.name} (mfu {self.mfu:.2f}, mbu {self.mbu:.2f}, "

@@ -1,0 +1,625 @@
+"""Step times as kernels: the one source of every built-in step-time model's arithmetic.
+
+The engine's hot loop asks two questions (the contract is :mod:`servesim.perf.base`):
+
+``iteration_seconds(tab, new, ctx, nb)``
+    one iteration in which request ``i < nb`` computes ``new[i]`` tokens on top of ``ctx[i]``
+    cached ones (``new``/``ctx`` int64 arrays, possibly longer than ``nb``: the engine's scratch).
+``decode_seconds(tab, num_seqs, context_sum, steps, out)``
+    fills ``out[:steps]`` with ``steps`` consecutive pure-decode iterations.
+
+``tab`` is a :class:`StepTables`: everything any built-in model needs, with every field always
+present at a fixed type, so that one compiled specialization serves every model (``kind``
+selects the formulas). The model classes (constant, roofline, pack) build their tables once and
+their ``predict`` / ``predict_decode_run`` are thin wrappers over these kernels; the engine calls
+the kernels directly from its own compiled loop (``jit.pure`` runs the same source as Python).
+
+Exactness: the kernels reproduce the float operations of the numpy formulations they replaced in
+the same order, so predictions did not change by one bit (tests/fixtures/step_times.npz). Two
+numpy behaviours are reproduced explicitly: ``ndarray.sum`` of floats (:func:`np_sum`: pairwise
+summation in blocks of 8 under 128 elements, added to the reduction's identity 0.0) and
+``np.interp`` (:func:`interp_at`). Extrapolation beyond the pack's per-count tables (tokens or
+sequences above the measured grid) is computed here, so any count is answered exactly as before;
+``PackStepModel.tables(max_tokens, max_seqs)`` merely pre-evaluates it up to the engine's bounds.
+
+Nothing here may read module globals that live outside the kernel modules (numba freezes them
+and the compile cache would not see their edits): constants such as the roofline's collective
+latencies or the pack lattices' far point travel in the tables.
+"""
+
+from typing import NamedTuple  # (no postponed annotations: step_tables reads the field types)
+
+import numpy as np
+
+from servesim.jit import kernel
+
+CONSTANT, ROOFLINE, PACK = 0, 1, 2
+
+#: rows of ``StepTables.pk_tails`` (columns: x_last, y_last, slope of a curve's linear tail)
+TAIL_TOKEN_OPS = 11  # rows 0..10: per-layer token ops in forward order, residual_add counted twice
+TAIL_EMBED = 11
+TAIL_LM_HEAD, TAIL_FINAL_NORM, TAIL_GAPS = 12, 13, 14
+N_TAILS = 15
+
+
+class RooflineConsts(NamedTuple):
+    """The roofline model's constants (servesim/perf/roofline.py has the equations). Scalars
+    only: a kernel receiving a tuple of arrays pays a reference-count update per array, one of
+    scalars costs nothing, so the roofline kernels take this part alone."""
+
+    layers: int  # all layers of all pipeline stages (one batch passes them all)
+    tp: int
+    pp: int
+    qkv_k: int  # (K, N) per rank of the four GEMMs of a layer
+    qkv_n: int
+    o_k: int
+    o_n: int
+    gate_up_k: int
+    gate_up_n: int
+    down_k: int
+    down_n: int
+    lm_k: int
+    lm_n: int
+    dtype_bytes: int
+    hidden: int
+    heads: int  # per rank
+    head_dim: int
+    kv_bytes_tok_layer: int
+    elementwise_bytes_tok: int
+    flops: float  # peak * mfu
+    bw: float  # peak * mbu
+    link: float  # NVLink bytes/s
+    allreduce_latency: float
+    send_latency: float
+    overhead: float
+    dec_f: float  # decode attention over all layers: max(kv * f, kv * b + n * q)
+    dec_b: float
+    dec_q: float
+
+
+class PackConsts(NamedTuple):
+    """The pack model's scalars (servesim/perf/packmodel.py has the equations; times in ms)."""
+
+    layers: int
+    tp: int
+    pp: int
+    n_table: int  # the measured-token table's end: beyond it, ``lin`` follows the ops' tails
+    msg_bytes: int  # activation bytes per token (all-reduce, send/recv)
+    lin_raw_end: float  # the raw op sum at n_table (the tails continue from there)
+    ar_slope: float
+    sr_slope: float
+    cpu_slope: float
+    far: float  # the lattices' last context point
+    decode_in_graph: bool  # pure-decode iterations replay a CUDA graph (no CPU floor)
+    all_in_graph: bool  # every iteration does
+
+
+class StepTables(NamedTuple):
+    """All a step-time kernel needs, for any model kind (unused parts: zeros, empty arrays).
+
+    Build with :func:`step_tables`, which fills the defaults and fixes every dtype and rank.
+    """
+
+    kind: int  # CONSTANT, ROOFLINE or PACK
+    seconds: float  # CONSTANT: every iteration takes this long
+    rf: RooflineConsts
+    pk: PackConsts
+    pk_lin: np.ndarray  # lin(T) in ms for T < len (monotone table, extended to the engine's bound)
+    pk_seq: np.ndarray  # head + graph gaps by sequences, for n < len
+    pk_cpu: np.ndarray  # eager CPU floor by sequences, for n < len
+    pk_dec_const: np.ndarray  # lin(n) + seq(n), for n < len
+    pk_tails: np.ndarray  # (N_TAILS, 3): linear tails of the token ops, embed, lm_head, norm, gaps
+    pk_ar: np.ndarray  # (2, n) all-reduce curve by bytes (tp > 1): rows x, y
+    pk_sr: np.ndarray  # (2, n) send/recv curve by bytes (pp > 1)
+    pk_cpu_curve: np.ndarray  # (2, n) CPU floor by sequences (beyond pk_cpu)
+    pk_dec_grid: np.ndarray  # decode attention lattice: per-sequence context grid
+    pk_dec_table: np.ndarray  # (batches, grid)
+    pk_dec_batches: np.ndarray
+    pk_dec_beta: np.ndarray  # per-sequence slope beyond the largest batch
+    pk_pre_chunks: np.ndarray  # prefill attention lattice: chunk rows
+    pk_pre_grid: np.ndarray
+    pk_pre_flat: np.ndarray  # (chunks * grid) row-major
+
+
+_ARRAY_RANK = {"pk_tails": 2, "pk_ar": 2, "pk_sr": 2, "pk_cpu_curve": 2, "pk_dec_table": 2}
+
+
+def _scalars(cls, given: dict):
+    unknown = sorted(set(given) - set(cls._fields))
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} field '{unknown[0]}'")
+    return cls(**{f: cls.__annotations__[f](given.get(f, 0)) for f in cls._fields})
+
+
+def step_tables(kind: int, seconds: float = 0.0, rf: dict | None = None, pk: dict | None = None,
+                **arrays) -> StepTables:
+    """A :class:`StepTables` with defaults for what ``kind`` does not use; scalars cast to their
+    field's type, arrays fresh C-contiguous writable float64 copies of their rank -- so every
+    model's tables have one numba type (one compiled specialization)."""
+    if kind not in (CONSTANT, ROOFLINE, PACK):
+        raise ValueError(f"step-table kind must be {CONSTANT}, {ROOFLINE} or {PACK}, got {kind!r}")
+    names = StepTables._fields[4:]
+    unknown = sorted(set(arrays) - set(names))
+    if unknown:
+        raise ValueError(f"unknown step-table field '{unknown[0]}'")
+    out = {}
+    for name in names:
+        rank = _ARRAY_RANK.get(name, 1)
+        v = arrays.get(name)
+        a = np.zeros((0,) * rank) if v is None else np.array(v, dtype=np.float64, order="C", copy=True)
+        if a.ndim != rank:
+            raise ValueError(f"step-table field {name} must have {rank} dimension(s), got {a.ndim}")
+        out[name] = a
+    return StepTables(int(kind), float(seconds), _scalars(RooflineConsts, rf or {}),
+                      _scalars(PackConsts, pk or {}), **out)
+
+
+# --- numpy's own arithmetic, element by element ---------------------------------------------
+
+@kernel
+def pairwise_block(a, lo, n):
+    """numpy's pairwise_sum for ``n <= 128`` elements ``a[lo:lo + n]``: in order under 8, else
+    8 running partial sums combined as a tree, then the remainder in order."""
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    end = n - n % 8
+    while i < end:
+        r0 += a[lo + i]
+        r1 += a[lo + i + 1]
+        r2 += a[lo + i + 2]
+        r3 += a[lo + i + 3]
+        r4 += a[lo + i + 4]
+        r5 += a[lo + i + 5]
+        r6 += a[lo + i + 6]
+        r7 += a[lo + i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@kernel
+def np_sum(a, n):
+    """``a[:n].sum()`` for float64, bit for bit: numpy adds its pairwise sum (halves split at a
+    multiple of 8 above 128 elements) to the reduction's identity 0.0. The recursion runs on an
+    explicit stack (numba does not compile this self-recursion)."""
+    if n <= 128:
+        return 0.0 + pairwise_block(a, 0, n)
+    los = np.empty(128, np.int64)  # pending nodes: start, length, halves already summed?
+    lens = np.empty(128, np.int64)
+    done = np.empty(128, np.bool_)
+    vals = np.empty(128)  # sums of finished nodes, left below right
+    top = 0
+    nv = 0
+    los[0], lens[0], done[0] = 0, n, False
+    while top >= 0:
+        lo, m, d = los[top], lens[top], done[top]
+        top -= 1
+        if m <= 128:
+            vals[nv] = pairwise_block(a, lo, m)
+            nv += 1
+        elif d:
+            vals[nv - 2] = vals[nv - 2] + vals[nv - 1]
+            nv -= 1
+        else:
+            m2 = m // 2
+            m2 -= m2 % 8
+            los[top + 1], lens[top + 1], done[top + 1] = lo, m, True
+            los[top + 2], lens[top + 2], done[top + 2] = lo + m2, m - m2, False
+            los[top + 3], lens[top + 3], done[top + 3] = lo, m2, False
+            top += 3
+    return 0.0 + vals[0]
+
+
+@kernel
+def interp_at(q, x, y):
+    """``np.interp(q, x, y)`` at one point (``x`` increasing, finite values), bit for bit."""
+    n = x.shape[0]
+    if np.isnan(q):
+        return q
+    if n == 1 or q <= x[0]:  # below the grid: the first value (np.interp's default ``left``)
+        return y[0]
+    if q >= x[n - 1]:
+        return y[n - 1]
+    j = np.searchsorted(x, q, side="right") - 1
+    if x[j] == q:
+        return y[j]
+    slope = (y[j + 1] - y[j]) / (x[j + 1] - x[j])
+    r = slope * (q - x[j]) + y[j]
+    if np.isnan(r):
+        r = slope * (q - x[j + 1]) + y[j + 1]
+        if np.isnan(r) and y[j] == y[j + 1]:
+            r = y[j]
+    return r
+
+
+@kernel
+def curve_at(q, xy, slope):
+    """A (linear) :class:`~servesim.perf.packtables.Curve` at ``q``: its linear tail above the
+    last grid point, ``np.interp`` through the grid (``xy`` rows: x, y) below."""
+    n = xy.shape[1]
+    if q > xy[0, n - 1]:
+        return xy[1, n - 1] + slope * (q - xy[0, n - 1])
+    return interp_at(q, xy[0], xy[1])
+
+
+@kernel
+def tail_at(tails, row, q):
+    """A curve's linear tail (row of ``pk_tails``: x_last, y_last, slope) at ``q`` beyond x_last."""
+    return tails[row, 1] + tails[row, 2] * (q - tails[row, 0])
+
+
+# --- pack: attention lattices ----------------------------------------------------------------
+
+@kernel
+def decode_lattice_into(batch, kv, n, out, grid, table, batches, beta, far):
+    """``out[e]`` = per-layer decode attention (ms) of ``batch`` sequences reading ``kv[e]`` keys
+    in all, ``e < n`` (``out`` may be ``kv``): linear in per-sequence context ``kv / batch``
+    within a batch row, linear in batch between rows and, with slope ``beta``, beyond the last
+    (DecodeAttention.reference is the same in numpy). The row blend is chosen once per call."""
+    ng = grid.shape[0]
+    nb = batches.shape[0]
+    b_last = batches[nb - 1]
+    above = batch > b_last
+    row = nb - 1
+    blend = False
+    w = 0.0
+    if batch < b_last:
+        row = np.searchsorted(batches, batch, side="right") - 1
+        if row < 0:
+            row = 0
+        blend = not (batches[row] == batch or batch < batches[0])
+        if blend:
+            w = (batch - batches[row]) / (batches[row + 1] - batches[row])
+    for e in range(n):
+        c = kv[e] / batch
+        if c > far:
+            c = far
+        j = np.searchsorted(grid, c, side="right") - 1
+        if j > ng - 2:
+            j = ng - 2
+        f = (c - grid[j]) * (1.0 / (grid[j + 1] - grid[j]))
+        v0 = table[row, j]
+        o = v0 + f * (table[row, j + 1] - v0)
+        if above:
+            b0 = beta[j]
+            o = o + (batch - b_last) * (b0 + f * (beta[j + 1] - b0))
+        elif blend:
+            h0 = table[row + 1, j]
+            o = o + w * ((h0 + f * (table[row + 1, j + 1] - h0)) - o)
+        out[e] = o
+
+
+@kernel
+def decode_lattice(batch, kv, grid, table, batches, beta, far):
+    """:func:`decode_lattice_into` as a new array (DecodeAttention.__call__)."""
+    out = np.empty(kv.shape[0])
+    decode_lattice_into(batch, kv, kv.shape[0], out, grid, table, batches, beta, far)
+    return out
+
+
+@kernel
+def prefill_lattice_ms(t, c, chunks, grid, flat, far):
+    """Per-layer prefill attention (ms) of a chunk of ``t`` tokens over ``c`` cached: bilinear on
+    the (chunk, context) lattice, ``t`` clamped to the rows (PrefillAttention._lattice_reference)."""
+    ng = grid.shape[0]
+    nc = chunks.shape[0]
+    if c > far:
+        c = far
+    j = np.searchsorted(grid, c, side="right") - 1
+    if j > ng - 2:
+        j = ng - 2
+    fc = (c - grid[j]) * (1.0 / (grid[j + 1] - grid[j]))
+    if nc == 1:
+        v0 = flat[j]
+        return v0 + fc * (flat[j + 1] - v0)
+    if t < chunks[0]:
+        t = chunks[0]
+    if t > chunks[nc - 1]:
+        t = chunks[nc - 1]
+    i = np.searchsorted(chunks, t, side="right") - 1
+    if i > nc - 2:
+        i = nc - 2
+    ft = (t - chunks[i]) * (1.0 / (chunks[i + 1] - chunks[i]))
+    k = i * ng + j
+    v00 = flat[k]
+    v01 = flat[k + 1]
+    v10 = flat[k + ng]
+    v11 = flat[k + ng + 1]
+    v0 = v00 + fc * (v01 - v00)
+    return v0 + ft * ((v10 + fc * (v11 - v10)) - v0)
+
+
+@kernel
+def prefill_attention_ms(t, c, split, chunks, grid, flat, far):
+    """One chunk's per-layer prefill attention (ms). With ``split`` (some chunk of the same call
+    is longer than the last row), every chunk goes in row-sized pieces over a growing context --
+    the FLOPs of the long chunk -- summed in order (PrefillAttention._evaluate)."""
+    if not split:
+        return prefill_lattice_ms(t, c, chunks, grid, flat, far)
+    t_max = chunks[chunks.shape[0] - 1]
+    pieces = np.ceil(t / t_max)
+    out = 0.0
+    k = 0
+    while pieces > k:
+        size = t - k * t_max if pieces == k + 1 else t_max
+        out += prefill_lattice_ms(size, c + k * t_max, chunks, grid, flat, far)
+        k += 1
+    return out
+
+
+@kernel
+def prefill_lattice(t, c, chunks, grid, flat, far):
+    """:func:`prefill_lattice_ms` of each (t, c) pair (PrefillAttention._lattice)."""
+    out = np.empty(t.shape[0])
+    for e in range(t.shape[0]):
+        out[e] = prefill_lattice_ms(t[e], c[e], chunks, grid, flat, far)
+    return out
+
+
+@kernel
+def prefill_attention(t, c, chunks, grid, flat, far):
+    """:func:`prefill_attention_ms` of each (t, c) pair (PrefillAttention.__call__)."""
+    split = False
+    for e in range(t.shape[0]):
+        if t[e] > chunks[chunks.shape[0] - 1]:
+            split = True
+    out = np.empty(t.shape[0])
+    for e in range(t.shape[0]):
+        out[e] = prefill_attention_ms(t[e], c[e], split, chunks, grid, flat, far)
+    return out
+
+
+# --- pack: per-count terms (tables, and the extrapolation beyond them) -------------------------
+
+@kernel
+def pack_lin_ms(tab, tokens):
+    """``lin(T)``: the token-keyed ops of one iteration (all layers, embed, collectives). Beyond
+    the monotone table the raw op sum's linear tails (every token op is past its grid there)
+    continue it from the table's end."""
+    if tokens < tab.pk_lin.shape[0]:
+        return tab.pk_lin[tokens]
+    pk = tab.pk
+    q = float(tokens)
+    per_layer = 0.0
+    for r in range(TAIL_TOKEN_OPS):
+        per_layer += tail_at(tab.pk_tails, r, q)
+    out = pk.layers * per_layer + tail_at(tab.pk_tails, TAIL_EMBED, q)
+    msg = q * pk.msg_bytes
+    if pk.tp > 1:
+        out = out + 2 * pk.layers * curve_at(msg, tab.pk_ar, pk.ar_slope)
+    if pk.pp > 1:
+        out = out + (pk.pp - 1) * curve_at(msg, tab.pk_sr, pk.sr_slope)
+    return tab.pk_lin[pk.n_table] + (out - pk.lin_raw_end)
+
+
+@kernel
+def pack_seq_ms(tab, seqs):
+    """LM head + final norm on one row per sequence + the forward's GPU gaps (0 without rows);
+    beyond the table every one of these curves is past its grid."""
+    if seqs < tab.pk_seq.shape[0]:
+        return tab.pk_seq[seqs]
+    q = float(seqs)
+    t = tab.pk_tails
+    return tail_at(t, TAIL_LM_HEAD, q) + tail_at(t, TAIL_FINAL_NORM, q) + tail_at(t, TAIL_GAPS, q)
+
+
+@kernel
+def pack_cpu_ms(tab, seqs):
+    """The eager CPU floor: the launch time of one forward of ``seqs`` sequences."""
+    if seqs < tab.pk_cpu.shape[0]:
+        return tab.pk_cpu[seqs]
+    return curve_at(float(seqs), tab.pk_cpu_curve, tab.pk.cpu_slope)
+
+
+@kernel
+def pack_dec_const_ms(tab, seqs):
+    """Everything of a pure-decode iteration but its attention."""
+    if seqs < tab.pk_dec_const.shape[0]:
+        return tab.pk_dec_const[seqs]
+    return pack_lin_ms(tab, seqs) + pack_seq_ms(tab, seqs)
+
+
+@kernel
+def pack_extend(tab, max_tokens, max_seqs):
+    """The per-count tables evaluated up to the engine's bounds (the same values the kernels
+    compute beyond them): lin to ``max_tokens``, the per-sequence tables to ``max_seqs``."""
+    lin = np.empty(max(max_tokens + 1, tab.pk_lin.shape[0]))
+    for i in range(lin.shape[0]):
+        lin[i] = pack_lin_ms(tab, i)
+    seq = np.empty(max(max_seqs + 1, tab.pk_seq.shape[0]))
+    for i in range(seq.shape[0]):
+        seq[i] = pack_seq_ms(tab, i)
+    cpu = np.empty(max(max_seqs + 1, tab.pk_cpu.shape[0]))
+    for i in range(cpu.shape[0]):
+        cpu[i] = pack_cpu_ms(tab, i)
+    dec = np.empty(max(max_seqs + 1, tab.pk_dec_const.shape[0]))
+    for i in range(dec.shape[0]):
+        dec[i] = pack_dec_const_ms(tab, i)
+    return lin, seq, cpu, dec
+
+
+# --- pack: iterations ------------------------------------------------------------------------
+
+@kernel
+def pack_decode_s(pk, const_ms, cpu_ms, attn_ms):
+    """A pure-decode iteration from its parts: all but attention, the CPU floor (eager), and the
+    per-layer attention."""
+    ms = const_ms + pk.layers * attn_ms
+    if not pk.decode_in_graph:
+        ms = max(ms, cpu_ms)
+    return ms * 1e-3
+
+
+# --- roofline --------------------------------------------------------------------------------
+
+@kernel
+def roofline_gemm_s(rf, t, k, n):
+    """One GEMM of ``t`` rows by (K, N): compute- or bandwidth-bound, whichever is slower."""
+    return max(2.0 * t * k * n / rf.flops, rf.dtype_bytes * (k * n + t * k + t * n) / rf.bw)
+
+
+@kernel
+def roofline_token_seconds(rf, tokens, rows):
+    """Everything that depends only on the token count and the sampled rows (not on context):
+    GEMMs, elementwise traffic, all-reduces, LM head, stage sends, the fixed overhead."""
+    per_layer = 0.0
+    per_layer += roofline_gemm_s(rf, tokens, rf.qkv_k, rf.qkv_n)
+    per_layer += roofline_gemm_s(rf, tokens, rf.o_k, rf.o_n)
+    per_layer += roofline_gemm_s(rf, tokens, rf.gate_up_k, rf.gate_up_n)
+    per_layer += roofline_gemm_s(rf, tokens, rf.down_k, rf.down_n)
+    per_layer = per_layer + tokens * rf.elementwise_bytes_tok / rf.bw
+    if rf.tp > 1:
+        msg = tokens * rf.hidden * rf.dtype_bytes
+        per_layer += 2 * (2 * (rf.tp - 1) / rf.tp * msg / rf.link + rf.allreduce_latency)
+    lm = roofline_gemm_s(rf, rows, rf.lm_k, rf.lm_n)
+    pp_send = 0.0
+    if rf.pp > 1:
+        msg = tokens * rf.hidden * rf.dtype_bytes
+        pp_send = (rf.pp - 1) * (msg / rf.link + rf.send_latency)
+    return rf.layers * per_layer + lm + pp_send + rf.overhead
+
+
+@kernel
+def roofline_decode_attn(rf, n, kv):
+    """Decode attention over all layers for ``n`` sequences reading ``kv`` keys in all."""
+    return max(kv * rf.dec_f, kv * rf.dec_b + n * rf.dec_q)
+
+
+@kernel
+def roofline_prefill_attn(rf, new, ctx):
+    """Prefill attention over all layers of one chunk (``new``, ``ctx`` as floats)."""
+    flops = 4.0 * rf.heads * rf.head_dim * new * (ctx + (new + 1) / 2)
+    byts = rf.kv_bytes_tok_layer * (ctx + new) + 2 * new * rf.heads * rf.head_dim * rf.dtype_bytes
+    return rf.layers * max(flops / rf.flops, byts / rf.bw)
+
+
+@kernel
+def roofline_iteration_seconds(rf, new, ctx, nb):
+    tokens = 0
+    n_dec = 0
+    dec_ctx = 0
+    attn = 0.0
+    for i in range(nb):
+        tokens += new[i]
+        if new[i] == 1:
+            n_dec += 1
+            dec_ctx += ctx[i]
+        else:
+            attn += roofline_prefill_attn(rf, float(new[i]), float(ctx[i]))
+    if n_dec == nb:
+        return roofline_token_seconds(rf, n_dec, n_dec) + roofline_decode_attn(rf, n_dec, float(dec_ctx + n_dec))
+    t = roofline_token_seconds(rf, tokens, nb) + attn
+    if n_dec:
+        t += roofline_decode_attn(rf, n_dec, float(dec_ctx + n_dec))
+    return t
+
+
+@kernel
+def roofline_decode_run(rf, num_seqs, context_sum, steps, out):
+    base = roofline_token_seconds(rf, num_seqs, num_seqs)
+    if steps == 1:
+        out[0] = base + roofline_decode_attn(rf, num_seqs, float(context_sum + num_seqs))
+        return
+    first = float(context_sum + num_seqs)
+    for j in range(steps):
+        out[j] = base + roofline_decode_attn(rf, num_seqs, first + num_seqs * float(j))
+
+
+# --- the contract ----------------------------------------------------------------------------
+#
+# The pack branches are written in place rather than in helpers taking ``tab``: numba updates the
+# reference count of every array of a tuple on entry to (and exit from) each kernel that receives
+# it, ~0.2 us for these tables, so ``tab`` is received once per question. Per-count lookups read
+# the tables here and call the ``pack_*_ms`` kernels only beyond them.
+
+@kernel
+def iteration_seconds(tab, new, ctx, nb):
+    """Seconds of one iteration: request ``i < nb`` computes ``new[i]`` tokens over ``ctx[i]``."""
+    if tab.kind == CONSTANT:
+        return tab.seconds
+    if tab.kind == ROOFLINE:
+        return roofline_iteration_seconds(tab.rf, new, ctx, nb)
+    if nb == 0:
+        return 0.0
+    pk = tab.pk
+    chunks = tab.pk_pre_chunks
+    t_max = chunks[chunks.shape[0] - 1]
+    n_pre = 0
+    tokens = 0
+    ctx_all = 0
+    ctx_pre = 0
+    split = False
+    for i in range(nb):
+        tokens += new[i]
+        ctx_all += ctx[i]
+        if new[i] != 1:
+            n_pre += 1
+            ctx_pre += ctx[i]
+            if new[i] > t_max:
+                split = True
+    attn = np.empty(n_pre + 1)  # per-layer ms: the prefill rows, then the decodes together
+    if n_pre < nb:
+        kv = attn[n_pre:]
+        kv[0] = float(ctx_all - ctx_pre)
+        decode_lattice_into(nb - n_pre, kv, 1, kv, tab.pk_dec_grid, tab.pk_dec_table,
+                            tab.pk_dec_batches, tab.pk_dec_beta, pk.far)
+    cpu = tab.pk_cpu
+    cpu_ms = cpu[nb] if nb < cpu.shape[0] else pack_cpu_ms(tab, nb)
+    if n_pre == 0:
+        dec = tab.pk_dec_const
+        return pack_decode_s(pk, dec[nb] if nb < dec.shape[0] else pack_dec_const_ms(tab, nb), cpu_ms, attn[0])
+    grid = tab.pk_pre_grid
+    flat = tab.pk_pre_flat
+    k = 0
+    for i in range(nb):
+        if new[i] != 1:
+            attn[k] = prefill_attention_ms(float(new[i]), float(ctx[i]), split, chunks, grid, flat, pk.far)
+            k += 1
+    lin = tab.pk_lin
+    seq = tab.pk_seq
+    ms = ((lin[tokens] if tokens < lin.shape[0] else pack_lin_ms(tab, tokens))
+          + (seq[nb] if nb < seq.shape[0] else pack_seq_ms(tab, nb)))
+    ms += pk.layers * np_sum(attn, n_pre)
+    if n_pre < nb:
+        ms += pk.layers * attn[n_pre]
+    if not pk.all_in_graph:
+        ms = max(ms, cpu_ms)
+    return ms * 1e-3
+
+
+@kernel
+def decode_seconds(tab, num_seqs, context_sum, steps, out):
+    """``out[:steps]``: ``steps`` pure-decode iterations of ``num_seqs`` sequences whose contexts
+    sum to ``context_sum`` at the first and grow by ``num_seqs`` per step. Element ``j`` equals
+    :func:`iteration_seconds` of any all-decode batch with that context total."""
+    if tab.kind == CONSTANT:
+        for j in range(steps):
+            out[j] = tab.seconds
+        return
+    if tab.kind == ROOFLINE:
+        roofline_decode_run(tab.rf, num_seqs, context_sum, steps, out)
+        return
+    if num_seqs <= 0:
+        for j in range(steps):
+            out[j] = 0.0
+        return
+    for j in range(steps):
+        out[j] = float(context_sum + num_seqs * j)
+    pk = tab.pk
+    decode_lattice_into(num_seqs, out, steps, out, tab.pk_dec_grid, tab.pk_dec_table,
+                        tab.pk_dec_batches, tab.pk_dec_beta, pk.far)
+    dec = tab.pk_dec_const
+    const_ms = dec[num_seqs] if num_seqs < dec.shape[0] else pack_dec_const_ms(tab, num_seqs)
+    cpu = tab.pk_cpu
+    cpu_ms = cpu[num_seqs] if num_seqs < cpu.shape[0] else pack_cpu_ms(tab, num_seqs)
+    for j in range(steps):
+        out[j] = pack_decode_s(pk, const_ms, cpu_ms, out[j])
