@@ -61,21 +61,63 @@ def check_bounds(max_tokens: int, max_seqs: int) -> None:
 
 @lru_cache(maxsize=1)
 def _kernels():
-    """servesim.perf.kernels, imported on the first prediction (it loads numba, ~0.5 s), then
-    without the ~1 us of an import statement per call."""
+    """servesim.perf.kernels, imported on the first prediction (it loads numba, ~0.5 s)."""
     from servesim.perf import kernels
 
     return kernels
 
 
-def run_iteration(tab, new_tokens, context) -> float:
-    """``predict`` of a built-in model: the kernel on the model's tables."""
-    new, ctx = composition(new_tokens, context)
-    return float(_kernels().iteration_seconds(tab, new, ctx, new.shape[0]))
+@lru_cache(maxsize=4)
+def _entry_points(tables_type):
+    """The compiled ``iteration_seconds`` / ``decode_seconds`` for one tables type (every model's
+    tables share one), as machine-code entry points resolved once: numba's dispatcher would type
+    the StepTables argument on its slow path at every call (~8 us, many times the kernels' work).
+    Entry points do not check argument types: :class:`KernelCalls` passes exactly these."""
+    from numba import types
+
+    k = _kernels()
+    sig_i = (tables_type, types.int64[::1], types.int64[::1], types.int64)
+    sig_d = (tables_type, types.int64, types.int64, types.int64, types.float64[::1])
+    k.iteration_seconds.compile(sig_i)
+    k.decode_seconds.compile(sig_d)
+    return k.iteration_seconds.overloads[sig_i].entry_point, k.decode_seconds.overloads[sig_d].entry_point
 
 
-def run_decode(tab, num_seqs: int, context_sum: int, steps: int) -> np.ndarray:
-    """``predict_decode_run`` of a built-in model: the kernel on the model's tables."""
-    out = np.empty(max(int(steps), 0))
-    _kernels().decode_seconds(tab, int(num_seqs), int(context_sum), out.shape[0], out)
-    return out
+class KernelCalls:
+    """``predict`` / ``predict_decode_run`` of a built-in model: the kernels on its tables."""
+
+    def __init__(self, tab):
+        from numba import typeof
+
+        self.tab = tab
+        self._iteration, self._decode = _entry_points(typeof(tab))
+
+    def iteration(self, new_tokens, context) -> float:
+        new, ctx = composition(new_tokens, context)
+        return float(self._iteration(self.tab, new, ctx, new.shape[0]))
+
+    def decode_run(self, num_seqs: int, context_sum: int, steps: int) -> np.ndarray:
+        out = np.empty(max(int(steps), 0))
+        self._decode(self.tab, int(num_seqs), int(context_sum), out.shape[0], out)
+        return out
+
+
+class KernelModel:
+    """Base of the built-in models: ``predict`` / ``predict_decode_run`` run the kernels on the
+    tables the subclass builds in ``_tables()`` (numba loads on the first prediction)."""
+
+    _kernel_calls: KernelCalls | None = None
+
+    def _tables(self):  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def _calls(self) -> KernelCalls:
+        if self._kernel_calls is None:
+            self._kernel_calls = KernelCalls(self._tables())
+        return self._kernel_calls
+
+    def predict(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
+        return self._calls().iteration(new_tokens, context)
+
+    def predict_decode_run(self, num_seqs: int, context_sum: int, steps: int) -> np.ndarray:
+        return self._calls().decode_run(num_seqs, context_sum, steps)

@@ -6,12 +6,12 @@ timeline must be matched exactly.
 
 from __future__ import annotations
 
-import numpy as np
-
-from servesim.perf.base import check_bounds, run_decode, run_iteration
+from servesim.perf.base import KernelModel, check_bounds
 
 
-class ConstantStepModel:
+class ConstantStepModel(KernelModel):
+    """``predict`` / ``predict_decode_run`` (from :class:`KernelModel`) run the kernels."""
+
     name = "constant"
 
     def __init__(self, seconds: float):
@@ -31,12 +31,6 @@ class ConstantStepModel:
 
             self._tab = step_tables(CONSTANT, seconds=self.seconds)
         return self._tab
-
-    def predict(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
-        return run_iteration(self._tables(), new_tokens, context)
-
-    def predict_decode_run(self, num_seqs: int, context_sum: int, steps: int) -> np.ndarray:
-        return run_decode(self._tables(), num_seqs, context_sum, steps)
 
     def describe(self) -> str:
         return f"constant {self.seconds * 1e3:.3f} ms per iteration"

@@ -63,7 +63,7 @@ import numpy as np
 
 from servesim.errors import PackError
 from servesim.models import MODELS, ModelShape
-from servesim.perf.base import check_bounds, run_decode, run_iteration
+from servesim.perf.base import KernelModel, check_bounds
 from servesim.perf.pack import LAYER_TOKEN_OPS, OpRows, Pack, check_shape, load_pack, required_ops
 
 from servesim.perf.packtables import (  # noqa: F401 (re-exported: the tables the model is built from)
@@ -86,7 +86,7 @@ def _ensure_rows(pack: Pack, op: str, rows: OpRows, what: str) -> OpRows:
 
 # --- decode attention: (batch, mean context) lattice ------------------------------------------
 
-class PackStepModel:
+class PackStepModel(KernelModel):
     """``StepTimeModel`` built from one calibration pack; immutable after construction.
 
     ``cuda_graph`` replays iterations as CUDA graphs: with ``graph_scope="decode"`` (the default,
@@ -277,13 +277,7 @@ class PackStepModel:
 
         return float(pack_cpu_ms(self._tables(), int(seqs)))
 
-    # -- StepTimeModel ------------------------------------------------------------------------
-    def predict_decode_run(self, num_seqs: int, context_sum: int, steps: int) -> np.ndarray:
-        return run_decode(self._tables(), num_seqs, context_sum, steps)
-
-    def predict(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
-        return run_iteration(self._tables(), new_tokens, context)
-
+    # -- StepTimeModel (predict / predict_decode_run: KernelModel) -----------------------------
     def describe(self) -> str:
         meta = self.pack.meta
         return (f"pack {self.pack.gpu}/{self.pack.csv_path.stem} ({meta.get('source')}: "

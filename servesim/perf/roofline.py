@@ -21,20 +21,20 @@ ignores kernel launch granularity and tile quantization; calibration packs captu
 
 from __future__ import annotations
 
-import numpy as np
 
 from servesim.hardware import GPUSpec
 from servesim.models import ModelShape
-from servesim.perf.base import check_bounds, run_decode, run_iteration
+from servesim.perf.base import KernelModel, check_bounds
 
 ELEMENTWISE_TENSORS = 16  # reads+writes of hidden-sized tensors per token per layer
 ALLREDUCE_LATENCY_S = 8e-6
 SEND_RECV_LATENCY_S = 10e-6
 
 
-class RooflineStepModel:
+class RooflineStepModel(KernelModel):
     """The equations above, evaluated by :mod:`servesim.perf.kernels` (``roofline_*``) on the
-    constants this class derives from the GPU, the model shape and the parallelism."""
+    constants this class derives from the GPU, the model shape and the parallelism; ``predict`` /
+    ``predict_decode_run`` come from :class:`~servesim.perf.base.KernelModel`."""
 
     name = "roofline"
 
@@ -85,13 +85,6 @@ class RooflineStepModel:
                 send_latency=SEND_RECV_LATENCY_S, overhead=self.overhead_s, dec_f=self._dec_f,
                 dec_b=self._dec_b, dec_q=self._dec_q))
         return self._tab
-
-    # -- contract -------------------------------------------------------------------------
-    def predict_decode_run(self, num_seqs: int, context_sum: int, steps: int) -> np.ndarray:
-        return run_decode(self._tables(), num_seqs, context_sum, steps)
-
-    def predict(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
-        return run_iteration(self._tables(), new_tokens, context)
 
     def describe(self) -> str:
         return (f"roofline on {self.gpu.name} (mfu {self.mfu:.2f}, mbu {self.mbu:.2f}, "
