@@ -11,8 +11,10 @@
 
 The fast path: between state changes only decode contexts grow, so ``k`` consecutive decode
 iterations can be advanced together. ``k`` is the largest count such that no request finishes
-before step ``k``, every step's KV blocks are available, and no arrival (or the stop time, or the
-policy's horizon) falls before the end of step ``k - 1``. Step times come from one vectorized
+before step ``k``, every step's KV blocks are available, no arrival (or the stop time, or the
+policy's horizon) falls before the end of step ``k - 1``, and the KV manager's ``stable_steps``
+(if it has one) allows it: a prefix cache ends the run before an eviction that changes what a
+blocked waiting request would find. Step times come from one vectorized
 model call, end times from a sequential cumulative sum (the same float additions the one-step path
 does), and every per-request effect is applied in bulk. Single-stepping is the same code with
 ``k = 1``; a property test holds both equal.
@@ -157,6 +159,11 @@ class Replica:
         elif self.fast and batch.stable and batch.extra_s == 0.0:
             k_max = min(rem_min, MAX_RUN_STEPS)
         k, used = self.kv.decode_run(ids, k_max)
+        if k > 1 and not burst:  # a KV manager whose state can change a blocked decision (prefix cache)
+            stable_steps = getattr(self.kv, "stable_steps", None)
+            if stable_steps is not None:
+                k = stable_steps(ids, k)
+                used = used[:k]
         ends = np.empty(k + 1)
         ends[0] = t0
         ends[1:] = self.model.predict_decode_run(n, int(req.computed[ids].sum()), k)

@@ -19,6 +19,9 @@ Every allocator (paged, static reservation, elastic, prefix caching, tiered) imp
     decode_run(ids, k_max)        the engine's fast path: how many more decode steps of ``ids`` the
                                   pool can serve (step 1 already allocated), and blocks in use per step
     commit_decodes(ids)           after a run advanced ``computed[ids]``, take the blocks it used
+    stable_steps(ids, k)          optional: of a fast-path run's ``k`` steps, how many can run before
+                                  a policy decision could differ (the prefix cache cuts before an
+                                  eviction that changes a blocked request's lookup)
     check()                       invariants (raise AssertionError); called when invariants are on
     usage()                       a KVUsage snapshot for fragmentation metrics
 

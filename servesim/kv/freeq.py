@@ -88,6 +88,20 @@ class BlockQueue:
         self.size -= n
         return out
 
+    def peek(self, n: int) -> np.ndarray:
+        """The first ``n`` live entries (at most ``size``), left in place: what ``pop(n)`` would
+        return."""
+        n = min(n, self.size)
+        if n <= 0:
+            return _EMPTY
+        w = n
+        while True:
+            window = self.arr[self.head : min(self.head + w, self.tail)]
+            live = window[window >= 0]
+            if len(live) >= n or self.head + w >= self.tail:
+                return live[:n]
+            w *= 2
+
     def items(self) -> np.ndarray:
         """Live entries in queue order (head first)."""
         w = self.arr[self.head : self.tail]
@@ -158,6 +172,13 @@ class FreeLists:
         self.qid[out] = -1
         self.size -= len(out)
         return out
+
+    def peek_plan(self, plan: list[tuple[int, int]]) -> np.ndarray:
+        """What :meth:`pop_plan` would return for ``plan``, without taking anything."""
+        parts = [self.queues[q].peek(c) for q, c in plan if c > 0]
+        if not parts:
+            return _EMPTY
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def sizes(self) -> list[int]:
         return [q.size for q in self.queues]

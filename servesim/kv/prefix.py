@@ -119,6 +119,10 @@ class PrefixCacheKV:
         self.evictions = 0
         self.stale_hits = 0
         self.eviction_log: list[int] | None = [] if trace else None
+        # hashes of the chains looked up at the latest lookup time (see stable_steps)
+        self._watch: set[int] = set()
+        self._watch_t = -1.0
+        self._run: tuple[np.ndarray, np.ndarray] | None = None  # (ids, cumulative demand) of decode_run
 
     # -- queries -----------------------------------------------------------------------------
     @property
@@ -260,6 +264,10 @@ class PrefixCacheKV:
             return PrefixHit(int(self._computed[rid]), now)
         chain = self.chain(rid)
         hs = chain.tolist()
+        if now != self._watch_t:
+            self._watch_t = now
+            self._watch = set()
+        self._watch.update(hs)
         if self.hot is not None and not self.seen[rid]:
             self.seen[rid] = True
             self._observe(hs, now)
@@ -397,11 +405,48 @@ class PrefixCacheKV:
         if k_max <= 1:
             return k_max, np.full(k_max, used0, dtype=np.int64)
         demand = np.cumsum(run_demand(self._computed[ids], k_max, 0, self.block_size))
+        self._run = (ids, demand)
         k = k_max if demand[-1] <= self.pool.size else int(np.searchsorted(demand, self.pool.size, "right")) + 1
         used = np.empty(k, dtype=np.int64)
         used[0] = used0
         used[1:] = used0 + demand[: k - 1]
         return k, used
+
+    def stable_steps(self, ids: np.ndarray, k: int) -> int:
+        """How many of the next ``k`` decode steps of ``ids`` (a fast-path run whose step 1 is
+        allocated) can run before a policy decision could differ from the one just taken.
+
+        A waiting request blocked at this boundary stays blocked while the pool only shrinks,
+        unless its lookup changes: a block of its chain evicted from L1 shortens its hit (which
+        can *lower* what it needs: ref-0 hit blocks count against the free blocks) and, with
+        tiers, demotes the block where a fetch may now find it. Decode steps take blocks but
+        register none, so only those evictions matter. The run therefore ends before the first
+        step whose blocks include a cached block of a chain looked up at this boundary (the
+        lookups at the latest lookup time; older ones only make the cut earlier)."""
+        if k <= 1 or not self._watch:
+            return k
+        ran = self._run
+        if ran is not None and ran[0] is ids and len(ran[1]) >= k - 1:
+            demand = ran[1][: k - 1]  # decode_run just computed it for these ids
+        else:
+            demand = np.cumsum(run_demand(self._computed[ids], k, 0, self.block_size))
+        total = int(demand[-1])
+        if total == 0:
+            return k
+        blocks = self._peek(total)
+        cached = np.flatnonzero(self.hashed[blocks])
+        watch = self._watch
+        for p, h in zip(cached.tolist(), self.bhash[blocks[cached]].tolist()):
+            if h in watch:
+                # position p of the take order is taken at step 2 + (first i: demand[i] > p)
+                return int(np.searchsorted(demand, p, side="right")) + 1
+        return k
+
+    def _peek(self, n: int) -> np.ndarray:
+        """The ``n`` blocks :meth:`_take` would take next, in order, without taking them."""
+        if self.hot is None and self.policy.name == "lru":
+            return self.pool.peek_plan(((self.policy.MAIN, n),))
+        return self.pool.peek_plan(self.policy.plan(self.pool.sizes(), n))
 
     def commit_decodes(self, ids: np.ndarray) -> None:
         """Take the blocks a run used, in the order stepwise allocation would have taken them:

@@ -22,6 +22,7 @@ Hit rates follow vLLM's prefix-cache metric: hit tokens / looked-up tokens (the 
 each request when it is admitted with a lookup), and the same in blocks (looked-up blocks: the
 chain blocks a lookup may match). A tier's ``hit_rate`` is its hit blocks over looked-up blocks,
 so the tiers' rates add up to the block hit rate. Rates are ``None`` when nothing was looked up.
+A tier's ``stores`` counts blocks written down to it (``bytes_stored`` their bytes).
 """
 
 from __future__ import annotations

@@ -77,10 +77,12 @@ class Link:
             self.env.process(self._mirror(start, end))
         return end
 
-    def store(self, nbytes: int) -> None:
-        """Count a write-behind store of ``nbytes`` (down direction; see module docstring)."""
+    def store(self, blocks: int, nbytes: int) -> None:
+        """Count a write-behind store of ``blocks`` blocks, ``nbytes`` in all (down direction; see
+        module docstring). ``stores`` counts blocks, so it does not depend on how many evictions
+        one call groups (a decode run evicts many steps' blocks at once)."""
         self.bytes_down += int(nbytes)
-        self.stores += 1
+        self.stores += int(blocks)
 
     def _mirror(self, start: float, end: float):
         env = self.env
@@ -111,6 +113,7 @@ class LowerTier:
         self.link = link
         self.blocks: OrderedDict[int, None] = OrderedDict()  # least recently used first
         self.stats = TierStats()
+        self.block_bytes = 0  # set by the TierStack that holds this tier
 
     def __contains__(self, h: int) -> bool:
         return h in self.blocks
@@ -118,16 +121,30 @@ class LowerTier:
     def __len__(self) -> int:
         return len(self.blocks)
 
-    def put(self, hashes: list[int]) -> list[int]:
-        """Store new ``hashes`` (most recent last); return what LRU eviction pushed out."""
-        blocks = self.blocks
+    def receive(self, hashes: list[int]) -> list[int]:
+        """Blocks sent down to this tier, in order: one already held is refreshed (moved to the
+        LRU tail, no transfer), a new one is stored and, when the tier is full, pushes out its
+        least recently used block. Returns what was pushed out, in order.
+
+        Processed one hash at a time, so sending a list at once or in consecutive pieces gives
+        the same contents, order and counters (the engine's fast path sends a whole decode run's
+        evictions at once; single stepping sends them step by step)."""
+        blocks, cap = self.blocks, self.capacity
+        out: list[int] = []
+        stored = 0
         for h in hashes:
+            if h in blocks:
+                blocks.move_to_end(h)
+                continue
             blocks[h] = None
-        self.stats.inserted += len(hashes)
-        out = []
-        while len(blocks) > self.capacity:
-            out.append(blocks.popitem(last=False)[0])
+            stored += 1
+            if len(blocks) > cap:
+                out.append(blocks.popitem(last=False)[0])
+        self.stats.inserted += stored
+        self.stats.refreshed += len(hashes) - stored
         self.stats.evicted += len(out)
+        if stored:
+            self.link.store(stored, stored * self.block_bytes)
         return out
 
     def touch(self, hashes: list[int]) -> None:
@@ -141,6 +158,8 @@ class TierStack:
     def __init__(self, tiers: list[LowerTier], block_bytes: int):
         self.tiers = tiers
         self.block_bytes = int(block_bytes)
+        for t in tiers:
+            t.block_bytes = self.block_bytes
         self.dropped = 0  # blocks evicted from the last tier
         self.demoted = 0  # blocks L1 evicted into the stack
 
@@ -151,13 +170,7 @@ class TierStack:
         """Blocks evicted from L1 (in eviction order) go down the stack."""
         self.demoted += len(hashes)
         for tier in self.tiers:
-            new = [h for h in hashes if h not in tier.blocks]
-            old = [h for h in hashes if h in tier.blocks] if len(new) != len(hashes) else []
-            tier.touch(old)
-            tier.stats.refreshed += len(old)
-            if new:
-                tier.link.store(len(new) * self.block_bytes)
-            hashes = tier.put(new)
+            hashes = tier.receive(hashes)
             if not hashes:
                 return
         self.dropped += len(hashes)
