@@ -25,3 +25,8 @@ class PackError(ServesimError):
 
 class TraceError(ServesimError):
     """A trace or length file is missing or has a malformed row."""
+
+
+class WorkloadError(ServesimError):
+    """A workload (built by hand through the Python API, or drawn from a scenario) holds values
+    the engine cannot represent, such as a token count above ``servesim.fields.MAX_TOKENS``."""

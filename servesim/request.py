@@ -22,6 +22,9 @@ from typing import Sequence
 
 import numpy as np
 
+from servesim.errors import WorkloadError
+from servesim.fields import MAX_TOKENS
+
 NUM_CLASSES = 5
 CLASS_NAMES = tuple(f"P{i}" for i in range(NUM_CLASSES))
 
@@ -160,6 +163,8 @@ class Workload:
                 raise ValueError("Workload.prefix_offsets must have n+1 entries and come with prefix_hashes")
             if self.prefix_block_tokens <= 0:
                 raise ValueError("Workload.prefix_block_tokens must be positive when hashes are given")
+        for name in ("prompt_tokens", "output_tokens"):
+            _check_token_counts(name, getattr(self, name))
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -191,4 +196,22 @@ class Workload:
             prefix_offsets=offsets,
             prefix_hashes=hashes,
             prefix_block_tokens=prefix_block_tokens if has_hashes else 0,
+        )
+
+
+def _check_token_counts(name: str, values: np.ndarray) -> None:
+    """Token counts must be integers in 0..MAX_TOKENS: the engine keeps them in int32 columns,
+    where a larger count would wrap (a 3e9-token prompt became -1.29e9, negative TPOT)."""
+    a = np.asarray(values)
+    if len(a) == 0:
+        return
+    if a.dtype.kind not in "iu":
+        if a.dtype.kind != "f" or not np.all(np.isfinite(a)) or not np.all(a == np.floor(a)):
+            raise WorkloadError(f"workload: {name} must hold whole token counts (got dtype {a.dtype})")
+    lo, hi = a.min(), a.max()
+    if lo < 0 or hi > MAX_TOKENS:
+        bad = int(np.argmax(a < 0)) if lo < 0 else int(np.argmax(a > MAX_TOKENS))
+        raise WorkloadError(
+            f"workload: request {bad} has {name} = {int(a[bad]):,}; allowed: 0..{MAX_TOKENS:,} tokens "
+            f"(counts are stored in 32 bits; no model has a context near that)"
         )

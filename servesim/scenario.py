@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from servesim.errors import ScenarioError
+from servesim.fields import TokenCount
 from servesim.kv.config import KVConfig, TierConfig
 from servesim.models import MODELS, ModelShape
 from servesim.workload.dist_config import (  # noqa: F401 (re-exported: scenario's public types)
@@ -120,7 +121,7 @@ class ModelShapeConfig(Frozen):
     head_dim: Annotated[int, Field(ge=1)]
     intermediate_size: Annotated[int, Field(ge=1)]
     vocab_size: Annotated[int, Field(ge=1)]
-    max_model_len: Annotated[int, Field(ge=1)] = 8192
+    max_model_len: TokenCount = 8192
     tie_word_embeddings: bool = False
 
     def shape(self) -> ModelShape:
@@ -142,12 +143,12 @@ class EngineConfig(Frozen):
     enable_chunked_prefill: bool = False
     gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = 0.9
     preemption: Literal["recompute", "swap"] = "recompute"
-    max_model_len: Annotated[int, Field(ge=1)] | None = None  # default: the model's
+    max_model_len: TokenCount | None = None  # default: the model's
     num_gpu_blocks_override: Annotated[int, Field(ge=1)] | None = None  # vLLM's flag of that name
     # vLLM multi-step scheduling: the scheduler runs once every N decode steps
     num_scheduler_steps: Annotated[int, Field(ge=1, le=64)] = 1
     # SGLang names, used by the chunked policy (default: max_num_batched_tokens / max_num_seqs)
-    chunked_prefill_size: Annotated[int, Field(ge=1)] | None = None
+    chunked_prefill_size: TokenCount | None = None
     max_running_requests: Annotated[int, Field(ge=1)] | None = None
     # Spark: request-level static batches of at most this many requests
     max_batch_size: Annotated[int, Field(ge=1, le=65536)] = 16

@@ -97,7 +97,8 @@ class PrefixCacheKV:
         self.hot_missing: dict[int, None] = {}  # hot hashes evicted from L1 (ordered set)
         # requests
         total = np.asarray(table.prompt, dtype=np.int64) + np.asarray(table.output, dtype=np.int64)
-        self._width = max(1, int(-(-int(total.max(initial=1)) // block_size)) + 1)
+        # no request holds more than the pool (longer ones are rejected at arrival): cap the width
+        self._width = max(1, min(int(-(-int(total.max(initial=1)) // block_size)), nb)) + 1
         self.tbl = np.zeros((16, self._width), dtype=np.int32)
         self._free_rows = list(range(15, -1, -1))
         self.row = np.full(n, -1, dtype=np.int32)

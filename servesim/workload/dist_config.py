@@ -8,14 +8,16 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from servesim.fields import TokenCount
+
 
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class _Bounded(Frozen):
-    min: Annotated[int, Field(ge=1)] = 1
-    max: Annotated[int, Field(ge=1)] = 1 << 20
+    min: TokenCount = 1
+    max: TokenCount = 1 << 20
 
     @model_validator(mode="after")
     def _order(self):
@@ -26,7 +28,7 @@ class _Bounded(Frozen):
 
 class FixedDist(Frozen):
     dist: Literal["fixed"]
-    value: Annotated[int, Field(ge=1)]
+    value: TokenCount
 
 
 class NormalDist(_Bounded):

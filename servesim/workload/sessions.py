@@ -37,6 +37,8 @@ import dataclasses
 
 import numpy as np
 
+from servesim.errors import ScenarioError
+from servesim.fields import MAX_TOKENS
 from servesim.request import Workload
 from servesim.workload.dists import sample_lengths
 from servesim.workload.trace_config import SessionsConfig
@@ -277,6 +279,12 @@ def synthesize_sessions(
     if max_requests is not None:
         order = order[:max_requests]
     prompt_k = prompt[order]
+    if len(prompt_k) and int(prompt_k.max()) > MAX_TOKENS:
+        raise ScenarioError(
+            f"workload.sessions: a turn's prompt (its session's whole history) reaches "
+            f"{int(prompt_k.max()):,} tokens, more than the {MAX_TOKENS:,} a request may have; "
+            f"set sessions.max_context_tokens or shorten the turns"
+        )
     offsets, hashes = stream_chains(stream_key[order], prompt_k, cfg.block_tokens, system_key[order], L0)
     kept_turns = len(order)
     shared = _history_share(prompt_k, new_input[order])

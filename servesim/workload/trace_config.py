@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from servesim.fields import MAX_TOKENS, TokenCount, TokenCount0
 from servesim.workload.dist_config import GeometricDist, LengthDist
 
 NUM_CLASSES = 5  # P0..P4, as in servesim.request (repeated to keep this module import-light)
@@ -64,11 +65,11 @@ class LengthFilter(_Frozen):
     samplers do). ``None`` means unbounded. The run header reports how many rows each bound
     dropped."""
 
-    min_prompt: Annotated[int, Field(ge=0)] = 1
-    max_prompt: Annotated[int, Field(ge=1)] | None = None
-    min_output: Annotated[int, Field(ge=0)] = 1
-    max_output: Annotated[int, Field(ge=1)] | None = None
-    max_total: Annotated[int, Field(ge=2)] | None = None
+    min_prompt: TokenCount0 = 1
+    max_prompt: TokenCount | None = None
+    min_output: TokenCount0 = 1
+    max_output: TokenCount | None = None
+    max_total: Annotated[int, Field(ge=2, le=2 * MAX_TOKENS)] | None = None
     on_bad_row: OnBadRow = "error"
 
     @model_validator(mode="after")
@@ -96,7 +97,7 @@ class LengthsConfig(LengthFilter):
     # Truncate instead of drop: a pair longer than clip_total tokens loses the excess from prompt
     # and output in proportion to their shares (each keeps >= 1 token). Applied after the filters.
     # This is how Vidur bounds trace lengths (its max_tokens), used by the speed benchmark.
-    clip_total: Annotated[int, Field(ge=2)] | None = None
+    clip_total: Annotated[int, Field(ge=2, le=2 * MAX_TOKENS)] | None = None
 
     @field_validator("file")
     @classmethod
@@ -351,9 +352,9 @@ class SessionsConfig(_Frozen):
     new_input: SessionDist | None = None
     output: SessionDist | None = None
     pairs: LengthsConfig | None = None
-    system_prompt_tokens: Annotated[int, Field(ge=0)] = 0
+    system_prompt_tokens: TokenCount0 = 0
     num_system_prompts: Annotated[int, Field(ge=1)] = 1
-    max_context_tokens: Annotated[int, Field(ge=2)] | None = None
+    max_context_tokens: Annotated[int, Field(ge=2, le=2 * MAX_TOKENS)] | None = None
     block_tokens: Annotated[int, Field(ge=1, le=4096)] = 16
 
     @field_validator("turns", "new_input", "output", mode="before")

@@ -24,6 +24,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from servesim.errors import TraceError
+from servesim.fields import MAX_TOKENS
 from servesim.workload.trace_config import LengthsConfig, TraceConfig
 
 
@@ -69,7 +70,9 @@ class _Bad(Exception):
 
 
 def _int(value: object, where: str, col: str) -> int:
-    """A non-negative integer; ``12``, ``"12"`` and ``"12.0"`` are accepted, nothing else."""
+    """A token count 0..MAX_TOKENS; ``12``, ``"12"`` and ``"12.0"`` are accepted, nothing else.
+    Larger counts are malformed rows (``on_bad_row`` applies): the engine's token columns are
+    32-bit, where 4294967297 would read as 1 token."""
     x: int | None = None
     if isinstance(value, bool):
         x = None
@@ -88,6 +91,9 @@ def _int(value: object, where: str, col: str) -> int:
                 x = None
     if x is None or x < 0:
         raise _Bad(f"{where}: column {col}: {value!r} is not a non-negative integer")
+    if x > MAX_TOKENS:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise _Bad(f"{where}: column {col}: {shown} tokens is more than the {MAX_TOKENS:,} a request may have")
     return x
 
 
