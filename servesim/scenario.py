@@ -63,7 +63,8 @@ class Frozen(BaseModel):
 class StopConfig(Frozen):
     """When to stop. ``requests``: that many requests arrive and the run drains until each is
     finished or rejected. ``duration_s``: arrivals stop and the clock stops at that time; unfinished
-    requests are reported as in flight. Give one or both (both: whichever comes first)."""
+    requests are reported as in flight. Give one or both (both: whichever comes first: when all
+    ``requests`` arrived before ``duration_s``, the run ends as soon as they have all ended)."""
 
     requests: Annotated[int, Field(gt=0)] | None = None
     duration_s: Annotated[float, Field(gt=0)] | None = None

@@ -130,6 +130,10 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
                       think_rng=stream(seed, "think"), think_exponential=arr.think_dist == "exponential")
     else:
         inbox = Inbox(table.arrival)
+    # both limits: when every one of stop.requests has arrived, the run ends once they have all
+    # ended (the request limit came first); when fewer arrived before duration_s, the clock runs
+    # on to duration_s (no arrival falls in that idle time: it is part of the observed window)
+    drained = sc.stop.requests is not None and len(wl) >= sc.stop.requests
     replica = Replica(
         env, state, policy, model, rec, inbox,
         max_model_len=sc.max_model_len,
@@ -143,6 +147,7 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
         warmup_requests=sc.stop.warmup_requests,
         cpu_overhead_s=sc.engine.cpu_overhead_s,
         cpu_overhead_per_seq_s=sc.engine.cpu_overhead_per_seq_s,
+        stop_when_drained=drained,
     )
     # auto: the compiled core pays ~1 s of numba start-up (and ~8 s of compilation the first time
     # on a machine): worth it from about COMPILED_FROM_REQUESTS requests on
@@ -166,7 +171,8 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
                 max_num_batched_tokens=sc.engine.max_num_batched_tokens, max_num_seqs=sc.engine.max_num_seqs,
                 stop_time=replica.stop_time, fast_path=sc.sim.fast_path,
                 warmup_requests=sc.stop.warmup_requests, cpu_overhead_s=sc.engine.cpu_overhead_s,
-                cpu_overhead_per_seq_s=sc.engine.cpu_overhead_per_seq_s, progress=progress)
+                cpu_overhead_per_seq_s=sc.engine.cpu_overhead_per_seq_s, progress=progress,
+                stop_when_drained=drained)
         elif sc.sim.engine == "compiled":
             from servesim.errors import ScenarioError
 

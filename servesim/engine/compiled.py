@@ -40,7 +40,7 @@ MAX_RUN_STEPS = 1 << 14
 # integer scalars
 (I_N, I_CURSOR, I_WQ_HEAD, I_WQ_LEN, I_RUN_LEN, I_FREE, I_NBLOCKS, I_BS, I_BUDGET, I_MAXSEQS,
  I_CHUNKED, I_MML, I_MAXSLOTS, I_FAST, I_CLOSED, I_HEAP_LEN, I_NEXT_ID, I_WARMUP, I_FILL, I_IRR_LEN,
- I_ENDED, I_B_LEN, I_K, I_S, I_STABLE, I_NCLASS, I_BUF, I_ERROR, I_SIZE) = range(29)
+ I_ENDED, I_B_LEN, I_K, I_S, I_STABLE, I_NCLASS, I_BUF, I_ERROR, I_DRAIN, I_SIZE) = range(30)
 # float scalars
 F_NOW, F_CLOCK_T, F_STOP, F_ITL_FROM, F_CPU_C, F_CPU_P, F_CPU_S, F_SIZE = range(8)
 
@@ -397,6 +397,8 @@ def _plan(I, F, arrival, prompt, output, klass, computed, num_output, t_sched, t
         nb = I[I_B_LEN]
         if nb == 0:
             t_next = _next_time(I, arrival, heap_t)
+            if t_next == INF and I[I_DRAIN] and I[I_WQ_LEN] == 0 and I[I_RUN_LEN] == 0:
+                return DONE  # drained (Replica.stop_when_drained)
             if F[F_STOP] < t_next:
                 t_next = F[F_STOP]
             if t_next == INF:

@@ -50,7 +50,7 @@ class CompiledReplica:
                  max_model_len: int, chunked_prefill: bool, max_num_batched_tokens: int, max_num_seqs: int,
                  stop_time: float = INF, fast_path: bool = True, warmup_requests: int = 0,
                  cpu_overhead_s: float = 0.0, cpu_overhead_per_seq_s: float = 0.0,
-                 progress: Callable[[int], None] | None = None):
+                 progress: Callable[[int], None] | None = None, stop_when_drained: bool = True):
         from servesim.engine import compiled as C
 
         self.C = C
@@ -76,6 +76,7 @@ class CompiledReplica:
         I[C.I_FAST] = int(fast_path)
         I[C.I_NCLASS] = NUM_CLASSES
         I[C.I_WARMUP] = warmup_requests if 0 < warmup_requests < n else -1
+        I[C.I_DRAIN] = int(stop_when_drained)
         F[C.F_STOP] = stop_time
         F[C.F_ITL_FROM] = INF if I[C.I_WARMUP] >= 0 else 0.0
         F[C.F_CPU_C] = cpu_overhead_s

@@ -49,7 +49,8 @@ class Replica:
                  max_num_batched_tokens: int, stop_time: float = INF, fast_path: bool = True,
                  check_invariants: bool = False, on_iteration: IterationHook | None = None,
                  progress: Callable[[int], None] | None = None, warmup_requests: int = 0,
-                 cpu_overhead_s: float = 0.0, cpu_overhead_per_seq_s: float = 0.0):
+                 cpu_overhead_s: float = 0.0, cpu_overhead_per_seq_s: float = 0.0,
+                 stop_when_drained: bool = True):
         self.env = env
         self.st = state
         self.req = state.req
@@ -62,6 +63,9 @@ class Replica:
         self.chunked = chunked_prefill
         self.budget = max_num_batched_tokens
         self.stop_time = stop_time
+        # the request limit was reached: once every request has ended, the run is over, even
+        # if a stop time lies later (whichever limit comes first)
+        self.stop_when_drained = stop_when_drained
         self.fast = fast_path
         self.check = check_invariants
         self.on_iteration = on_iteration
@@ -89,7 +93,11 @@ class Replica:
             if self.check:
                 self._check(batch)
             if batch.empty:  # idle until an arrival, the stop time, or the policy's horizon (a fetch)
-                t_next = min(inbox.next_time(), self.stop_time, batch.horizon_s)
+                t_wake = min(inbox.next_time(), batch.horizon_s)
+                if (t_wake == INF and self.stop_when_drained
+                        and not (policy.num_waiting() or len(st.running))):
+                    break  # drained: nothing will ever arrive or run again
+                t_next = min(t_wake, self.stop_time)
                 if t_next == INF:
                     if policy.num_waiting() or len(st.running):
                         raise RuntimeError("scheduler returned an empty batch with work pending and "
