@@ -211,3 +211,51 @@ def test_sessions_config_messages():
         SessionsConfig(new_input=5, output=5, pairs={"file": "x.csv"})
     with pytest.raises(ValidationError, match="leaves no room"):
         SessionsConfig(new_input=5, output=5, system_prompt_tokens=100, max_context_tokens=100)
+
+
+# ----------------------------------------------------- stop.requests with sessions (issue 17)
+def _session_scenario(requests, system_prompt_tokens=0, duration_s=None):
+    from servesim import scenario_from_dict
+    from tests.conftest import BASE, merge
+
+    raw = merge(BASE, {"stop": {"requests": requests}})
+    if duration_s is not None:
+        raw["stop"]["duration_s"] = duration_s
+    raw["workload"] = {"arrival": {"process": "poisson", "rate": 2.0},
+                       "sessions": {"turns": {"dist": "geometric", "mean": 4}, "think_s": 5,
+                                    "new_input": {"dist": "lognormal", "mean": 600, "sigma": 1},
+                                    "output": {"dist": "lognormal", "mean": 300, "sigma": 0.8},
+                                    "system_prompt_tokens": system_prompt_tokens, "max_context_tokens": 800}}
+    return scenario_from_dict(raw)
+
+
+def test_sessions_deliver_stop_requests_when_max_context_drops_turns():
+    """max_context_tokens drops most turns (whole sessions when the first turn is over): 1,000
+    sessions gave 676 requests and the run said so only in a header line. More sessions are drawn
+    until the count is reached."""
+    from servesim import simulate
+    from servesim.simulate import scenario_workload as generate_workload
+
+    sc = _session_scenario(1000)
+    wl = generate_workload(sc)
+    assert len(wl) == 1000
+    assert wl.session.max() + 1 > 1000  # more sessions than requested requests were started
+    assert np.all(np.diff(wl.arrival_s) >= 0)
+    res = simulate(_session_scenario(200))
+    assert res.summary["requests"]["arrived"] == 200
+
+
+def test_sessions_that_cannot_reach_stop_requests_fail_in_one_line():
+    from servesim import ServesimError
+    from servesim.simulate import scenario_workload as generate_workload
+
+    with pytest.raises(ServesimError, match=r"^workload\.sessions: 64,000 sessions gave only 0 of the 1,000 requests "
+                                            r"stop\.requests asks for \(sessions\.max_context_tokens 800"):
+        generate_workload(_session_scenario(1000, system_prompt_tokens=790))
+
+
+def test_sessions_with_a_binding_duration_keep_what_arrives():
+    from servesim.simulate import scenario_workload as generate_workload
+
+    wl = generate_workload(_session_scenario(1000, duration_s=50.0))
+    assert 0 < len(wl) < 1000 and wl.arrival_s.max() < 50.0

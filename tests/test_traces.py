@@ -331,3 +331,17 @@ def test_clip_total_truncates_proportionally():
     assert (cp[0], co[0]) == (3000 - 543, 4096 - (3000 - 543))
     assert (cp[2], co[2]) == (4095, 1)
     assert (cp[3], co[3]) == (9, 4087)  # 9 excess: ceil(9 * 10 / 4105) = 1 from the prompt
+
+
+def test_a_trace_shorter_than_stop_requests_says_so():
+    """Issue 17 (fewer requests than stop.requests): a trace cannot be extended, so the run
+    header says how many it gives instead of running fewer silently."""
+    from servesim import scenario_from_dict
+    from servesim.simulate import scenario_workload as generate_workload
+    from tests.conftest import BASE
+
+    raw = {**BASE, "stop": {"requests": 1000},
+           "workload": {"trace": {"file": str(FIX / "azure_tiny.csv"), "format": "azure"}}}
+    w = generate_workload(scenario_from_dict(raw))
+    assert len(w) == 5
+    assert w.notes[-1] == "run: the trace gives 5 requests, fewer than stop.requests 1,000; all of them run"

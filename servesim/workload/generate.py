@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from servesim.errors import ScenarioError
 from servesim.request import ClosedGroup, Workload
 from servesim.workload.arrival_config import ClosedArrival, scaled
 from servesim.workload.arrivals import sample_arrivals
@@ -54,13 +55,18 @@ def cut(w: Workload, n: int | None, duration_s: float | None) -> Workload:
     keep = len(w)
     if duration_s is not None:
         keep = int(np.searchsorted(w.arrival_s, duration_s, side="left"))
+    short: tuple[str, ...] = ()
     if n is not None:
+        if keep < n:  # the data ends (or the stop time comes) first: say so, never silently
+            short = (f"run: the workload gives {keep:,} requests"
+                     + (" before stop.duration_s" if keep < len(w) else "")
+                     + f", fewer than stop.requests {n:,}; all of them run",)
         keep = min(keep, n)
     if keep == len(w):
-        return w
+        return dataclasses.replace(w, notes=w.notes + short) if short else w
     return dataclasses.replace(
         take_rows(w, slice(0, keep)),
-        notes=w.notes + (f"run: first {keep:,} of {len(w):,} requests (stop condition)",))
+        notes=w.notes + short + (f"run: first {keep:,} of {len(w):,} requests (stop condition)",))
 
 
 def take_rows(w: Workload, rows: slice) -> Workload:
@@ -100,6 +106,14 @@ def _single_stream(w: WorkloadConfig, seed: int, base: Path, n_stop: int | None,
         return cut(load_trace(trace, base, rules), n_stop, t_stop)
     notes: tuple[str, ...] = ()
     arrival = scaled(w.arrival, w.rate_scale)
+    scale_note = (f"workload.rate_scale {w.rate_scale:g}: arrival rates multiplied",) if w.rate_scale != 1.0 else ()
+    if w.sessions is not None:
+        wl = _sessions(w, arrival, seed, base, n_stop, t_stop, scale_note)
+        if rules is not None:
+            wl = dataclasses.replace(wl, klass=assign_classes(rules, wl.prompt_tokens, wl.output_tokens))
+        elif len(w.classes.weights) > 1:
+            wl = dataclasses.replace(wl, klass=class_mix(w.classes, len(wl), seed))
+        return wl
     groups: tuple[ClosedGroup, ...] = ()
     # arrivals
     if isinstance(arrival, ClosedArrival):
@@ -108,22 +122,10 @@ def _single_stream(w: WorkloadConfig, seed: int, base: Path, n_stop: int | None,
         if arrival.ramp_up_s > 0:  # the engine's own closed loop starts every client at 0
             groups = (ClosedGroup(0, n, arrival.clients, ramp_starts(arrival),
                                   think_times(arrival, n, stream(seed, "think"))),)
-    elif isinstance(arrival, ServeGenArrivalConfig):
-        arrivals = servegen_arrivals(arrival, base, stream(seed, "arrivals"), n_max=n_stop, duration_s=t_stop)
-        notes += servegen_notes(arrival, base, arrivals)
     else:
-        arrivals = sample_arrivals(arrival, stream(seed, "arrivals"), n_stop, t_stop)
-    if w.rate_scale != 1.0:
-        notes += (f"workload.rate_scale {w.rate_scale:g}: arrival rates multiplied",)
-    if w.sessions is not None:
-        wl = synthesize_sessions(w.sessions, arrivals, stream(seed, "sessions"), base,
-                                 max_requests=n_stop, until_s=t_stop)
-        wl = dataclasses.replace(wl, notes=notes + wl.notes)
-        if rules is not None:
-            wl = dataclasses.replace(wl, klass=assign_classes(rules, wl.prompt_tokens, wl.output_tokens))
-        elif len(w.classes.weights) > 1:
-            wl = dataclasses.replace(wl, klass=class_mix(w.classes, len(wl), seed))
-        return wl
+        arrivals, anotes = _open_arrivals(arrival, seed, base, n_stop, t_stop)
+        notes += anotes
+    notes += scale_note
     n = len(arrivals)
     # lengths
     if w.lengths is not None:
@@ -139,6 +141,50 @@ def _single_stream(w: WorkloadConfig, seed: int, base: Path, n_stop: int | None,
         klass = class_mix(w.classes, n, seed)
     return Workload(arrival_s=arrivals, prompt_tokens=prompt.astype(np.int32), output_tokens=output.astype(np.int32),
                     klass=klass, notes=notes, closed_groups=groups)
+
+
+def _open_arrivals(arrival, seed: int, base: Path, n: int | None,
+                   t_stop: float | None) -> tuple[np.ndarray, tuple[str, ...]]:
+    """At most ``n`` open-loop arrival times before ``t_stop``, and header notes."""
+    if isinstance(arrival, ServeGenArrivalConfig):
+        arrivals = servegen_arrivals(arrival, base, stream(seed, "arrivals"), n_max=n, duration_s=t_stop)
+        return arrivals, servegen_notes(arrival, base, arrivals)
+    return sample_arrivals(arrival, stream(seed, "arrivals"), n, t_stop), ()
+
+
+SESSION_TOP_UPS = 6  # rounds of drawing more sessions to reach stop.requests
+SESSIONS_PER_REQUEST = 64  # at most this many sessions drawn per requested request
+
+
+def _sessions(w: WorkloadConfig, arrival, seed: int, base: Path, n_stop: int | None, t_stop: float | None,
+              scale_note: tuple[str, ...]) -> Workload:
+    """Multi-turn sessions started by the (open-loop) arrival process, until ``stop.requests``
+    turns are delivered (or ``stop.duration_s`` binds). A session can give fewer turns than one
+    request each (``max_context_tokens`` drops the turns over it, a whole session when its first
+    turn is over), so more sessions are drawn until the count is reached; when no number of
+    sessions can reach it, one line says why. Every draw restarts the same random streams, so more
+    sessions extend the same run."""
+    m = n_stop
+    cap_m = None if n_stop is None else SESSIONS_PER_REQUEST * n_stop
+    for _ in range(SESSION_TOP_UPS):
+        arrivals, notes = _open_arrivals(arrival, seed, base, m, t_stop)
+        wl = synthesize_sessions(w.sessions, arrivals, stream(seed, "sessions"), base,
+                                 max_requests=n_stop, until_s=t_stop)
+        # enough; or the session starts ran out (a duration or the data's end binds, not the count)
+        if n_stop is None or len(wl) >= n_stop or len(arrivals) < m:
+            return dataclasses.replace(wl, notes=notes + scale_note + wl.notes)
+        if m >= cap_m:
+            break
+        # draw enough sessions for the observed yield of requests per session, with a margin
+        m = min(cap_m, 16 * m if len(wl) == 0 else int(m * n_stop / len(wl) * 1.2) + 16)
+    cap = w.sessions.max_context_tokens
+    why = (f"sessions.max_context_tokens {cap:,} drops most turns" if cap is not None
+           else "the sessions are too short")
+    raise ScenarioError(
+        f"workload.sessions: {len(arrivals):,} sessions gave only {len(wl):,} of the {n_stop:,} requests "
+        f"stop.requests asks for ({why}; raise it, shorten new_input/output/system_prompt_tokens, "
+        f"or ask for fewer requests)"
+    )
 
 
 def class_mix(mix: ClassMix, n: int, seed: int) -> np.ndarray:
