@@ -12,6 +12,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from servesim.errors import ServesimError
 
@@ -22,8 +23,47 @@ console = Console()
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    _error_line(message)
     raise typer.Exit(code)
+
+
+def _error_line(message: str) -> None:
+    """``error: <message>`` on stderr; the message is plain text, never rich markup (a value
+    such as ``[foo]`` in it must survive)."""
+    err_console.print(Text("error:", style="bold red"), Text(message), highlight=False, soft_wrap=True)
+
+
+def _check_out(out: Path, force: bool) -> None:
+    """Before the run: ``out`` must be a folder we can write into (or create), and must not
+    hold an earlier run unless ``--force``."""
+    import os
+
+    from servesim.simulate import holds_run
+
+    if out.exists():
+        if not out.is_dir():
+            _fail(f"--out {out}: is a file, not a folder (give a folder for the run's files)")
+        found = holds_run(out)
+        if found and not force:
+            _fail(f"--out {out}: already holds a run ({found}); pass --force to replace it, or choose "
+                  f"another folder")
+        if not os.access(out, os.W_OK | os.X_OK):
+            _fail(f"--out {out}: the folder is not writable")
+        return
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        _fail(f"--out {out}: cannot create it, {parent} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        _fail(f"--out {out}: cannot create it, {parent} is not writable")
+
+
+def _check_seed(seed: Optional[int]) -> None:
+    from servesim.fields import MAX_SEED
+
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        _fail(f"--seed {seed}: a seed is an integer in 0..{MAX_SEED}")
 
 
 @app.command()
@@ -31,6 +71,7 @@ def run(
     scenario: Path = typer.Argument(..., help="scenario YAML file"),
     seed: Optional[int] = typer.Option(None, "--seed", help="override the scenario's seed"),
     out: Optional[Path] = typer.Option(None, "--out", help="output folder (default: out/<name>)"),
+    force: bool = typer.Option(False, "--force", help="replace the run an existing --out folder holds"),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="override a field: dotted.path=YAML value"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the output folder"),
 ) -> None:
@@ -40,8 +81,11 @@ def run(
     from servesim.scenario import load_scenario
     from servesim.simulate import build, run_built
 
+    _check_seed(seed)
     try:
         sc = load_scenario(scenario, set_ or [])
+        out_dir = out if out is not None else Path("out") / sc.name
+        _check_out(out_dir, force)  # before the run: a bad folder must not cost a whole run
         reporter = ProgressReporter(console, total=None, enabled=not quiet)
         built = build(sc, seed=seed, progress=reporter.update)
         reporter.total = len(built.workload)
@@ -52,12 +96,21 @@ def run(
     except ServesimError as exc:
         _fail(str(exc))
         return
-    out_dir = res.write(out if out is not None else Path("out") / sc.name)
+    except MemoryError:
+        _fail(f"{scenario}: out of memory building or running the simulation; ask for fewer requests "
+              f"(stop.requests) or a shorter run")
+        return
+    try:
+        out_dir = res.write(out_dir)
+    except OSError as exc:
+        _fail(f"--out {out_dir}: writing the results failed ({exc.strerror or exc})")
+        return
     if quiet:
-        console.print(str(out_dir))
+        console.print(str(out_dir), markup=False, highlight=False)
         return
     print_summary(console, res)
-    console.print(f"wrote {out_dir}/requests.parquet, timeseries.parquet, summary.json, scenario.resolved.yaml")
+    console.print(f"wrote {out_dir}/requests.parquet, timeseries.parquet, summary.json, scenario.resolved.yaml",
+                  markup=False)
 
 
 @app.command()
@@ -75,6 +128,8 @@ def check(
         print_header(console, build(sc))
     except ServesimError as exc:
         _fail(str(exc))
+    except MemoryError:
+        _fail(f"{scenario}: out of memory building the simulation; ask for fewer requests")
     console.print("[green]ok[/]")
 
 
@@ -94,7 +149,7 @@ def main() -> None:
     try:
         app()
     except ServesimError as exc:  # raised outside a command's own handling
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        _error_line(str(exc))
         sys.exit(2)
 
 

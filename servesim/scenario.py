@@ -16,13 +16,30 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
+import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from servesim.errors import ScenarioError
-from servesim.fields import TokenCount
+from servesim.fields import (
+    MAX_REQUESTS,
+    GiB,  # noqa: F401 (shared field types, re-exported for plug-ins)
+    Rate,
+    RequestCount,
+    RequestCount0,
+    Seconds,
+    Seconds0,
+    Seed,
+    Share,
+    StepSeconds,
+    StepSeconds0,
+    StrictModel,
+    TokenCount,
+    Weight,
+)
 from servesim.kv.config import KVConfig, TierConfig
 from servesim.models import MODELS, ModelShape
+from servesim.yamltext import YamlDataError, load_yaml
 from servesim.workload.dist_config import (  # noqa: F401 (re-exported: scenario's public types)
     ExponentialDist,
     FixedDist,
@@ -55,8 +72,7 @@ from servesim.workload.trace_config import (  # noqa: F401 (re-exported)
 )
 
 
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+Frozen = StrictModel  # frozen, unknown fields refused, strict types, finite floats (servesim.fields)
 
 
 # --------------------------------------------------------------------------------------- stop
@@ -66,9 +82,9 @@ class StopConfig(Frozen):
     requests are reported as in flight. Give one or both (both: whichever comes first: when all
     ``requests`` arrived before ``duration_s``, the run ends as soon as they have all ended)."""
 
-    requests: Annotated[int, Field(gt=0)] | None = None
-    duration_s: Annotated[float, Field(gt=0)] | None = None
-    warmup_requests: Annotated[int, Field(ge=0)] = 0
+    requests: RequestCount | None = None
+    duration_s: Seconds | None = None
+    warmup_requests: RequestCount0 = 0
 
     @model_validator(mode="after")
     def _one_limit(self) -> "StopConfig":
@@ -115,15 +131,22 @@ class ModelShapeConfig(Frozen):
     """An inline model shape, for models that are not built in."""
 
     name: str = "custom"
-    num_layers: Annotated[int, Field(ge=1)]
-    hidden_size: Annotated[int, Field(ge=1)]
-    num_heads: Annotated[int, Field(ge=1)]
-    num_kv_heads: Annotated[int, Field(ge=1)]
-    head_dim: Annotated[int, Field(ge=1)]
-    intermediate_size: Annotated[int, Field(ge=1)]
-    vocab_size: Annotated[int, Field(ge=1)]
+    num_layers: Annotated[int, Field(ge=1, le=1024)]
+    hidden_size: Annotated[int, Field(ge=1, le=1 << 20)]
+    num_heads: Annotated[int, Field(ge=1, le=1 << 14)]
+    num_kv_heads: Annotated[int, Field(ge=1, le=1 << 14)]
+    head_dim: Annotated[int, Field(ge=1, le=1 << 14)]
+    intermediate_size: Annotated[int, Field(ge=1, le=1 << 22)]
+    vocab_size: Annotated[int, Field(ge=1, le=1 << 24)]
     max_model_len: TokenCount = 8192
     tie_word_embeddings: bool = False
+
+    @model_validator(mode="after")
+    def _heads(self) -> "ModelShapeConfig":
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads {self.num_heads} must be a multiple of num_kv_heads {self.num_kv_heads} "
+                             f"(each KV head serves a whole group of query heads)")
+        return self
 
     def shape(self) -> ModelShape:
         return ModelShape(**self.model_dump())
@@ -142,21 +165,21 @@ class EngineConfig(Frozen):
     max_num_seqs: Annotated[int, Field(ge=1, le=65536)] = 256
     max_num_batched_tokens: Annotated[int, Field(ge=1, le=1 << 22)] = 8192
     enable_chunked_prefill: bool = False
-    gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = 0.9
+    gpu_memory_utilization: Share = 0.9
     preemption: Literal["recompute", "swap"] = "recompute"
     max_model_len: TokenCount | None = None  # default: the model's
-    num_gpu_blocks_override: Annotated[int, Field(ge=1)] | None = None  # vLLM's flag of that name
+    num_gpu_blocks_override: Annotated[int, Field(ge=1, le=1 << 26)] | None = None  # vLLM's flag of that name
     # vLLM multi-step scheduling: the scheduler runs once every N decode steps
     num_scheduler_steps: Annotated[int, Field(ge=1, le=64)] = 1
     # SGLang names, used by the chunked policy (default: max_num_batched_tokens / max_num_seqs)
     chunked_prefill_size: TokenCount | None = None
-    max_running_requests: Annotated[int, Field(ge=1)] | None = None
+    max_running_requests: Annotated[int, Field(ge=1, le=65536)] | None = None
     # Spark: request-level static batches of at most this many requests
     max_batch_size: Annotated[int, Field(ge=1, le=65536)] = 16
     # engine CPU time per iteration (scheduling, input preparation, sampling, detokenization):
     # constant + per scheduled sequence; added to the GPU time and reported separately
-    cpu_overhead_s: Annotated[float, Field(ge=0)] = 0.0
-    cpu_overhead_per_seq_s: Annotated[float, Field(ge=0)] = 0.0
+    cpu_overhead_s: StepSeconds0 = 0.0
+    cpu_overhead_per_seq_s: StepSeconds0 = 0.0
     # free-form options for a policy's own knobs (built-in and user policies)
     options: dict[str, Any] = {}
     # KV memory (docs/kv.md): allocator, vLLM's prefix caching flag, L1 eviction, details
@@ -171,16 +194,16 @@ class ConstantStepConfig(Frozen):
     """Every iteration takes ``seconds``, whatever the batch: for theory tests."""
 
     model: Literal["constant"]
-    seconds: Annotated[float, Field(gt=0)] = 0.01
+    seconds: StepSeconds = 0.01
 
 
 class RooflineStepConfig(Frozen):
     """Per op, max(FLOPs / (peak x mfu), bytes / (bandwidth x mbu)), plus a fixed overhead."""
 
     model: Literal["roofline"]
-    mfu: Annotated[float, Field(gt=0, le=1)] = 0.6
-    mbu: Annotated[float, Field(gt=0, le=1)] = 0.8
-    overhead_s: Annotated[float, Field(ge=0)] = 0.002
+    mfu: Share = 0.6
+    mbu: Share = 0.8
+    overhead_s: StepSeconds0 = 0.002
 
 
 class PackStepConfig(Frozen):
@@ -201,12 +224,12 @@ StepTimeConfig = Annotated[
 
 
 class SLOConfig(Frozen):
-    ttft_s: Annotated[float, Field(gt=0)] = 1.0
-    tpot_s: Annotated[float, Field(gt=0)] = 0.1
+    ttft_s: Seconds = 1.0
+    tpot_s: Seconds = 0.1
 
 
 class MetricsConfig(Frozen):
-    timeseries_bin_s: Annotated[float, Field(gt=0)] = 1.0
+    timeseries_bin_s: Annotated[float, Field(ge=1e-3, le=1e8)] = 1.0
 
 
 class SimConfig(Frozen):
@@ -219,6 +242,37 @@ class SimConfig(Frozen):
     engine: Literal["auto", "python", "compiled"] = "auto"
 
 
+# ------------------------------------------------------------------ fields of some policies only
+# Engine fields only some schedulers read, as data (this module imports no policy). A field set to
+# a value other than its default under another scheduler would be ignored silently: an error.
+# Policies given by import path ('module:Class') may read any field: not checked.
+POLICY_ENGINE_FIELDS: dict[str, tuple[str, ...]] = {
+    "chunked_prefill_size": ("chunked",),
+    "max_running_requests": ("chunked",),
+    "max_batch_size": ("static-fifo",),
+    "preemption": ("vllm", "chunked", "priority"),  # static-fifo reserves whole requests: no swap
+}
+# engine.kv blocks and prefix-cache switches, and what they need
+KV_FIELDS_NEED: dict[str, tuple[str, str]] = {
+    # field (under engine.kv): (the setting it needs, as text; a test on the engine config)
+    "static": ("engine.kv_allocator: static", "static"),
+    "elastic": ("engine.kv_allocator: elastic", "elastic"),
+    "preload": ("engine.enable_prefix_caching: true", "prefix"),
+    "hash_outputs": ("engine.enable_prefix_caching: true", "prefix"),
+    "protect_share": ("engine.prefix_cache_eviction: priority", "priority"),
+}
+
+
+def _set_fields(model: StrictModel) -> list[str]:
+    """Fields given explicitly with a value other than the default."""
+    out = []
+    for name in model.model_fields_set:
+        default = type(model).model_fields[name].default
+        if getattr(model, name) != default:
+            out.append(name)
+    return sorted(out)
+
+
 # ---------------------------------------------------------------------------------- scenario
 class Scenario(Frozen):
     """One simulation's configuration. ``load_notes``: what loading changed on its own (options
@@ -226,7 +280,7 @@ class Scenario(Frozen):
 
     _load_notes: tuple[str, ...] = PrivateAttr(default=())
     name: str = "scenario"
-    seed: Annotated[int, Field(ge=0)] = 0
+    seed: Seed = 0
     stop: StopConfig = StopConfig(requests=1000)
     hardware: HardwareConfig = HardwareConfig()
     model: Union[ModelName, ModelShapeConfig] = "llama-3-8b"  # type: ignore[valid-type]
@@ -268,6 +322,70 @@ class Scenario(Frozen):
     def max_model_len(self) -> int:
         return self.engine.max_model_len or self.model_shape.max_model_len
 
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        # the default output folder is out/<name>: it must stay a folder name, inside out/
+        bad = not v.strip() or v in (".", "..") or any(c in v for c in "/\\\0") or len(v) > 200
+        if bad:
+            raise ValueError(f"{v!r} is not a plain name: it names the output folder out/<name>, so no "
+                             f"'/' or '\\', not '.' or '..', 1 to 200 characters")
+        return v
+
+    @model_validator(mode="after")
+    def _fields_apply(self) -> "Scenario":
+        """Options of another scheduler or allocator are errors, not silently ignored."""
+        e = self.engine
+        if ":" not in e.scheduler:
+            for name in _set_fields(e):
+                owners = POLICY_ENGINE_FIELDS.get(name)
+                if owners is not None and e.scheduler not in owners:
+                    value = getattr(e, name)
+                    raise ValueError(
+                        f"engine.{name} = {value!r} applies to scheduler {' / '.join(owners)}, not "
+                        f"{e.scheduler!r} (remove it, or set engine.scheduler: {owners[0]})"
+                    )
+        have = {"static": e.kv_allocator == "static", "elastic": e.kv_allocator == "elastic",
+                "prefix": e.enable_prefix_caching,
+                "priority": e.enable_prefix_caching and e.prefix_cache_eviction == "priority"}
+        if "prefix_cache_eviction" in _set_fields(e) and not e.enable_prefix_caching:
+            raise ValueError(f"engine.prefix_cache_eviction = {e.prefix_cache_eviction!r} needs "
+                             f"engine.enable_prefix_caching: true (it orders the prefix cache's evictions)")
+        for name in _set_fields(e.kv):
+            need, key = KV_FIELDS_NEED.get(name, ("", ""))
+            if key and not have[key]:
+                raise ValueError(f"engine.kv.{name} applies only with {need}; remove it or set that")
+        return self
+
+    @model_validator(mode="after")
+    def _parallelism_fits_model(self) -> "Scenario":
+        shape, tp, pp = self.model_shape, self.hardware.tensor_parallel, self.hardware.pp
+        kv = shape.num_kv_heads
+        if shape.num_heads % tp or (kv % tp and tp % kv):
+            raise ValueError(
+                f"hardware: tp {tp} must divide the model's {shape.num_heads} attention heads and its "
+                f"{kv} KV heads divide or be divided by it (vLLM refuses otherwise); "
+                f"tp values that fit: {', '.join(str(t) for t in range(1, 65) if _tp_fits(shape, t))}"
+            )
+        if pp > shape.num_layers:
+            raise ValueError(f"hardware.pp {pp} exceeds the model's {shape.num_layers} layers")
+        return self
+
+    @model_validator(mode="after")
+    def _bounded_request_count(self) -> "Scenario":
+        """A duration-only open loop draws about rate x duration requests: bound it up front
+        (stop.requests is bounded by its type)."""
+        a, d = self.workload.arrival, self.stop.duration_s
+        if self.stop.requests is None and d is not None and self.workload.trace is None:
+            rate = getattr(a, "rate", None)
+            if isinstance(rate, float | int) and rate * d > MAX_REQUESTS:
+                raise ValueError(
+                    f"stop.duration_s {d:g} s at workload.arrival.rate {rate:g}/s draws about "
+                    f"{rate * d:,.0f} requests; at most {MAX_REQUESTS:,} per simulation "
+                    f"(shorten the run, lower the rate, or set stop.requests)"
+                )
+        return self
+
     @model_validator(mode="after")
     def _stop_and_workload(self) -> "Scenario":
         if self.stop.warmup_requests and self.workload.needs_stream_clock():
@@ -306,7 +424,10 @@ class Scenario(Frozen):
 
         try:
             policy_cls = resolve_policy(e.scheduler)
-        except KeyError:
+        except KeyError as exc:
+            why = getattr(exc, "why", "")
+            if why:
+                raise ValueError(f"engine.scheduler {e.scheduler!r}: {why}") from None
             raise ValueError(
                 f"engine.scheduler {e.scheduler!r} is not a known policy "
                 f"(allowed: {', '.join(policy_names())}, or an import path 'module:Class')"
@@ -329,6 +450,11 @@ class Scenario(Frozen):
         return self
 
 
+def _tp_fits(shape: ModelShape, tp: int) -> bool:
+    kv = shape.num_kv_heads
+    return shape.num_heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
+
+
 # ------------------------------------------------------------------------- loading + errors
 def _format_loc(loc: tuple) -> str:
     parts: list[str] = []
@@ -345,8 +471,18 @@ def _format_loc(loc: tuple) -> str:
 
 def _first_error(err: ValidationError, source: str) -> str:
     errors = err.errors()
-    # prefer the most specific error: longest location
-    e = max(errors, key=lambda x: len(x["loc"])) if errors else None
+    # prefer the most specific error: longest location; at equal depth (the branches of a union
+    # such as workload.classes or model), a bad value over a wrong type over an unknown field over
+    # a missing one: the branch that knows the field says what is wrong with its value
+    def rank(x: dict) -> int:
+        kind = x["type"]
+        if kind == "missing":
+            return 0
+        if kind == "extra_forbidden":
+            return 1
+        return 2 if kind.endswith("_type") or kind == "literal_error" else 3
+
+    e = max(errors, key=lambda x: (len(x["loc"]), rank(x))) if errors else None
     if e is None:
         return f"{source}: invalid scenario"
     loc = _format_loc(e["loc"])
@@ -368,9 +504,12 @@ def _first_error(err: ValidationError, source: str) -> str:
 
 def _apply_override(raw: dict, path: str, value_text: str, source: str) -> None:
     try:
-        value = yaml.safe_load(value_text) if value_text != "" else ""
+        value = load_yaml(value_text) if value_text != "" else ""
+    except YamlDataError as exc:
+        raise ScenarioError(f"{source}: --set {path}: value {value_text!r}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"{source}: --set {path}: value {value_text!r} is not valid YAML ({exc.problem})") from None
+        raise ScenarioError(f"{source}: --set {path}: value {value_text!r} is not valid YAML "
+                            f"({getattr(exc, 'problem', None) or exc})") from None
     keys = path.split(".")
     if not all(keys):
         raise ScenarioError(f"{source}: --set {path!r}: empty key in dotted path")
@@ -403,6 +542,9 @@ def scenario_from_dict(raw: dict, source: str = "scenario", overrides: list[tupl
     """Validate a raw mapping (plus overrides) into a :class:`Scenario`, or raise one clear line."""
     if not isinstance(raw, dict):
         raise ScenarioError(f"{source}: the scenario must be a YAML mapping, got {type(raw).__name__}")
+    if RESULT_KEYS <= raw.keys():
+        raise ScenarioError(f"{source}: this is a results file (the summary.json a run writes), not a "
+                            f"scenario; give the scenario YAML the run was made from")
     raw = _deep_copy(raw)
     before = _deep_copy(raw)
     for path, value in overrides or []:
@@ -420,14 +562,26 @@ def scenario_from_dict(raw: dict, source: str = "scenario", overrides: list[tupl
         raise ScenarioError(f"{source}: {err}") from None
 
 
+RESULT_KEYS = frozenset({"scenario", "requests", "throughput", "latency_s"})  # of a summary.json
+
+
 def load_scenario(path: str | Path, overrides: list[str] | list[tuple[str, str]] | None = None) -> Scenario:
     """Load a YAML scenario file, apply ``KEY=VALUE`` overrides, validate."""
     p = Path(path)
     source = str(path)
     if not p.is_file():
-        raise ScenarioError(f"{source}: no such scenario file")
+        raise ScenarioError(f"{source}: no such scenario file" + (" (it is a folder)" if p.is_dir() else ""))
     try:
-        raw = yaml.safe_load(p.read_text())
+        text = p.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{source}: not UTF-8 text (byte {exc.start}); a scenario is a YAML text file"
+                            + (" (this looks like a run's parquet output)" if p.suffix == ".parquet" else "")) from None
+    except OSError as exc:
+        raise ScenarioError(f"{source}: cannot be read ({exc.strerror})") from None
+    try:
+        raw = load_yaml(text)
+    except YamlDataError as exc:
+        raise ScenarioError(f"{source}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -477,8 +631,12 @@ def _flow(d: dict) -> str:
 
 
 def _deep_copy(x: Any) -> Any:
+    """A copy of the raw data; numpy scalars (from Python callers' grids) become Python ones, so
+    strict validation sees what they mean (np.int64(64) is the integer 64), never their type."""
     if isinstance(x, dict):
         return {k: _deep_copy(v) for k, v in x.items()}
-    if isinstance(x, list):
+    if isinstance(x, (list, tuple)):
         return [_deep_copy(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
     return x

@@ -63,19 +63,52 @@ class Result:
         return latency_sketches(self.table, self.recorder, self.scenario.stop.warmup_requests)
 
     def write(self, out_dir: str | Path) -> Path:
+        """Write the run's files into ``out_dir`` (created if needed). Files of an earlier run
+        there are replaced as a set: all are removed first, so two runs' files never mix; each
+        file is written under a temporary name and renamed when complete."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        write_requests_parquet(self.table, out / "requests.parquet", self.labels)
-        self.timeseries.to_parquet(out / "timeseries.parquet", index=False)
-        (out / "summary.json").write_text(summary_json(self.summary))
+        for name in RUN_FILES:
+            (out / name).unlink(missing_ok=True)
+        writers = {
+            "requests.parquet": lambda p: write_requests_parquet(self.table, p, self.labels),
+            "timeseries.parquet": lambda p: self.timeseries.to_parquet(p, index=False),
+            "summary.json": lambda p: p.write_text(summary_json(self.summary)),
+            "sketches.json": lambda p: p.write_text(
+                json.dumps(_finite({k: v.to_dict() for k, v in self.sketches.items()}), allow_nan=False) + "\n"),
+        }
         if self.resolved_yaml:
-            (out / "scenario.resolved.yaml").write_text(self.resolved_yaml)
-        (out / "sketches.json").write_text(json.dumps({k: v.to_dict() for k, v in self.sketches.items()}) + "\n")
+            writers["scenario.resolved.yaml"] = lambda p: p.write_text(self.resolved_yaml)
+        for name, write in writers.items():
+            tmp = out / f".{name}.partial"
+            write(tmp)
+            tmp.replace(out / name)
         return out
 
 
+RUN_FILES = ("requests.parquet", "timeseries.parquet", "summary.json", "sketches.json", "scenario.resolved.yaml")
+
+
+def holds_run(folder: str | Path) -> str | None:
+    """The first run file ``folder`` holds (a folder an earlier run wrote into), or None."""
+    f = Path(folder)
+    return next((name for name in RUN_FILES if (f / name).exists()), None)
+
+
 def summary_json(summary: dict) -> str:
-    return json.dumps(summary, indent=2, sort_keys=False) + "\n"
+    """``summary.json`` text: strict JSON (a non-finite float, which JSON cannot hold, is written
+    as null; ``Infinity`` would make the file unreadable to strict parsers)."""
+    return json.dumps(_finite(summary), indent=2, sort_keys=False, allow_nan=False) + "\n"
+
+
+def _finite(x):
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x
 
 
 COMPILED_FROM_REQUESTS = 50_000
@@ -100,8 +133,13 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
           progress: Callable[[int], None] | None = None) -> Built:
     sc = scenario
     seed = sc.seed if seed is None else seed
+    from servesim.errors import ScenarioError
+    from servesim.fields import MAX_SEED
+
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
+        raise ScenarioError(f"seed {seed!r}: a seed is an integer in 0..{MAX_SEED}")
+    seed = int(seed)
     if sc.hardware.replicas != 1:
-        from servesim.errors import ScenarioError
 
         raise ScenarioError(
             f"hardware.replicas = {sc.hardware.replicas}: only 1 replica per simulation is supported "

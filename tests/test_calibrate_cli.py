@@ -76,6 +76,10 @@ def test_predict_bad_pack_is_one_line(tmp_path, args, needle):
     (lambda df: df.assign(n_decode=[0, -1, 2, 0]), "line 3"),
     (lambda df: df.assign(prefill_len=[2048, 0, 1.5, 256]), "prefill_len"),
     (lambda df: df.assign(n_prefill=[0, 0, 2, 1], n_decode=[0, 64, 32, 0]), "empty batch"),
+    # issue 17: inf read as a huge integer; magnitudes that wrap or allocate billions of sequences
+    (lambda df: df.assign(prefill_len=["inf", 0, 512, 256]), "prefill_len 'inf' is not allowed"),
+    (lambda df: df.assign(decode_ctx=[0, 1e30, 2000, 0]), "decode_ctx '1e+30' is not allowed"),
+    (lambda df: df.assign(n_decode=[0, 2_000_000_000, 32, 0]), "allowed: integers 0..65,536"),
 ])
 def test_predict_bad_batches_are_one_line(tmp_path, mutate, needle):
     res = runner.invoke(app, ["predict", "--gpu", "a100-80g", "--model", "llama-3-8b",
@@ -141,3 +145,12 @@ def test_read_batches_rejects_unreadable(tmp_path):
 def test_import_vidur_bad_source_is_one_line(tmp_path):
     res = runner.invoke(app, ["import-vidur", "--src", str(tmp_path), "--out", str(tmp_path / "o")])
     assert "mlp.csv" in assert_one_line_exit_2(res)
+
+
+def test_predict_out_a_folder_is_one_line(tmp_path):
+    """Issue 17: --out a directory was an IsADirectoryError traceback after the predictions."""
+    folder = tmp_path / "adir"
+    folder.mkdir()
+    res = runner.invoke(app, ["predict", "--gpu", "a100-80g", "--model", "llama-3-8b",
+                              "--batches", str(write(tmp_path, BATCHES)), "--out", str(folder)])
+    assert "is a folder" in assert_one_line_exit_2(res)

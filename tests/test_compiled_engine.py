@@ -76,3 +76,23 @@ def test_forcing_compiled_on_unsupported_config_is_a_clear_error():
 
     with pytest.raises(ScenarioError, match="does not support invariant checks"):
         build(scenario_from_dict(merge(BASE, {"sim": {"engine": "compiled", "check_invariants": True}})))
+
+
+def test_kv_state_after_a_compiled_run_matches_the_python_engine():
+    """Issue 17: after a compiled run only free_blocks was synced back; kv.holders was stale
+    (a duration stop leaves requests holding blocks)."""
+    from servesim.simulate import run_built
+
+    raw = merge(BASE, {"stop": {"requests": 400, "duration_s": 3.0}, "step_time": {"model": "roofline"},
+                       "workload": {"arrival": {"process": "poisson", "rate": 200.0},
+                                    "output": {"dist": "fixed", "value": 200}}})
+    kvs = []
+    for engine in ("python", "compiled"):
+        b = build(scenario_from_dict(merge(raw, {"sim": {"engine": engine}})))
+        res = run_built(b)
+        assert res.summary["requests"]["in_flight"] > 0
+        kvs.append(b.replica.kv)
+    py, comp = kvs
+    assert sorted(comp.holders.ids.tolist()) == sorted(py.holders.ids.tolist()) != []
+    assert comp.free_blocks == py.free_blocks
+    comp.check()

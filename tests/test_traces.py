@@ -293,8 +293,9 @@ def test_length_pairs_jsonl_and_bad_column(tmp_path):
 @pytest.mark.parametrize(
     "kw, fragment",
     [
-        (dict(rate_scale=0), "rate_scale 0.0 must be a finite number > 0"),
-        (dict(start_s=-1), "start_s -1.0 must be a finite number >= 0"),
+        (dict(rate_scale=0), r"rate_scale\n  Input should be greater than 0"),
+        (dict(rate_scale=float("inf")), r"rate_scale\n  Input should be a finite number"),
+        (dict(start_s=-1), r"start_s\n  Input should be greater than or equal to 0"),
         (dict(min_prompt=10, max_prompt=5), "min_prompt 10 exceeds max_prompt 5"),
         (dict(format="csv"), "'azure', 'mooncake' or 'burstgpt'"),
         (dict(format="mooncake", sessions={"column": "x"}), "mooncake traces carry no session ids"),
@@ -345,3 +346,13 @@ def test_a_trace_shorter_than_stop_requests_says_so():
     w = generate_workload(scenario_from_dict(raw))
     assert len(w) == 5
     assert w.notes[-1] == "run: the trace gives 5 requests, fewer than stop.requests 1,000; all of them run"
+
+
+def test_a_gz_that_is_not_gzip_is_one_line(tmp_path):
+    """Issue 17: a plain CSV named .gz raised gzip.BadGzipFile with a traceback."""
+    f = tmp_path / "plain.csv.gz"
+    f.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,100,10\n")
+    with pytest.raises(TraceError, match=r"plain\.csv\.gz: not a readable gzip file .*gzip-compressed text$"):
+        load_trace(trace(str(f), "azure", on_bad_row="skip"), None)
+    with pytest.raises(TraceError, match=r"not a readable gzip file"):
+        load_length_pairs(LengthsConfig(file=str(f)), None)

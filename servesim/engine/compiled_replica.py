@@ -78,7 +78,7 @@ class CompiledReplica:
         I[C.I_WARMUP] = warmup_requests if 0 < warmup_requests < n else -1
         I[C.I_DRAIN] = int(stop_when_drained)
         F[C.F_STOP] = stop_time
-        F[C.F_ITL_FROM] = INF if I[C.I_WARMUP] >= 0 else 0.0
+        F[C.F_ITL_FROM] = INF if I[C.I_WARMUP] >= 0 or 0 < n <= warmup_requests else 0.0
         F[C.F_CPU_C] = cpu_overhead_s
         F[C.F_CPU_P] = cpu_overhead_per_seq_s
         # inbox: open loop reads the sorted arrival column; closed loop starts with the heap
@@ -142,6 +142,7 @@ class CompiledReplica:
         rec.itl_from = float(F[C.F_ITL_FROM])
         rec.cpu_s += float(F[C.F_CPU_S])
         self.kv.free_blocks = int(I[C.I_FREE])
+        self.kv.holders.reset(np.flatnonzero(self.kv.held > 0))  # the kernel changed holdings directly
         self.now = float(F[C.F_NOW])
         self.ended = int(I[C.I_ENDED])
         if self.progress is not None:

@@ -76,8 +76,8 @@ class Replica:
         self.now = 0.0
         self.ended = 0  # finished + rejected
         self.warmup_id = warmup_requests if 0 < warmup_requests < self.req.n else -1
-        if self.warmup_id >= 0:
-            recorder.itl_from = float("inf")
+        if self.warmup_id >= 0 or 0 < self.req.n <= warmup_requests:
+            recorder.itl_from = float("inf")  # from the first measured arrival (none: never)
 
     # ------------------------------------------------------------------------------ process
     def process(self):

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from servesim.fields import GiB, Seconds, Share, Share0, StrictModel
 
 NUM_CLASSES = 5  # as servesim.request (kept import-light)
 
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+_Frozen = StrictModel  # frozen, unknown fields refused, strict types, finite floats
 
 
 class StaticKVConfig(_Frozen):
@@ -60,8 +60,8 @@ class PreloadConfig(_Frozen):
     ``window_s`` seconds is kept resident in L1 (up to ``max_share`` of the GPU blocks)."""
 
     min_hits: int = 4
-    window_s: float = 60.0
-    max_share: float = 0.1
+    window_s: Seconds = 60.0
+    max_share: Share = 0.1
 
     @field_validator("min_hits")
     @classmethod
@@ -70,26 +70,12 @@ class PreloadConfig(_Frozen):
             raise ValueError(f"min_hits {v} must be between 1 and 1000000")
         return v
 
-    @field_validator("window_s")
-    @classmethod
-    def _window(cls, v: float) -> float:
-        if not v > 0:
-            raise ValueError(f"window_s {v} must be > 0 seconds")
-        return v
-
-    @field_validator("max_share")
-    @classmethod
-    def _share(cls, v: float) -> float:
-        if not 0 < v <= 1:
-            raise ValueError(f"max_share {v} must be in (0, 1]")
-        return v
-
 
 class KVConfig(_Frozen):
     static: StaticKVConfig = StaticKVConfig()
     elastic: ElasticKVConfig = ElasticKVConfig()
     # priority eviction: share of the GPU blocks protected per class P0..P4 ([1.0]: pin P0)
-    protect_share: list[float] = [1.0]
+    protect_share: list[Share0] = [1.0]
     preload: PreloadConfig | None = None
     hash_outputs: bool = True
 
@@ -117,17 +103,10 @@ class TierConfig(_Frozen):
 
     kind: Literal["cpu", "remote"]
     name: str | None = None
-    capacity_gib: float
+    capacity_gib: GiB
     bandwidth_gb_s: float | None = None
     latency_s: float | None = None
     channels: Annotated[int, Field(ge=1, le=1024)] = 1
-
-    @field_validator("capacity_gib")
-    @classmethod
-    def _capacity(cls, v: float) -> float:
-        if not 0 < v <= 1 << 20:
-            raise ValueError(f"capacity_gib {v} must be > 0 and <= {1 << 20}")
-        return v
 
     @field_validator("bandwidth_gb_s")
     @classmethod

@@ -255,7 +255,7 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
             "rejected": rejected,
             "in_flight": arrived - completed - rejected,
             "measured": n_meas,
-            "warmup": warmup,
+            "warmup": min(warmup, arrived),  # warm-up requests that actually arrived
             "rejected_by_reason": reasons,
             "preemptions": int(req.preemptions.sum()),
         },

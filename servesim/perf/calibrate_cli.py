@@ -18,6 +18,9 @@ import pandas as pd
 import typer
 
 from servesim.errors import PackError, ServesimError
+from servesim.fields import MAX_TOKENS
+
+MAX_BATCH_SEQS = 65536  # sequences of one kind in a batch (engine.max_num_seqs' bound)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Calibration packs: predict iteration times, validate, import Vidur profiles.")
@@ -50,11 +53,12 @@ def read_batches(path: Path, columns: tuple[str, ...] = BATCH_COLUMNS) -> pd.Dat
         raise PackError(f"{path}: missing column '{missing[0]}'; expected columns {','.join(columns)}")
     for col in BATCH_COLUMNS:
         values = pd.to_numeric(df[col], errors="coerce")
-        bad = values.isna() | (values < 0) | (values != np.floor(values))
+        hi = MAX_BATCH_SEQS if col.startswith("n_") else MAX_TOKENS
+        bad = ~np.isfinite(values) | (values < 0) | (values != np.floor(values)) | (values > hi)
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             raise PackError(f"{path} line {i + 2}: {col} '{df[col].iloc[i]}' is not allowed; "
-                            f"allowed: integers >= 0")
+                            f"allowed: integers 0..{hi:,}")
         df[col] = values.astype(np.int64)
     empty = (df["n_prefill"] + df["n_decode"]) == 0
     if empty.any():
@@ -182,6 +186,10 @@ def predict(
     """Predict the iteration time of every batch in a CSV."""
     from servesim.perf.packmodel import load_pack_model
 
+    if out.is_dir():
+        _fail(f"--out {out}: is a folder; give the output CSV file's path")
+    if out.parent.exists() and not out.parent.is_dir():
+        _fail(f"--out {out}: {out.parent} is a file, not a folder")
     try:
         df = read_batches(batches)
         m = load_pack_model(gpu, model, tp=tp, pp=pp, cuda_graph=cuda_graph, graph_scope=graph_scope)
@@ -189,8 +197,11 @@ def predict(
     except ServesimError as exc:
         _fail(str(exc))
         return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out, index=False, float_format="%.6g")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(out, index=False, float_format="%.6g")
+    except OSError as exc:
+        _fail(f"--out {out}: cannot write it ({exc.strerror or exc})")
     typer.echo(f"wrote {len(df)} predictions to {out} ({m.describe()})")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -17,18 +18,22 @@ CLASS_LABELS = ("P0", "P1", "P2", "P3", "P4")  # a progress bar appears only on 
 
 def print_header(console: Console, built) -> None:
     sc = built.scenario
+
+    def say(text: str) -> None:  # user data (names, notes, paths) is plain text, never markup
+        console.print(text, markup=False)
+
     hw, e, shape = sc.hardware, sc.engine, sc.model_shape
-    console.rule(f"[bold]servesim[/] · {sc.name}")
-    console.print(f"model     {shape.name}: {shape.num_layers} layers, hidden {shape.hidden_size}, "
+    console.rule(f"[bold]servesim[/] · {escape(sc.name)}")
+    say(f"model     {shape.name}: {shape.num_layers} layers, hidden {shape.hidden_size}, "
                   f"heads {shape.num_heads}/{shape.num_kv_heads} kv, {shape.num_params() / 1e9:.2f} B params")
-    console.print(f"hardware  {hw.replicas} x replica of {hw.gpus_per_replica} x {hw.gpu} "
+    say(f"hardware  {hw.replicas} x replica of {hw.gpus_per_replica} x {hw.gpu} "
                   f"(tp {hw.tensor_parallel}, pp {hw.pp})")
-    console.print(f"KV cache  {built.memory.describe()}")
+    say(f"KV cache  {built.memory.describe()}")
     chunk = "chunked prefill" if e.enable_chunked_prefill else "no chunked prefill"
-    console.print(f"engine    {e.scheduler}: max_num_seqs {e.max_num_seqs}, max_num_batched_tokens "
+    say(f"engine    {e.scheduler}: max_num_seqs {e.max_num_seqs}, max_num_batched_tokens "
                   f"{e.max_num_batched_tokens}, {chunk}, block {e.block_size}, preemption {e.preemption}, "
                   f"max_model_len {sc.max_model_len}")
-    console.print(f"step time {built.model.describe()}")
+    say(f"step time {built.model.describe()}")
     w = built.workload
     wc = sc.workload
     for note in getattr(sc, "load_notes", ()):
@@ -44,9 +49,9 @@ def print_header(console: Console, built) -> None:
             source += " (session starts)"
     lengths = (f"prompt mean {w.prompt_tokens.mean():.0f}, output mean {w.output_tokens.mean():.0f} tokens"
                if len(w) else "no requests")
-    console.print(f"workload  {len(w):,} requests; {source}; {lengths}")
+    say(f"workload  {len(w):,} requests; {source}; {lengths}")
     for note in w.notes:
-        console.print(f"          {note}")
+        say(f"          {note}")
 
 
 class ProgressReporter:

@@ -88,18 +88,49 @@ def policy_names() -> list[str]:
     return sorted(_POLICIES)
 
 
+POLICY_METHODS = ("enqueue", "schedule", "num_waiting", "on_finished")
+
+
+class UnknownPolicy(KeyError):
+    """``engine.scheduler`` names no policy; ``why`` says what was found instead (or '')."""
+
+    def __init__(self, name: str, why: str = ""):
+        super().__init__(name)
+        self.why = why
+
+
 def resolve_policy(name: str):
-    """Name from the registry, or an import path ``package.module:Class`` for user policies."""
+    """Name from the registry, or an import path ``package.module:Class`` for user policies.
+
+    Only a class with the policy methods (:data:`POLICY_METHODS`) is returned: the scheduler
+    field names a class to build, never an arbitrary object to call (``os:system``). Raises
+    :class:`UnknownPolicy` (a KeyError)."""
     import importlib
+    import inspect
 
     target = _POLICIES.get(name, name if ":" in name else None)
     if target is None:
-        raise KeyError(name)
-    module, _, cls = target.partition(":")
+        raise UnknownPolicy(name)
+    module, _, attr = target.partition(":")
+    if not module or not attr:
+        raise UnknownPolicy(name, "an import path is 'package.module:Class'")
     try:
-        return getattr(importlib.import_module(module), cls)
-    except (ImportError, AttributeError):
-        raise KeyError(name) from None
+        obj = importlib.import_module(module)
+    except ImportError as exc:
+        raise UnknownPolicy(name, f"cannot import {module!r} ({exc})") from None
+    except Exception as exc:  # the user's module failed while importing
+        raise UnknownPolicy(name, f"importing {module!r} failed: {type(exc).__name__}: {exc}") from None
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise UnknownPolicy(name, f"{module!r} has no {attr!r}")
+    missing = [m for m in POLICY_METHODS if not callable(getattr(obj, m, None))]
+    if not inspect.isclass(obj) or missing:
+        what = (f"a class without {', '.join(missing)}" if inspect.isclass(obj)
+                else f"a {type(obj).__name__}, not a class")
+        raise UnknownPolicy(name, f"{target!r} is {what}; a policy is a class with methods "
+                                  f"{', '.join(POLICY_METHODS)} (docs/schedulers.md)")
+    return obj
 
 
 def build_policy(cfg: "EngineConfig", state: "ReplicaState") -> Policy:

@@ -40,6 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 from servesim.engine.state import RUNNING, ReplicaState
+from servesim.fields import MAX_GIB, MAX_SECONDS, finite_number
 from servesim.scenario import EngineConfig
 from servesim.sched.base import Batch, Cause, uniform_causes
 
@@ -76,11 +77,12 @@ def read_options(cfg: EngineConfig, policy: str, known: dict[str, tuple[Any, Cal
 
 
 def positive_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+    """A finite number of seconds > 0 (at most servesim.fields.MAX_SECONDS)."""
+    return finite_number(x, 0.0, MAX_SECONDS, lo_open=True)
 
 
 def positive_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 1
+    return isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 1 << 20
 
 
 class BatchBuilder:
@@ -130,8 +132,9 @@ class ContinuousBatching:
     name = "vllm"
     always_chunks_prefill = False  # chunked only with engine.enable_chunked_prefill
     OPTIONS: dict[str, tuple[Any, Callable[[Any], bool], str]] = {
-        "swap_space_gib": (4.0, lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0,
-                           "CPU swap space in GiB per GPU, >= 0 (vLLM --swap-space, default 4)"),
+        "swap_space_gib": (4.0, lambda x: finite_number(x, 0.0, MAX_GIB),
+                           f"CPU swap space in GiB per GPU, a number in [0, {MAX_GIB:.0f}] "
+                           f"(vLLM --swap-space, default 4)"),
     }
 
     def __init__(self, cfg: EngineConfig, state: ReplicaState):

@@ -58,7 +58,7 @@ class PriorityScheduling(ContinuousBatching):
     name = "priority"
     OPTIONS = {
         **ContinuousBatching.OPTIONS,
-        "aging_s": (None, positive_number, "seconds of waiting per class of promotion: a number > 0"),
+        "aging_s": (None, positive_number, "seconds of waiting per class of promotion: a finite number > 0"),
         "class_max_seqs": (None, _class_list,
                            f"a list of 1..{NUM_CLASSES} integers >= 1: the largest running batch a request "
                            f"of class P0, P1, .. may join (missing classes repeat the last value)"),

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from servesim.fields import Rate, StrictModel
+from servesim.fields import Seconds0 as Seconds
 from servesim.workload.trace_config import ServeGenArrivalConfig
 
-# finite numbers only: an infinite rate or think time is a typo, never a workload
-Rate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+# finite, bounded numbers only (servesim.fields): an infinite rate or think time is a typo, never a workload
+Frozen = StrictModel
 
 
 class PoissonArrival(Frozen):
@@ -33,7 +30,7 @@ class GammaArrival(Frozen):
 
     process: Literal["gamma"]
     rate: Rate
-    cv: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    cv: Annotated[float, Field(ge=1e-3, le=1e3)] = 1.0  # shape 1/cv^2 within [1e-6, 1e6]
 
 
 class ConstantArrival(Frozen):

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from servesim.fields import TokenCount
+from servesim.fields import MAX_TOKENS, StrictModel, TokenCount
 
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+Frozen = StrictModel
+LengthMean = Annotated[float, Field(gt=0, le=MAX_TOKENS)]
 
 
 class _Bounded(Frozen):
@@ -35,8 +34,8 @@ class NormalDist(_Bounded):
     """Normal, rounded and clipped to [min, max]."""
 
     dist: Literal["normal"]
-    mean: Annotated[float, Field(gt=0)]
-    std: Annotated[float, Field(ge=0)]
+    mean: LengthMean
+    std: Annotated[float, Field(ge=0, le=MAX_TOKENS)]
 
 
 class LognormalDist(_Bounded):
@@ -44,8 +43,8 @@ class LognormalDist(_Bounded):
     (mu = ln(mean) - sigma^2/2), rounded and clipped to [min, max]."""
 
     dist: Literal["lognormal"]
-    mean: Annotated[float, Field(gt=0)]
-    sigma: Annotated[float, Field(ge=0)]
+    mean: LengthMean
+    sigma: Annotated[float, Field(ge=0, le=10)]  # log-space spread (real data: 0.5..2)
 
 
 class UniformDist(_Bounded):
@@ -56,14 +55,14 @@ class UniformDist(_Bounded):
 
 class ExponentialDist(_Bounded):
     dist: Literal["exponential"]
-    mean: Annotated[float, Field(gt=0)]
+    mean: LengthMean
 
 
 class GeometricDist(_Bounded):
     """Geometric on {1, 2, ...} with the given mean (success probability 1/mean)."""
 
     dist: Literal["geometric"]
-    mean: Annotated[float, Field(ge=1)]
+    mean: Annotated[float, Field(ge=1, le=MAX_TOKENS)]
 
 
 LengthDist = Annotated[

@@ -33,8 +33,9 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import ConfigDict, Field, create_model, field_validator, model_validator
 
+from servesim.fields import Seconds, StrictModel, Weight
 from servesim.workload.arrival_config import ArrivalConfig, ClosedArrival, PoissonArrival
 from servesim.workload.dist_config import FixedDist, LengthDist
 from servesim.workload.trace_config import (
@@ -48,14 +49,13 @@ from servesim.workload.trace_config import (
 NUM_CLASSES = 5
 
 
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+Frozen = StrictModel  # frozen, unknown fields refused, strict types, finite floats (servesim.fields)
 
 
 # ------------------------------------------------------------------------------------ SLOs
 SLO_METRICS = ("ttft", "tpot", "e2e")
 SLO_PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
-SloSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+SloSeconds = Seconds
 
 
 class _SLOTargets(Frozen):
@@ -183,7 +183,7 @@ class StreamConfig(Frozen):
     klass: str = Field("P0", alias="class")
     priority: int | None = None
     arrival: ArrivalConfig | None = None
-    share: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    share: Annotated[float, Field(gt=0, le=1e9)] | None = None
     prompt: LengthDist | None = None
     output: LengthDist | None = None
     lengths: LengthsConfig | None = None
@@ -252,8 +252,7 @@ class StreamConfig(Frozen):
 class ClassMix(Frozen):
     """Request SLA classes P0..P4 drawn independently with these weights (normalized)."""
 
-    weights: Annotated[list[Annotated[float, Field(ge=0, allow_inf_nan=False)]],
-                       Field(min_length=1, max_length=5)] = [1.0]
+    weights: Annotated[list[Weight], Field(min_length=1, max_length=5)] = [1.0]
 
     @model_validator(mode="after")
     def _positive(self):

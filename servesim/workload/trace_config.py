@@ -23,12 +23,11 @@ YAML shapes (inside ``workload:``)::
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from servesim.fields import MAX_TOKENS, TokenCount, TokenCount0
+from servesim.fields import MAX_TOKENS, Scale, Seconds, Seconds0, StrictModel, TokenCount, TokenCount0, TokenTotal
 from servesim.workload.dist_config import GeometricDist, LengthDist
 
 NUM_CLASSES = 5  # P0..P4, as in servesim.request (repeated to keep this module import-light)
@@ -37,8 +36,7 @@ OnBadRow = Literal["error", "skip"]
 TraceFormat = Literal["azure", "mooncake", "burstgpt"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+_Frozen = StrictModel  # frozen, unknown fields refused, strict types, finite floats
 
 
 def _check_path(v: str) -> str:
@@ -69,7 +67,7 @@ class LengthFilter(_Frozen):
     max_prompt: TokenCount | None = None
     min_output: TokenCount0 = 1
     max_output: TokenCount | None = None
-    max_total: Annotated[int, Field(ge=2, le=2 * MAX_TOKENS)] | None = None
+    max_total: TokenTotal | None = None
     on_bad_row: OnBadRow = "error"
 
     @model_validator(mode="after")
@@ -97,7 +95,7 @@ class LengthsConfig(LengthFilter):
     # Truncate instead of drop: a pair longer than clip_total tokens loses the excess from prompt
     # and output in proportion to their shares (each keeps >= 1 token). Applied after the filters.
     # This is how Vidur bounds trace lengths (its max_tokens), used by the speed benchmark.
-    clip_total: Annotated[int, Field(ge=2, le=2 * MAX_TOKENS)] | None = None
+    clip_total: TokenTotal | None = None
 
     @field_validator("file")
     @classmethod
@@ -140,10 +138,10 @@ class TraceConfig(LengthFilter):
 
     file: str
     format: TraceFormat
-    rate_scale: float = 1.0
-    start_s: float = 0.0
-    duration_s: float | None = None
-    max_gap_s: float | None = None
+    rate_scale: Scale = 1.0
+    start_s: Seconds0 = 0.0
+    duration_s: Seconds | None = None
+    max_gap_s: Seconds | None = None
     # Mooncake hash block size; other JSONL traces of the same schema use other sizes
     # (Qwen-Bailian traces: 16).
     hash_block_tokens: Annotated[int, Field(ge=1, le=1 << 20)] = 512
@@ -153,27 +151,6 @@ class TraceConfig(LengthFilter):
     @classmethod
     def _file(cls, v: str) -> str:
         return _check_path(v)
-
-    @field_validator("rate_scale")
-    @classmethod
-    def _rate_scale_positive(cls, v: float) -> float:
-        if not (math.isfinite(v) and v > 0):
-            raise ValueError(f"rate_scale {v!r} must be a finite number > 0 (2 replays twice as fast)")
-        return v
-
-    @field_validator("start_s")
-    @classmethod
-    def _start_non_negative(cls, v: float) -> float:
-        if not (math.isfinite(v) and v >= 0):
-            raise ValueError(f"start_s {v!r} must be a finite number >= 0 (seconds of trace time)")
-        return v
-
-    @field_validator("duration_s", "max_gap_s")
-    @classmethod
-    def _positive_or_none(cls, v: float | None) -> float | None:
-        if v is not None and not (math.isfinite(v) and v > 0):
-            raise ValueError(f"{v!r} must be a finite number of seconds > 0, or null for no limit")
-        return v
 
     @model_validator(mode="after")
     def _format_options(self) -> "TraceConfig":
@@ -198,9 +175,9 @@ class ServeGenArrivalConfig(_Frozen):
     process: Literal["servegen"]
     dir: str
     clients: list[Union[int, str]] | None = None
-    start_s: float = 0.0
-    duration_s: float | None = None
-    rate_scale: float = 1.0
+    start_s: Seconds0 = 0.0
+    duration_s: Seconds | None = None
+    rate_scale: Scale = 1.0
 
     @field_validator("dir")
     @classmethod
@@ -214,27 +191,6 @@ class ServeGenArrivalConfig(_Frozen):
             raise ValueError("clients [] selects nothing (give client ids, or leave it out for all)")
         return v
 
-    @field_validator("rate_scale")
-    @classmethod
-    def _rate_scale_positive(cls, v: float) -> float:
-        if not (math.isfinite(v) and v > 0):
-            raise ValueError(f"rate_scale {v!r} must be a finite number > 0")
-        return v
-
-    @field_validator("start_s")
-    @classmethod
-    def _start_non_negative(cls, v: float) -> float:
-        if not (math.isfinite(v) and v >= 0):
-            raise ValueError(f"start_s {v!r} must be a finite number >= 0 (seconds from the data's start)")
-        return v
-
-    @field_validator("duration_s")
-    @classmethod
-    def _duration_positive(cls, v: float | None) -> float | None:
-        if v is not None and not (math.isfinite(v) and v > 0):
-            raise ValueError(f"duration_s {v!r} must be a finite number > 0, or null")
-        return v
-
 
 ServeGenConfig = ServeGenArrivalConfig  # the name used in the issue
 
@@ -244,12 +200,12 @@ class ClassCondition(_Frozen):
     """All given tests must hold (AND). Token bounds are strict; ``column``/``equals`` compares a
     raw trace column (string equality) and only works for trace replays."""
 
-    prompt_gt: Annotated[int, Field(ge=0)] | None = None
-    prompt_lt: Annotated[int, Field(ge=1)] | None = None
-    output_gt: Annotated[int, Field(ge=0)] | None = None
-    output_lt: Annotated[int, Field(ge=1)] | None = None
-    total_gt: Annotated[int, Field(ge=0)] | None = None
-    total_lt: Annotated[int, Field(ge=1)] | None = None
+    prompt_gt: TokenCount0 | None = None
+    prompt_lt: TokenCount | None = None
+    output_gt: TokenCount0 | None = None
+    output_lt: TokenCount | None = None
+    total_gt: Annotated[int, Field(ge=0, le=2 * MAX_TOKENS)] | None = None
+    total_lt: Annotated[int, Field(ge=1, le=2 * MAX_TOKENS)] | None = None
     column: str | None = None
     equals: str | None = None
 
@@ -347,14 +303,14 @@ class SessionsConfig(_Frozen):
     plus output would exceed ``max_context_tokens``."""
 
     turns: SessionDist = GeometricDist(dist="geometric", mean=4.0)
-    think_s: Annotated[float, Field(ge=0)] = 10.0
+    think_s: Seconds0 = 10.0
     think_dist: Literal["fixed", "exponential"] = "exponential"
     new_input: SessionDist | None = None
     output: SessionDist | None = None
     pairs: LengthsConfig | None = None
     system_prompt_tokens: TokenCount0 = 0
-    num_system_prompts: Annotated[int, Field(ge=1)] = 1
-    max_context_tokens: Annotated[int, Field(ge=2, le=2 * MAX_TOKENS)] | None = None
+    num_system_prompts: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+    max_context_tokens: TokenTotal | None = None
     block_tokens: Annotated[int, Field(ge=1, le=4096)] = 16
 
     @field_validator("turns", "new_input", "output", mode="before")

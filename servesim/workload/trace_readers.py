@@ -15,6 +15,7 @@ import gzip
 import io
 import json
 import math
+import zlib
 from array import array
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -136,6 +137,8 @@ def _csv_rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[s
             raise TraceError(f"{path}: not UTF-8 text (a binary or compressed file without .gz?)") from None
         except csv.Error as exc:
             raise TraceError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
+        except _READ_ERRORS as exc:
+            raise TraceError(_read_error(path, exc)) from None
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, object]]:
@@ -151,6 +154,17 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, object]]:
                     yield line_no, _Bad(f"{path}:{line_no}: not a JSON object ({exc.msg} at column {exc.colno})")
         except UnicodeDecodeError:
             raise TraceError(f"{path}: not UTF-8 text (a binary or compressed file without .gz?)") from None
+        except _READ_ERRORS as exc:
+            raise TraceError(_read_error(path, exc)) from None
+
+
+_READ_ERRORS = (OSError, EOFError, zlib.error)  # a .gz that is not gzip, truncated, or corrupt
+
+
+def _read_error(path: Path, exc: Exception) -> str:
+    if path.suffix == ".gz":
+        return f"{path}: not a readable gzip file ({exc}); a .gz trace must be gzip-compressed text"
+    return f"{path}: cannot be read ({exc})"
 
 
 # -------------------------------------------------------------------------------- row buffers
