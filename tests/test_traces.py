@@ -345,7 +345,7 @@ def test_a_trace_shorter_than_stop_requests_says_so():
            "workload": {"trace": {"file": str(FIX / "azure_tiny.csv"), "format": "azure"}}}
     w = generate_workload(scenario_from_dict(raw))
     assert len(w) == 5
-    assert w.notes[-1] == "run: the trace gives 5 requests, fewer than stop.requests 1,000; all of them run"
+    assert w.notes[-1] == "run: the workload gives 5 requests, fewer than stop.requests 1,000; all of them run"
 
 
 def test_a_gz_that_is_not_gzip_is_one_line(tmp_path):
