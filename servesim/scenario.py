@@ -23,19 +23,15 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 from servesim.errors import ScenarioError
 from servesim.fields import (
     MAX_REQUESTS,
-    GiB,  # noqa: F401 (shared field types, re-exported for plug-ins)
-    Rate,
     RequestCount,
     RequestCount0,
     Seconds,
-    Seconds0,
     Seed,
     Share,
     StepSeconds,
     StepSeconds0,
     StrictModel,
     TokenCount,
-    Weight,
 )
 from servesim.kv.config import KVConfig, TierConfig
 from servesim.models import MODELS, ModelShape

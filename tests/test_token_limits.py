@@ -69,7 +69,7 @@ def test_trace_row_too_large_is_a_malformed_row(tmp_path, count):
     f = tmp_path / "big.csv"
     f.write_text(AZURE_HEADER + "2023-11-16 18:00:00,100,10\n" + f"2023-11-16 18:00:01,{count},10\n"
                  + "2023-11-16 18:00:02,300,30\n")
-    with pytest.raises(TraceError, match=rf"big\.csv:3: column ContextTokens: .* tokens is more than the 1,000,000,000"):
+    with pytest.raises(TraceError, match=r"big\.csv:3: column ContextTokens: .* tokens is more than the 1,000,000,000"):
         load_trace(TraceConfig(file=str(f), format="azure"), None)
     w = load_trace(TraceConfig(file=str(f), format="azure", on_bad_row="skip"), None)
     np.testing.assert_array_equal(w.prompt_tokens, [100, 300])  # not 1 (4294967297 mod 2**32)
