@@ -39,7 +39,7 @@ def main() -> None:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     s = res.summary
     print(json.dumps({
-        "requests": args.requests, "engine": b.replica.name, "build_s": round(t_build, 1),
+        "requests": args.requests, "engine": b.replica.path, "build_s": round(t_build, 1),
         "run_s": round(t_run, 1), "total_s": round(t_total, 1),
         "req_per_wall_s": round(args.requests / t_run), "peak_rss_mb": round(rss),
         "itl_pairs_spilled": res.recorder.itl.spilled, "ttft_p999_s": s["latency_s"]["ttft"]["p999"],

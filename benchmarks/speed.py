@@ -82,7 +82,7 @@ def run_one(name: str, n: int, step_model: str) -> dict:
         "workload": name, "requests": n, "step_model": step_model,
         "load_s": round(t_load, 3), "build_s": round(t_build, 3), "run_s": round(s["wall_s"], 3),
         "req_per_wall_s": round(n / s["wall_s"]), "req_per_wall_s_total": round(n / (time.perf_counter() - t0)),
-        "engine": b.replica.name,
+        "engine": b.replica.path,
         "iterations": s["engine"]["iterations"], "preemptions": s["requests"]["preemptions"],
         "sim_time_s": round(s["sim_time_s"], 1), "peak_rss_mb": round(rss_mb),
         "ttft_p99_s": s["latency_s"]["ttft"]["p99"],

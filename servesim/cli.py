@@ -87,7 +87,7 @@ def run(
         out_dir = out if out is not None else Path("out") / sc.name
         _check_out(out_dir, force)  # before the run: a bad folder must not cost a whole run
         reporter = ProgressReporter(console, total=None, enabled=not quiet)
-        built = build(sc, seed=seed, progress=reporter.update)
+        built = build(sc, seed=seed, progress=reporter.update, cold="python")
         reporter.total = len(built.workload)
         if not quiet:
             print_header(console, built)
@@ -131,6 +131,18 @@ def check(
     except MemoryError:
         _fail(f"{scenario}: out of memory building the simulation; ask for fewer requests")
     console.print("[green]ok[/]")
+
+
+@app.command()
+def warm() -> None:
+    """Build the compiled engine for this machine now (about a minute, once per version)."""
+    from servesim.engine.warm import compiled_ready, warm as build_engine
+
+    if compiled_ready():
+        console.print("the compiled engine is already built on this machine")
+        return
+    console.print("building the compiled engine (numba; about a minute on two cores, once)...")
+    console.print(f"done in {build_engine():.0f} s")
 
 
 def _mount_optional() -> None:

@@ -66,15 +66,24 @@ def _cache_dir() -> str:
     return ""
 
 
+_CACHE_DIR = ""
+
+
+def cache_dir() -> str:
+    """The folder of this kernel version's compiled cache ("" when numba picks its own)."""
+    return _CACHE_DIR
+
+
 def _configure_numba():
     """Point numba's on-disk cache at the folder keyed by the kernels' sources (before any kernel
     is declared: numba fixes a function's cache location when it is decorated)."""
+    global _CACHE_DIR
     import numba
 
     if not os.environ.get("NUMBA_CACHE_DIR"):
-        d = _cache_dir()
-        if d:
-            numba.config.CACHE_DIR = d
+        _CACHE_DIR = _cache_dir()
+        if _CACHE_DIR:
+            numba.config.CACHE_DIR = _CACHE_DIR
     return numba
 
 
@@ -82,9 +91,15 @@ _numba = _configure_numba()
 Dispatcher = _numba.core.registry.CPUDispatcher
 
 
-def kernel(fn: Callable):
+def kernel(fn: Callable | None = None, *, inline: bool = False):
     """Declare ``fn`` a kernel (see the module docstring): a numba dispatcher compiled on first
-    call and cached on disk. Its module must be listed in :data:`KERNEL_MODULES`."""
+    call and cached on disk. Its module must be listed in :data:`KERNEL_MODULES`.
+
+    ``@kernel(inline=True)`` for small helpers: numba inlines them into their callers' IR instead
+    of compiling each as a module of its own (every compiled function costs ~0.3 s of numba's
+    per-function work, which dominates a cold start of the whole engine)."""
+    if fn is None:
+        return lambda f: kernel(f, inline=inline)
     rel = fn.__code__.co_filename
     try:
         rel = str(Path(rel).resolve().relative_to(_PKG))
@@ -93,6 +108,8 @@ def kernel(fn: Callable):
     if rel not in KERNEL_MODULES:
         raise RuntimeError(f"kernel {fn.__qualname__} is defined in {rel}, which is not listed in "
                            f"servesim.jit.KERNEL_MODULES (the cache key would miss its edits)")
+    if inline:
+        return _numba.njit(cache=True, inline="always")(fn)
     return _numba.njit(cache=True)(fn)
 
 

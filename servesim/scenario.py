@@ -33,6 +33,7 @@ from servesim.fields import (
     StrictModel,
     TokenCount,
 )
+from servesim.policy_catalog import ENGINE_KNOBS, POLICIES, policy_names, read_options
 from servesim.kv.config import KVConfig, TierConfig
 from servesim.models import MODELS, ModelShape
 from servesim.yamltext import YamlDataError, load_yaml
@@ -242,12 +243,9 @@ class SimConfig(Frozen):
 # Engine fields only some schedulers read, as data (this module imports no policy). A field set to
 # a value other than its default under another scheduler would be ignored silently: an error.
 # Policies given by import path ('module:Class') may read any field: not checked.
+# engine fields that only some policies read (declared once, in servesim/policy_catalog.py)
 POLICY_ENGINE_FIELDS: dict[str, tuple[str, ...]] = {
-    "chunked_prefill_size": ("chunked",),
-    "max_running_requests": ("chunked",),
-    "max_batch_size": ("static-fifo",),
-    "preemption": ("vllm", "chunked", "priority"),  # static-fifo reserves whole requests: no swap
-}
+    name: knob.policies for name, knob in ENGINE_KNOBS.items() if knob.policies is not None}
 # engine.kv blocks and prefix-cache switches, and what they need
 KV_FIELDS_NEED: dict[str, tuple[str, str]] = {
     # field (under engine.kv): (the setting it needs, as text; a test on the engine config)
@@ -307,12 +305,8 @@ class Scenario(Frozen):
         always chunks (``chunked``)."""
         if self.engine.enable_chunked_prefill:
             return True
-        from servesim.sched import resolve_policy
-
-        try:
-            return bool(getattr(resolve_policy(self.engine.scheduler), "always_chunks_prefill", False))
-        except KeyError:
-            return False
+        spec = POLICIES.get(self.engine.scheduler)
+        return bool(spec and spec.always_chunks)
 
     @property
     def max_model_len(self) -> int:
@@ -416,22 +410,14 @@ class Scenario(Frozen):
                 f"raise it, set engine.max_model_len <= {e.max_num_batched_tokens}, "
                 f"or set engine.enable_chunked_prefill: true (vLLM refuses this config too)"
             )
-        from servesim.sched import policy_names, resolve_policy
-
-        try:
-            policy_cls = resolve_policy(e.scheduler)
-        except KeyError as exc:
-            why = getattr(exc, "why", "")
-            if why:
-                raise ValueError(f"engine.scheduler {e.scheduler!r}: {why}") from None
+        spec = POLICIES.get(e.scheduler)
+        if spec is None and not _import_path(e.scheduler):
             raise ValueError(
                 f"engine.scheduler {e.scheduler!r} is not a known policy "
-                f"(allowed: {', '.join(policy_names())}, or an import path 'module:Class')"
-            ) from None
-        options = getattr(policy_cls, "OPTIONS", None)
-        if options is not None:  # the policy's own knobs (engine.options), checked at load time
-            from servesim.sched.continuous import read_options
-
+                f"(allowed: {', '.join(policy_names())}, or your own as an import path 'package.module:Class')"
+            )
+        if spec is not None:  # the policy's own knobs (engine.options), checked at load time
+            options = spec.options
             foreign = [k for k in e.options if k not in options]
             if foreign:
                 rest = {k: v for k, v in e.options.items() if k in options}
@@ -439,7 +425,7 @@ class Scenario(Frozen):
                     f"engine.options.{foreign[0]}: unknown option for scheduler {e.scheduler!r} (known: "
                     f"{', '.join(sorted(options)) or 'none'}); remove it, or run with "
                     f"--set 'engine.options={_flow(rest)}'")
-            read_options(e, getattr(policy_cls, "name", e.scheduler), options)
+            read_options(dict(e.options), spec.name, options)
         from servesim.memory import plan_memory
 
         plan_memory(self)  # raises ValueError when the model does not fit
@@ -449,6 +435,12 @@ class Scenario(Frozen):
 def _tp_fits(shape: ModelShape, tp: int) -> bool:
     kv = shape.num_kv_heads
     return shape.num_heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
+
+
+def _import_path(name: str) -> bool:
+    """``package.module:Class`` -- the form of a user's policy (imported when the run is built)."""
+    module, sep, cls = name.partition(":")
+    return bool(sep) and all(p.isidentifier() for p in module.split(".")) and cls.isidentifier()
 
 
 # ------------------------------------------------------------------------- loading + errors
@@ -605,14 +597,10 @@ def _drop_foreign_options(before: dict, raw: dict, paths: list[str]) -> tuple[st
     if not isinstance(options, dict) or not options:
         return ()
     old = (before.get("engine") or {}).get("scheduler", "vllm") if isinstance(before.get("engine"), dict) else "vllm"
-    from servesim.sched import resolve_policy
-
-    try:
-        known = getattr(resolve_policy(str(engine.get("scheduler"))), "OPTIONS", None)
-    except (KeyError, ImportError, AttributeError, ValueError):
-        return ()  # an unknown policy: validation names it
-    if known is None:
-        return ()
+    spec = POLICIES.get(str(engine.get("scheduler")))
+    if spec is None:
+        return ()  # an unknown policy or one of the user's: validation names it
+    known = spec.options
     dropped = [k for k in options if k not in known]
     if not dropped:
         return ()

@@ -7,31 +7,28 @@ import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import pandas as pd
 import simpy
 
-from servesim.engine.inbox import INF, Inbox
-from servesim.engine.replica import IterationHook, Replica
-from servesim.engine.state import FINISHED, ReplicaState, RequestTable
-from servesim.kv.factory import build_kv
+from servesim.errors import ScenarioError
 from servesim.memory import MemoryPlan, plan_memory
 from servesim.metrics.collect import Recorder
 from servesim.metrics.output import latency_sketches, write_requests_parquet
 from servesim.metrics.sketch import LogSketch
 from servesim.metrics.summary import Labels, build_summary, request_frame, request_labels, timeseries_frame
 from servesim.perf.base import StepTimeModel
-from servesim.perf.build import build_step_model
-from servesim.request import Workload
+from servesim.policy_catalog import POLICIES, python_only_reasons
+from servesim.request import RequestTable, Workload
 from servesim.resolved import resolved_info
-from servesim.scenario import ClosedArrival, Scenario
-from servesim.sched.base import build_policy
-from servesim.workload.closed_loop import StreamInbox
+from servesim.scenario import Scenario
 from servesim.workload.generate import generate_workload
 from servesim.workload.stream_config import StreamSpec
-from servesim.workload.streams import stream
+
+if TYPE_CHECKING:
+    from servesim.engine.driver import Replica
 
 
 @dataclass
@@ -111,7 +108,7 @@ def _finite(x):
     return x
 
 
-COMPILED_FROM_REQUESTS = 50_000
+IterationHook = Callable[[float, float, np.ndarray, np.ndarray], None]
 
 
 @dataclass
@@ -120,27 +117,52 @@ class Built:
 
     scenario: Scenario
     env: simpy.Environment
-    replica: Replica
+    replica: "Replica"
     table: RequestTable
     recorder: Recorder
     memory: MemoryPlan
     model: StepTimeModel
     workload: Workload
+    kv: object  # the KV manager (prefix caching: its hit and tier counters feed the summary)
+
+
+def engine_reasons(sc: Scenario, *, custom_model: bool, on_iteration: bool, user_policy: bool) -> list[str]:
+    """Why this run needs the uncompiled engine (empty: every piece is built in and compiles).
+    Declared capabilities (servesim/policy_catalog.py), not guesses from the objects."""
+    why = python_only_reasons(sc.engine, bool(sc.kv_tiers))
+    if custom_model:
+        why.append("a step-time model of your own")
+    if on_iteration:
+        why.append("an iteration hook")
+    if user_policy:
+        why.append(f"policy parts of your own ({sc.engine.scheduler})")
+    return why
 
 
 def build(scenario: Scenario, seed: int | None = None, workload: Workload | None = None,
           step_model: StepTimeModel | None = None, on_iteration: IterationHook | None = None,
-          progress: Callable[[int], None] | None = None) -> Built:
+          progress: Callable[[int], None] | None = None, *, cold: str = "compile",
+          buffers: tuple[int, int] | None = None, kernel_overrides: dict | None = None) -> Built:
+    """Everything one run needs. ``cold``: what ``sim.engine: auto`` does when the compiled
+    engine is not yet built on this machine -- ``compile`` it now (about a minute, once), or run
+    ``python`` (the same source uncompiled) while it is built in the background (the CLI's choice
+    for small runs)."""
+    # the engine (numba kernels) loads here, not when servesim is imported
+    from servesim.engine.build import build_replica
+    from servesim.engine.warm import compiled_ready, warm_in_background
+    from servesim.fields import MAX_SEED
+    from servesim.kv.factory import build_kv
+    from servesim.perf.base import KernelModel
+    from servesim.perf.build import build_step_model
+    from servesim.sched.custom import load_user_policy
+
     sc = scenario
     seed = sc.seed if seed is None else seed
-    from servesim.errors import ScenarioError
-    from servesim.fields import MAX_SEED
 
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
         raise ScenarioError(f"seed {seed!r}: a seed is an integer in 0..{MAX_SEED}")
     seed = int(seed)
     if sc.hardware.replicas != 1:
-
         raise ScenarioError(
             f"hardware.replicas = {sc.hardware.replicas}: only 1 replica per simulation is supported "
             f"so far (clusters with routers come next); run replicas as separate scenarios meanwhile"
@@ -151,73 +173,38 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
     table = RequestTable(wl)
     env = simpy.Environment()
     kv = build_kv(sc, plan, table, wl, env)
-    from servesim.hardware import GPUS
-
-    state = ReplicaState(table, kv, sc.engine.max_num_seqs, kv_bytes_per_token=plan.kv_bytes_per_token,
-                         host_link_bytes_per_s=GPUS[sc.hardware.gpu].pcie_bytes_per_s)
-    policy = build_policy(sc.engine, state)
     rec = Recorder(sc.metrics.timeseries_bin_s)
-    arr = sc.workload.arrival
-    if wl.closed_groups:  # ramped or per-stream closed loops: the workload's inbox (Python engine)
-        if np.shares_memory(table.arrival, wl.arrival_s):
-            table.arrival = table.arrival.copy()  # the inbox writes closed-loop arrivals
-        inbox = StreamInbox(table.arrival, wl.closed_groups, ended=lambda ids: table.status[ids] >= FINISHED,
-                            max_requests=sc.stop.requests)
-    elif isinstance(arr, ClosedArrival) and sc.workload.streams is None and sc.workload.trace is None:
-        inbox = Inbox(table.arrival, closed_clients=arr.clients, think_s=arr.think_s,
-                      think_rng=stream(seed, "think"), think_exponential=arr.think_dist == "exponential")
-    else:
-        inbox = Inbox(table.arrival)
+    user = None
+    if sc.engine.scheduler not in POLICIES:
+        try:
+            user = load_user_policy(sc.engine.scheduler)
+        except ValueError as exc:
+            raise ScenarioError(str(exc)) from None
+    why = engine_reasons(sc, custom_model=not isinstance(model, KernelModel), on_iteration=on_iteration is not None,
+                         user_policy=user is not None)
+    if sc.sim.engine == "compiled" and why:
+        raise ScenarioError(f"sim.engine = 'compiled': this run needs the Python engine ({'; '.join(why)}); "
+                            f"use sim.engine: auto or python")
+    if kernel_overrides:
+        why.append("kernels bound to Python callables")
+    if sc.sim.engine == "python":
+        why.append("sim.engine: python")
+    elif not why and sc.sim.engine == "auto" and cold == "python" and not compiled_ready():
+        building = warm_in_background()
+        why.append("the compiled engine is not built on this machine yet"
+                   + ("; building it in the background for the next runs" if building else ""))
     # both limits: when every one of stop.requests has arrived, the run ends once they have all
     # ended (the request limit came first); when fewer arrived before duration_s, the clock runs
     # on to duration_s (no arrival falls in that idle time: it is part of the observed window)
     drained = sc.stop.requests is not None and len(wl) >= sc.stop.requests
-    replica = Replica(
-        env, state, policy, model, rec, inbox,
-        max_model_len=sc.max_model_len,
-        chunked_prefill=sc.chunks_prefill,
-        max_num_batched_tokens=sc.engine.max_num_batched_tokens,
-        stop_time=sc.stop.duration_s if sc.stop.duration_s is not None else INF,
-        fast_path=sc.sim.fast_path,
-        check_invariants=sc.sim.check_invariants,
-        on_iteration=on_iteration,
-        progress=progress,
-        warmup_requests=sc.stop.warmup_requests,
-        cpu_overhead_s=sc.engine.cpu_overhead_s,
-        cpu_overhead_per_seq_s=sc.engine.cpu_overhead_per_seq_s,
-        stop_when_drained=drained,
-    )
-    # auto: the compiled core pays ~1 s of numba start-up (and ~8 s of compilation the first time
-    # on a machine): worth it from about COMPILED_FROM_REQUESTS requests on
-    wants_compiled = sc.sim.engine == "compiled" or (
-        sc.sim.engine == "auto" and len(wl) >= COMPILED_FROM_REQUESTS)
-    if wants_compiled and wl.closed_groups:
-        if sc.sim.engine == "compiled":
-            from servesim.errors import ScenarioError
-
-            raise ScenarioError("sim.engine = 'compiled': the compiled core does not support closed loops with "
-                                "a ramp-up or per stream; use sim.engine: auto or python")
-        wants_compiled = False
-    if wants_compiled:
-        from servesim.engine.compiled_replica import CompiledReplica, supported
-
-        why_not = supported(sc, kv, policy, on_iteration, sc.sim.check_invariants)
-        if why_not is None:
-            replica = CompiledReplica(
-                env, state, model, rec, inbox, max_model_len=sc.max_model_len,
-                chunked_prefill=sc.engine.enable_chunked_prefill,
-                max_num_batched_tokens=sc.engine.max_num_batched_tokens, max_num_seqs=sc.engine.max_num_seqs,
-                stop_time=replica.stop_time, fast_path=sc.sim.fast_path,
-                warmup_requests=sc.stop.warmup_requests, cpu_overhead_s=sc.engine.cpu_overhead_s,
-                cpu_overhead_per_seq_s=sc.engine.cpu_overhead_per_seq_s, progress=progress,
-                stop_when_drained=drained)
-        elif sc.sim.engine == "compiled":
-            from servesim.errors import ScenarioError
-
-            raise ScenarioError(f"sim.engine = 'compiled': the compiled core does not support {why_not}; "
-                                f"use sim.engine: auto or python")
-    env.process(replica.process())
-    return Built(sc, env, replica, table, rec, plan, model, wl)
+    replica = build_replica(sc, table, kv, model, rec, seed, workload=wl, on_iteration=on_iteration,
+                            progress=progress, kv_bytes_per_token=plan.kv_bytes_per_token,
+                            force_python="; ".join(why) if why else None,
+                            spec=user.spec if user else None,
+                            user_parts={**(user.overrides if user else {}), **(kernel_overrides or {})},
+                            buffers=buffers, stop_when_drained=drained)
+    env.process(replica.process(env))
+    return Built(sc, env, replica, table, rec, plan, model, wl, kv)
 
 
 def scenario_workload(sc: Scenario, seed: int | None = None) -> Workload:
@@ -240,6 +227,10 @@ def run_built(b: Built, seed: int | None = None) -> Result:
     t0 = time.perf_counter()
     b.env.run()
     wall = time.perf_counter() - t0
+    from servesim.kv.counting import KernelKV
+
+    if isinstance(b.kv, KernelKV):
+        b.kv.resync()  # the kernels changed the pool's holdings directly
     specs = stream_specs(sc, b.workload)
     summary = build_summary(
         name=sc.name, seed=sc.seed if seed is None else seed, req=b.table, rec=b.recorder,
@@ -248,8 +239,8 @@ def run_built(b: Built, seed: int | None = None) -> Result:
         block_size=sc.engine.block_size, streams=specs,
         named_streams=sc.workload.streams is not None or len(specs) > 1,
     )
-    kv = b.replica.kv
-    if hasattr(kv, "hit_tokens"):  # prefix caching: hit rates, tier traffic, the TTFT effect
+    kv = b.kv
+    if sc.engine.enable_prefix_caching:  # prefix caching: hit rates, tier traffic, the TTFT effect
         from servesim.kv.report import kv_report
         from servesim.metrics.summary import latency_column, measured_mask
 

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servesim.sched.base import CAUSE_NAMES
+from servesim.request import CAUSE_NAMES
 from servesim.simulate import simulate
 from tests.conftest import BASE, merge, scenario
 from servesim import scenario_from_dict
@@ -61,5 +61,5 @@ def test_every_block_returned_at_the_end():
     res = run_built(b)
     assert res.summary["requests"]["completed"] == 200
     assert res.summary["requests"]["preemptions"] > 0  # the small pool forced preemptions
-    assert b.replica.kv.free_blocks == b.replica.kv.num_blocks
-    assert (b.replica.kv.held == 0).all()
+    assert b.kv.free_blocks == b.kv.num_blocks
+    assert (b.kv.held == 0).all()

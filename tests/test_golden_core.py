@@ -15,14 +15,16 @@ from tests.conftest import scenario
 STEP = 0.01
 
 
-def run_traced(sc, requests):
+def run_traced(sc, requests, kernel_overrides=None):
+    from servesim.simulate import build, run_built
+
     trace = []
 
     def hook(t0, t1, ids, num_new):
         trace.append((round(t0, 9), round(t1, 9), dict(zip(ids.tolist(), num_new.tolist()))))
 
-    res = simulate(sc, workload=Workload.from_requests(requests), on_iteration=hook)
-    return res, trace
+    b = build(sc, workload=Workload.from_requests(requests), on_iteration=hook, kernel_overrides=kernel_overrides)
+    return run_built(b), trace
 
 
 @pytest.mark.parametrize("fast_path", [True, False])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from servesim.engine.state import RequestTable
+from servesim.request import RequestTable
 from servesim.kv.elastic import ElasticKV
 from servesim.kv.extents import ExtentAllocator
 from servesim.kv.frag import usage_shares

@@ -70,7 +70,7 @@ def test_caching_off_ignores_hashes():
 def run_with_kv(scenario):
     b = build(scenario)
     res = run_built(b)
-    return res, b.replica.kv
+    return res, b.kv
 
 
 def test_sessions_hit_the_cache_and_cut_ttft():
@@ -164,7 +164,7 @@ def test_tiers_and_preload_build_from_a_scenario():
                              "kv": {"protect_share": [0.5, 0.1], "preload": {"min_hits": 3, "window_s": 5}}},
            kv_tiers=[{"kind": "cpu", "capacity_gib": 1}, {"kind": "remote", "capacity_gib": 4, "name": "redis"}])
     b = build(s)
-    kv = b.replica.kv
+    kv = b.kv
     assert [t.name for t in kv.tiers.tiers] == ["L2", "redis"]
     block = b.memory.kv_bytes_per_token * 8
     assert kv.tiers.tiers[0].capacity == (1 << 30) // block

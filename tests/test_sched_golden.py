@@ -305,19 +305,18 @@ def test_priority_class_batch_budget(fast_path):
 
 @pytest.mark.parametrize("fast_path", FAST)
 @pytest.mark.parametrize("policy", ["vllm", "chunked", "priority"])
-def test_tier_transfer_sets_a_request_aside(policy, fast_path, monkeypatch):
+def test_tier_transfer_sets_a_request_aside(policy, fast_path):
     """The KV manager reports r1's prefix on its way from a lower tier until 32 ms: r1 is set aside
     (r2 behind it goes first), its wait is charged to the transfer, and it rejoins at the first
     iteration boundary after the transfer (40 ms)."""
-    from servesim.kv.base import NO_HIT, PrefixHit
-    from servesim.kv.paged import PagedKV
+    from servesim.sched.parts import kv_prefix_lookup
 
-    def reuse_prefix(self, rid, now):
-        return PrefixHit(0, 0.032) if rid == 1 and now < 0.032 else NO_HIT
+    def lookup(kv, computed, rid, now):  # the prefix-cache hook, bound on the uncompiled engine
+        return (0, 0.032) if rid == 1 and now < 0.032 else (0, 0.0)
 
-    monkeypatch.setattr(PagedKV, "reuse_prefix", reuse_prefix)
     sc = sim(fast_path, scheduler=policy)
-    res, trace = run_traced(sc, [Request(0.0, 4, 6), Request(0.005, 5, 2), Request(0.006, 3, 2)])
+    res, trace = run_traced(sc, [Request(0.0, 4, 6), Request(0.005, 5, 2), Request(0.006, 3, 2)],
+                            kernel_overrides={kv_prefix_lookup: lookup})
     assert trace == [
         (0.00, 0.01, {0: 4}),
         (0.01, 0.02, {0: 1, 2: 3}),

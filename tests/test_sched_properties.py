@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servesim import scenario_from_dict
-from servesim.engine.state import WAITING
-from servesim.sched.base import CAUSE_NAMES
+from servesim.request import WAITING
+from servesim.request import CAUSE_NAMES
 from servesim.simulate import build, run_built, simulate
 from tests.conftest import BASE, merge
 from tests.test_fastpath_exact import TS_COLS, assert_summaries_equal
@@ -108,30 +108,32 @@ class Observer:
     def on_iteration(self, t0, t1, ids, num_new) -> None:
         self.batches.append((ids.copy(), num_new.copy()))
 
-    def wrap(self, policy, req) -> None:
-        schedule = policy.schedule
+    def overrides(self) -> dict:
+        """The policy's ``schedule`` kernel, watched (bound on the uncompiled engine)."""
+        from servesim.jit import pure
+        from servesim.sched.policies import schedule
 
-        def watched(now):
-            before = req.status == WAITING
-            batch = schedule(now)
-            after = req.status == WAITING
-            fresh = np.flatnonzero(before & ~after & (req.t_first_sched == now))
+        inner = pure(schedule)
+
+        def watched(cfg, st, kv, now):
+            before = st.status == WAITING
+            inner(cfg, st, kv, now)
+            after = st.status == WAITING
+            fresh = np.flatnonzero(before & ~after & (st.t_sched == now))
             still = np.flatnonzero(before & after)
-            if len(fresh) and len(still) and req.klass[still].min() < req.klass[fresh].max():
+            if len(fresh) and len(still) and st.klass[still].min() < st.klass[fresh].max():
                 self.priority_violations.append(
-                    f"t={now}: admitted {fresh.tolist()} (classes {req.klass[fresh].tolist()}) while "
-                    f"{still.tolist()} (classes {req.klass[still].tolist()}) wait")
-            return batch
+                    f"t={now}: admitted {fresh.tolist()} (classes {st.klass[fresh].tolist()}) while "
+                    f"{still.tolist()} (classes {st.klass[still].tolist()}) wait")
 
-        policy.schedule = watched
+        return {schedule: watched}
 
 
 def run(raw: dict, fast: bool, observer: Observer | None = None):
     sc = scenario_from_dict(merge(raw, {"sim": {"fast_path": fast}}))
     if observer is None:
         return simulate(sc)
-    b = build(sc, on_iteration=observer.on_iteration)
-    observer.wrap(b.replica.policy, b.table)
+    b = build(sc, on_iteration=observer.on_iteration, kernel_overrides=observer.overrides())
     return run_built(b)
 
 

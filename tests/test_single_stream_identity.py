@@ -14,6 +14,12 @@ the test checks.
 Another (issue 17): a lower tier's ``stores`` counted demotion calls, which depended on how the
 fast path grouped evictions; it counts blocks stored now (``bytes_stored`` is unchanged, and is
 that many blocks' bytes).
+
+And the engine of issue 10 (one kernel source, compiled or not): every request column is still
+byte-identical, and so is every summary value that is a count or is read off the requests; the
+recorder's float *aggregates* (time-binned signal integrals, busy time, the ITL mean) are summed
+over buffers flushed at other boundaries than the old engine's, so they may differ in the last
+bits: they are compared to 1e-12 relative.
 """
 
 from __future__ import annotations
@@ -47,6 +53,22 @@ def _restrict(new, old, path=()):
     return out, extra
 
 
+def assert_close(new, old, path="summary"):
+    """Equal values, floats to 1e-12 relative (see the module docstring); same keys, same order."""
+    if isinstance(old, dict):
+        assert list(new) == list(old), path
+        for k in old:
+            assert_close(new[k], old[k], f"{path}.{k}")
+    elif isinstance(old, list):
+        assert len(new) == len(old), path
+        for i, (a, b) in enumerate(zip(new, old)):
+            assert_close(a, b, f"{path}[{i}]")
+    elif isinstance(old, float) and isinstance(new, float):
+        assert new == pytest.approx(old, rel=1e-12, abs=1e-15), path
+    else:
+        assert new == old, path
+
+
 @pytest.mark.parametrize("case,file,overrides", CASES, ids=[c[0] for c in CASES])
 def test_single_stream_results_unchanged(case, file, overrides):
     expected = json.loads((HERE / "expected" / f"{case}.json").read_text())
@@ -68,7 +90,7 @@ def test_single_stream_results_unchanged(case, file, overrides):
                 was = old["kv"]["tiers"][name]["stores"]
                 assert tier["stores"] >= was and tier["bytes_stored"] % max(tier["stores"], 1) == 0
                 tier["stores"] = was
-    assert json.dumps(kept, indent=1) == json.dumps(old, indent=1)
+    assert_close(kept, old)
     old_cols = expected["request_columns"]
     assert set(digests) - set(old_cols) == {"stream", "class_label"}
     assert {k: digests[k] for k in old_cols} == old_cols

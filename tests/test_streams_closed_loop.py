@@ -1,4 +1,5 @@
-"""Closed loops per stream, with ramp-up: the workload's inbox (servesim/workload/closed_loop.py)."""
+"""Closed loops per stream, with ramp-up: the engine's inbox (servesim/engine/kernel.py: closed-loop
+groups with their own clients, open-loop rows, the arrival cap)."""
 
 from __future__ import annotations
 
@@ -49,9 +50,9 @@ def _in_flight_max(df: pd.DataFrame) -> int:
     return int(ev["d"].cumsum().max())
 
 
-def _three_streams(requests=600, warmup=0, **extra):
+def _three_streams(requests=600, warmup=0, sim=None, **extra):
     raw = merge(BASE, {"stop": {"requests": requests, "warmup_requests": warmup},
-                       "engine": {"max_num_seqs": 64}})
+                       "engine": {"max_num_seqs": 64}, "sim": sim or {}})
     raw["workload"] = {"streams": [
         {"name": "agents", "class": "P1", "arrival": {"process": "closed", "clients": 3, "think_s": 0.02},
          "prompt": {"dist": "fixed", "value": 32}, "output": {"dist": "fixed", "value": 8}},
@@ -96,18 +97,75 @@ def test_warmup_needs_arrival_order():
         _three_streams(warmup=10)
 
 
-def test_compiled_core_refuses_workload_inbox():
-    sc = scenario(stop={"requests": 50}, workload={"arrival": {**CLOSED, "ramp_up_s": 1.0}},
-                  sim={"engine": "compiled"})
-    with pytest.raises(ScenarioError, match="compiled core does not support closed loops with a ramp-up"):
-        simulate(sc)
+def test_compiled_equals_python_with_closed_groups():
+    """Ramped and per-stream closed loops and the arrival cap run compiled, as in Python."""
+    ramped = {"stop": {"requests": 120}, "workload": {"arrival": {**CLOSED, "ramp_up_s": 1.0}}}
+    for engine in ("compiled", "python"):
+        assert simulate(scenario(**ramped, sim={"engine": engine})).summary["requests"]["completed"] == 120
+    pd.testing.assert_frame_equal(frame_cols(simulate(scenario(**ramped, sim={"engine": "compiled"}))),
+                                  frame_cols(simulate(scenario(**ramped, sim={"engine": "python"}))))
+    pd.testing.assert_frame_equal(frame_cols(simulate(_three_streams(300, sim={"engine": "compiled"}))),
+                                  frame_cols(simulate(_three_streams(300, sim={"engine": "python"}))))
 
 
 # ------------------------------------------------------------------------ inbox properties
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from servesim.workload.closed_loop import StreamInbox  # noqa: E402
+
+
+class KernelInbox:
+    """The engine's inbox kernels (uncompiled) over a bare replica state, for unit properties."""
+
+    def __init__(self, arrival, groups, max_requests):
+        from servesim.engine import kernel as K
+        from servesim.jit import pure
+        from servesim.sched.state import EngineCfg, new_scalars, new_state
+
+        n = len(arrival)
+        self.arrival = arrival
+        table = type("T", (), {})()  # the columns new_state reads
+        table.n, table.arrival = n, arrival
+        for name in ("prompt", "output", "computed", "num_output"):
+            setattr(table, name, np.zeros(n, dtype=np.int32))
+        table.klass = np.zeros(n, dtype=np.int8)
+        for name in ("t_first_sched", "t_first_token", "t_finish", "t_last_token"):
+            setattr(table, name, np.full(n, np.nan))
+        table.preemptions = np.zeros(n, dtype=np.int16)
+        table.status = np.zeros(n, dtype=np.int8)
+        table.reject_reason = np.zeros(n, dtype=np.int8)
+        table.blocked = np.zeros((n, 8))
+        think = np.zeros(n)
+        group_of = np.full(n, -1, dtype=np.int16)
+        for gi, g in enumerate(groups):
+            think[g.lo:g.hi] = g.think_s
+            group_of[g.lo:g.hi] = gi
+        rec = new_scalars()
+        self.st = new_state(table, s=rec[0], run_cap=1, object_kv=False, heap_cap=sum(g.clients for g in groups) + 1,
+                            think=think, group_of=group_of, g_next=np.array([g.lo for g in groups], dtype=np.int64),
+                            g_hi=np.array([g.hi for g in groups], dtype=np.int64), class_slots=np.ones(6, dtype=np.int64))
+        fields = {f: 0 for f in EngineCfg._fields}
+        fields.update(closed=bool(groups), max_arrivals=n if max_requests is None else max_requests, n=n,
+                      stop_time=np.inf, aging_s=0.0, cpu_c=0.0, cpu_p=0.0, host_bw=1.0)
+        self.cfg = EngineCfg(**fields)
+        self._next, self._due, self._ended = pure(K.next_arrival), pure(K.due_arrivals), pure(K.request_ended)
+        push = pure(K.heap_push)
+        for gi, g in enumerate(groups):
+            first = min(g.clients, g.hi - g.lo)
+            for c in range(first):
+                arrival[g.lo + c] = float(g.start_s[c])
+                push(self.st, float(g.start_s[c]), g.lo + c)
+            self.st.g_next[gi] = g.lo + first
+        self.st.s.cursor = max((g.hi for g in groups), default=0)
+
+    def next_time(self):
+        return self._next(self.cfg, self.st)
+
+    def pop_until(self, t):
+        return self._due(self.cfg, self.st, t)
+
+    def request_ended(self, rid, t):
+        self._ended(self.cfg, self.st, rid, t)
 
 
 @st.composite
@@ -136,7 +194,7 @@ def test_stream_inbox_properties(case):
     groups, arrival, service, cap = case
     arrival = arrival.copy()
     status = np.zeros(len(arrival), dtype=np.int8)
-    inbox = StreamInbox(arrival, groups, ended=lambda ids: status[ids] >= 3, max_requests=cap)
+    inbox = KernelInbox(arrival, groups, cap)
     ends: list[tuple[float, int]] = []
     arrived: list[tuple[float, int]] = []
     out = {i: 0 for i in range(len(groups))}
@@ -153,7 +211,7 @@ def test_stream_inbox_properties(case):
             status[rid] = 3
             if rid in group_of:
                 out[group_of[rid]] -= 1
-            inbox.request_ended(t)
+            inbox.request_ended(rid, t)
         if inbox.next_time() <= now:
             ids = inbox.pop_until(now)
             got = [(float(arrival[r]), r) for r in ids.tolist()]

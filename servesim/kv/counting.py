@@ -37,6 +37,11 @@ class KernelKV:
         self.holders = Holders(len(computed))  # requests with held > 0 (for usage sums)
         self._k = kernel_set(pure).bind(state, computed)  # every array argument below: as_ids or fixed
 
+    def resync(self) -> None:
+        """After the engine's kernels changed holdings directly (they take the state, not this
+        object): rebuild the holder set from ``held``."""
+        self.holders.reset(np.flatnonzero(self.state.held > 0))
+
     # -- geometry and counts ---------------------------------------------------------------------
     @property
     def num_blocks(self) -> int:

@@ -25,7 +25,7 @@ from servesim.kv.paged import PagedKV
 if TYPE_CHECKING:
     import simpy
 
-    from servesim.engine.state import RequestTable
+    from servesim.request import RequestTable
     from servesim.kv.base import KVManager
     from servesim.memory import MemoryPlan
     from servesim.request import Workload

@@ -571,7 +571,7 @@ def slots_per_step(computed, holders, nh, ids, new, nb, k, bs, written, touched)
         for j in range(1, k):
             touched[j] = 0
         for i in range(nb):
-            f = _first_step(int(computed[ids[i]]) + int(new[i]), 0, bs)
+            f = _first_step(int(computed[ids[i]]) + int(new[i]), np.int64(0), bs)
             if f <= k:
                 touched[f - 1] += 1
         _repeat_every(touched[1:], k - 1, bs)

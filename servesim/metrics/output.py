@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from servesim.engine.state import FINISHED, Reject, RequestTable
+from servesim.request import FINISHED, Reject, RequestTable
 from servesim.metrics.collect import Recorder
 from servesim.metrics.sketch import LogSketch
 from servesim.metrics.summary import LABEL_COLUMNS, STATUS_NAMES, Labels, request_columns

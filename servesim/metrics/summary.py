@@ -20,12 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from servesim.engine.state import FINISHED, REJECTED, Reject, RequestTable
+from servesim.request import FINISHED, REJECTED, Reject, RequestTable
 from servesim.metrics.by_class import GlobalSLO, GroupStats, class_groups, slo_per_group, stream_groups, update_good
 from servesim.metrics.collect import Recorder
 from servesim.metrics.stats import describe
 from servesim.request import CLASS_NAMES, NUM_CLASSES
-from servesim.sched.base import CAUSE_NAMES, NUM_CAUSES, Cause
+from servesim.request import CAUSE_NAMES, NUM_CAUSES, Cause
 from servesim.workload.stream_config import StreamSpec
 
 

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from servesim.metrics.stats import PCT_KEYS
-from servesim.sched.base import CAUSE_LABELS, CAUSE_NAMES, Cause
+from servesim.request import CAUSE_LABELS, CAUSE_NAMES, Cause
 
 SHOW_AFTER_S = 2.0
 CLASS_LABELS = ("P0", "P1", "P2", "P3", "P4")  # a progress bar appears only on runs longer than this
@@ -34,6 +34,8 @@ def print_header(console: Console, built) -> None:
                   f"{e.max_num_batched_tokens}, {chunk}, block {e.block_size}, preemption {e.preemption}, "
                   f"max_model_len {sc.max_model_len}")
     say(f"step time {built.model.describe()}")
+    rep = built.replica
+    say(f"simulator {rep.path} engine" + (f" -- {rep.why}" if rep.why else ""))
     w = built.workload
     wc = sc.workload
     for note in getattr(sc, "load_notes", ()):

@@ -1,19 +1,7 @@
-"""Scheduling policies behind one small protocol (see :mod:`servesim.sched.base`)."""
+"""Scheduling policies, written once as kernels (numba-compiled, or run as Python).
 
-from servesim.sched.base import (
-    CAUSE_LABELS,
-    CAUSE_NAMES,
-    NUM_CAUSES,
-    Batch,
-    Cause,
-    Policy,
-    build_policy,
-    policy_names,
-    register_policy,
-    resolve_policy,
-)
-
-__all__ = [
-    "Batch", "Cause", "CAUSE_LABELS", "CAUSE_NAMES", "NUM_CAUSES", "Policy", "build_policy",
-    "policy_names", "register_policy", "resolve_policy",
-]
+A policy is a composition of parts -- a queue discipline (``queues``), an admission rule and a
+victim rule (``parts``), a batch rule (``policies``) -- over the replica's arrays (``state``).
+``compose`` builds a policy's configuration from the catalog (``servesim.policy_catalog``);
+``custom`` loads a user's policy (a built-in with some parts replaced). See docs/schedulers.md.
+"""

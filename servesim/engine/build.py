@@ -1,0 +1,107 @@
+"""Build one replica for a scenario: request table, KV, step times, policy, arrays, driver."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from servesim.engine.driver import Replica
+from servesim.hardware import GPUS
+from servesim.metrics.collect import Recorder
+from servesim.request import RequestTable, Workload
+from servesim.sched.compose import compose, policy_spec
+from servesim.sched.state import new_scalars, new_state
+from servesim.workload.streams import stream
+
+INF = float("inf")
+
+
+def kernel_kv(kv_obj):
+    """The kernels' KV state behind a built-in allocator, or None (a Python KV manager)."""
+    return getattr(kv_obj, "state", None)
+
+
+def kernel_tables(model, max_tokens: int, max_seqs: int):
+    """The kernels' step-time tables of a built-in model, or None (a Python model)."""
+    tables = getattr(model, "tables", None)
+    return tables(max_tokens, max_seqs) if tables is not None else None
+
+
+def closed_groups(sc, table: RequestTable, workload: Workload, seed: int) -> tuple:
+    """The closed loops of a run: the workload's groups (ramped or per-stream loops), or the
+    scenario's one closed loop over every row (think times drawn from the "think" stream)."""
+    from servesim.request import ClosedGroup
+    from servesim.scenario import ClosedArrival
+
+    if workload.closed_groups:
+        if np.shares_memory(table.arrival, workload.arrival_s):
+            table.arrival = table.arrival.copy()  # closed-loop arrivals are written during the run
+        return tuple(workload.closed_groups)
+    arr = sc.workload.arrival
+    if not (isinstance(arr, ClosedArrival) and sc.workload.streams is None and sc.workload.trace is None):
+        return ()
+    n = table.n
+    think = np.full(n, float(arr.think_s))
+    if arr.think_dist == "exponential" and arr.think_s > 0:
+        think = stream(seed, "think").exponential(arr.think_s, n)
+    clients = min(arr.clients, n)
+    return (ClosedGroup(0, n, clients, np.zeros(clients), think),)
+
+
+def build_replica(sc, table: RequestTable, kv_obj, model, recorder: Recorder, seed: int, *,
+                  workload: Workload,
+                  on_iteration: Callable | None = None, progress: Callable[[int], None] | None = None,
+                  kv_bytes_per_token: int = 0, force_python: str | None = None, spec=None,
+                  user_parts: dict | None = None, buffers: tuple[int, int] | None = None,
+                  stop_when_drained: bool = True) -> Replica:
+    e = sc.engine
+    n = table.n
+    groups = closed_groups(sc, table, workload, seed)
+    closed = bool(groups)
+    warmup = sc.stop.warmup_requests
+    warmup_id = warmup if 0 < warmup < n else -1  # ITL counts from that request's arrival on
+    cfg, class_slots = compose(
+        e, spec if spec is not None else policy_spec(e.scheduler), max_model_len=sc.max_model_len, max_slots=int(kv_obj.max_slots()),
+        block_size=kv_obj.block_size, kv_bytes_per_token=kv_bytes_per_token,
+        host_bw=GPUS[sc.hardware.gpu].pcie_bytes_per_s, fast=sc.sim.fast_path, closed=closed,
+        max_arrivals=min(sc.stop.requests, n) if workload.closed_groups and sc.stop.requests else n,
+        warmup_id=warmup_id, stop_time=sc.stop.duration_s if sc.stop.duration_s is not None else INF,
+        check=sc.sim.check_invariants, n=n, stop_when_drained=stop_when_drained)
+    s = new_scalars()
+    heap_cap = sum(g.clients for g in groups) + 1
+    think = np.zeros(0)
+    group_of = np.zeros(0, dtype=np.int16)
+    if groups:
+        think = np.zeros(n)
+        group_of = np.full(n, -1, dtype=np.int16)
+        for gi, g in enumerate(groups):
+            think[g.lo:g.hi] = g.think_s
+            group_of[g.lo:g.hi] = gi
+    kv_state = kernel_kv(kv_obj)
+    tab = kernel_tables(model, e.max_num_batched_tokens, e.max_num_seqs)
+    # the tier-fetch bookkeeping (per-request arrays) only where a Python piece may start fetches
+    fetches = kv_state is None or force_python is not None or bool(user_parts)
+    st = new_state(table, s=s[0], run_cap=cfg.max_seqs + 1, object_kv=fetches, heap_cap=heap_cap,
+                   think=think, group_of=group_of, g_next=np.array([g.lo for g in groups], dtype=np.int64),
+                   g_hi=np.array([g.hi for g in groups], dtype=np.int64), class_slots=class_slots,
+                   **({"run_steps": buffers[0], "step_buffer": buffers[1]} if buffers else {}))
+    rec0 = s[0]
+    if warmup_id >= 0 or (warmup > 0 and warmup >= n):  # (warm-up covering every request: no ITL)
+        rec0.itl_from = INF
+    if groups:  # each closed loop's clients send their first requests
+        from servesim.engine.kernel import heap_push
+        from servesim.jit import pure
+
+        push = pure(heap_push)
+        for gi, g in enumerate(groups):
+            first = min(g.clients, g.hi - g.lo)
+            for c in range(first):
+                table.arrival[g.lo + c] = float(g.start_s[c])
+                push(st, float(g.start_s[c]), g.lo + c)
+            st.g_next[gi] = g.lo + first
+        rec0.cursor = max(g.hi for g in groups)
+    return Replica(cfg, st, kv_state if kv_state is not None else kv_obj, tab if tab is not None else np.zeros(1),
+                   recorder, kv_object=None if kv_state is not None else kv_obj,
+                   model_object=None if tab is not None else model, on_iteration=on_iteration,
+                   progress=progress, user_parts=user_parts, force_python=force_python)

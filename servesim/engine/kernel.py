@@ -1,0 +1,527 @@
+"""A replica's loop: arrivals, the policy, step times, progress -- one kernel for every policy.
+
+::
+
+    advance(until):
+      ┌─► commit the iteration under way if it ends by ``until`` (tokens, first tokens, ITL,
+      │   finishes, KV, recorder rows)
+      │   pull arrivals up to now (reject what can never run), stop? drained?
+      │   schedule (sched/policies.py) ─► batch, per-class waiting causes, stable?
+      │     empty  ─► idle until the next arrival / the policy's horizon / the stop time
+      │     stable decode batch ─► the fast path: k decode steps at once (below)
+      │     otherwise ─► one iteration (its step time from perf/kernels.py)
+      └── until the next iteration would end after ``until``, a buffer must be flushed, or done
+
+The fast path: between state changes only decode contexts grow, so ``k`` consecutive decode
+iterations can be advanced together. ``k`` is the largest count such that no request finishes
+before step ``k``, every step's KV blocks are available, and no arrival (nor the stop time, the
+policy's horizon, or ``until``) falls before the end of step ``k - 1``. Step times come from one
+call, end times from a sequential sum (the same float additions single steps do), and every
+per-request effect is applied in bulk. Single stepping is the same code with ``k = 1``; a
+property test holds both equal.
+
+Steppable: ``advance(until)`` commits exactly the iterations that end by ``until`` and leaves the
+replica at its last iteration boundary (or idle), so its observable state is its state at
+``until``; requests that arrive later are added to its inbox and pulled at the next boundary. A
+router interleaves replicas this way (engine/cluster.py). A decode run that would straddle
+``until`` is cut before the straddling step, which is planned again at that boundary (what single
+stepping does); an iteration already planned (admissions made, KV allocated) stays in flight.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from servesim.jit import kernel
+from servesim.kv.kernels import (
+    kv_check,
+    kv_commit_decodes,
+    kv_decode_run,
+    kv_free,
+    kv_step_usage,
+    kv_used_blocks,
+)
+from servesim.perf.kernels import decode_seconds, iteration_seconds
+from servesim.request import FINISHED, REJECTED, RUNNING
+from servesim.sched.parts import kv_stable_steps
+from servesim.sched.policies import schedule
+from servesim.sched.queues import enqueue, n_queued, num_waiting
+from servesim.sched.state import ONE, ZERO, set_causes, start_waiting
+
+PER_STEP = np.int64(-1)  # record(): blocks in use from st.used, step by step
+
+DONE, UNTIL, FLUSH, PROGRESS, ERROR = 0, 1, 2, 3, 4  # why advance() returned
+INFLIGHT_NONE, INFLIGHT_MIXED, INFLIGHT_RUN = 0, 1, 2
+R_MML, R_KV, R_BUDGET = 1, 2, 3  # servesim.request.Reject
+E_KV, E_BUDGET, E_SEQS, E_EMPTY_NEW, E_STALL = 1, 2, 3, 4, 5  # invariant failures (driver explains)
+PROGRESS_EVERY = 1 << 16  # segments between progress returns
+
+
+# ---------------------------------------------------------------------------------- inbox
+@kernel(inline=True)
+def next_arrival(cfg, st):
+    """When the next request arrives (inf: none is known yet)."""
+    if st.s.inbox_shut:
+        return np.inf
+    t = np.inf
+    if cfg.closed and st.s.heap_len > 0:
+        t = st.heap_t[0]
+    c = st.s.cursor
+    if c < cfg.n and st.arrival[c] < t:
+        t = st.arrival[c]
+    return t
+
+
+@kernel(inline=True)
+def heap_less(st, a, b):
+    return st.heap_t[a] < st.heap_t[b] or (st.heap_t[a] == st.heap_t[b] and st.heap_id[a] < st.heap_id[b])
+
+
+@kernel(inline=True)
+def heap_swap(st, a, b):
+    st.heap_t[a], st.heap_t[b] = st.heap_t[b], st.heap_t[a]
+    st.heap_id[a], st.heap_id[b] = st.heap_id[b], st.heap_id[a]
+
+
+@kernel
+def heap_push(st, t, rid):
+    i = st.s.heap_len
+    st.heap_t[i] = t
+    st.heap_id[i] = rid
+    st.s.heap_len = i + 1
+    while i > 0:
+        p = (i - 1) // 2
+        if heap_less(st, i, p):
+            heap_swap(st, i, p)
+            i = p
+        else:
+            break
+
+
+@kernel
+def heap_pop(st):
+    rid = st.heap_id[0]
+    last = st.s.heap_len - 1
+    st.s.heap_len = last
+    if last > 0:
+        st.heap_t[0] = st.heap_t[last]
+        st.heap_id[0] = st.heap_id[last]
+        i = 0
+        while True:
+            left = 2 * i + 1
+            if left >= last:
+                break
+            m = left
+            if left + 1 < last and heap_less(st, left + 1, left):
+                m = left + 1
+            if heap_less(st, m, i):
+                heap_swap(st, m, i)
+                i = m
+            else:
+                break
+    return rid
+
+
+@kernel
+def request_ended(cfg, st, rid, t):
+    """Request ``rid`` ended (finished or rejected) at ``t``. In a closed loop its client thinks,
+    then its group sends the group's next row."""
+    st.s.ended += 1
+    if not cfg.closed or st.s.inbox_shut:
+        return
+    g = st.group_of[rid]
+    if g < 0:
+        return
+    row = st.g_next[g]
+    if row >= st.g_hi[g]:
+        return
+    st.g_next[g] = row + 1
+    st.arrival[row] = t + st.think[row]
+    heap_push(st, t + st.think[row], row)
+
+
+@kernel(inline=True)
+def reject_reason(cfg, st, rid):
+    total = np.int64(st.prompt[rid]) + np.int64(st.output[rid])
+    reason = 0
+    if total - 1 > cfg.max_slots:
+        reason = R_KV
+    if total > cfg.max_model_len:
+        reason = R_MML
+    if reason == 0 and not cfg.chunked and st.prompt[rid] > cfg.budget:
+        reason = R_BUDGET
+    return reason
+
+
+@kernel
+def due_arrivals(cfg, st, t):
+    """Ids of every request arriving at or before ``t`` in (time, id) order: sent closed-loop
+    rows (the heap) merged with open-loop rows (the cursor). Past the arrival cap, nothing else
+    arrives: the rest are cancelled (their arrival time becomes NaN, as for rows never sent)."""
+    if st.s.inbox_shut:
+        return np.empty(0, dtype=np.int64)
+    closed = np.empty(st.s.heap_len if cfg.closed else 0, dtype=np.int64)
+    m = 0
+    if cfg.closed:
+        while st.s.heap_len > 0 and st.heap_t[0] <= t:
+            closed[m] = heap_pop(st)
+            m += 1
+    lo = st.s.cursor
+    hi = lo
+    while hi < cfg.n and st.arrival[hi] <= t:
+        hi += 1
+    st.s.cursor = hi
+    ids = np.empty(m + hi - lo, dtype=np.int64)
+    i = 0
+    j = lo
+    for k in range(m + hi - lo):  # merge by (time, id)
+        if j >= hi or (i < m and (st.arrival[closed[i]] < st.arrival[j]
+                                  or (st.arrival[closed[i]] == st.arrival[j] and closed[i] < j))):
+            ids[k] = closed[i]
+            i += 1
+        else:
+            ids[k] = j
+            j += 1
+    room = cfg.max_arrivals - st.s.arrived
+    if ids.shape[0] >= room:
+        for k in range(room, ids.shape[0]):
+            st.arrival[ids[k]] = np.nan
+        while st.s.heap_len > 0:
+            st.arrival[heap_pop(st)] = np.nan
+        for r in range(st.s.cursor, cfg.n):
+            st.arrival[r] = np.nan
+        st.s.cursor = cfg.n
+        st.s.inbox_shut = 1
+        ids = ids[:room]
+    st.s.arrived += ids.shape[0]
+    return ids
+
+
+@kernel
+def pull_arrivals(cfg, st, t):
+    """Every request arriving at or before ``t``: rejected if it can never run (each rejection
+    ends its client's turn), else it starts waiting, in arrival order."""
+    if next_arrival(cfg, st) > t:
+        return
+    ids = due_arrivals(cfg, st, t)
+    m = ids.shape[0]
+    if cfg.warmup_id >= 0:
+        for i in range(m):
+            if ids[i] == cfg.warmup_id:
+                st.s.itl_from = st.arrival[cfg.warmup_id]
+    ok = np.ones(m, dtype=np.bool_)
+    for i in range(m):
+        rid = ids[i]
+        reason = reject_reason(cfg, st, rid)
+        if reason != 0:
+            ok[i] = False
+            st.status[rid] = REJECTED
+            st.reject[rid] = reason
+            st.t_finish[rid] = st.arrival[rid]
+    for i in range(m):
+        if not ok[i]:
+            request_ended(cfg, st, ids[i], t)
+    for i in range(m):
+        if ok[i]:
+            start_waiting(st, ids[i])
+            enqueue(cfg, st, ids[i])
+
+
+# ------------------------------------------------------------------------------- recording
+@kernel
+def record(st, t0, k, used_now, tokens, itl_first, itl_rest, waiting):
+    """One recorder row per step of the committed iteration or run (``ends[:k]``)."""
+    i = st.s.rows
+    prev = t0
+    for j in range(k):
+        st.rb_start[i + j] = prev
+        st.rb_end[i + j] = st.ends[j]
+        prev = st.ends[j]
+        st.rb_vals[0, i + j] = st.used[j] if used_now < 0 else used_now
+        st.rb_vals[1, i + j] = st.s.run_len
+        st.rb_vals[2, i + j] = waiting
+        st.rb_vals[3, i + j] = tokens
+        st.rb_vals[4, i + j] = st.frag[0, j]
+        st.rb_vals[5, i + j] = st.frag[1, j]
+        st.rb_vals[6, i + j] = st.frag[2, j]
+        st.rb_itlw[i + j] = itl_first if j == 0 else itl_rest
+    st.s.rows = i + k
+
+
+@kernel(inline=True)
+def itl_add(st, gap, weight):
+    i = st.s.itl_len
+    st.itl_v[i] = gap
+    st.itl_w[i] = weight
+    st.s.itl_len = i + 1
+
+
+@kernel(inline=True)
+def on_iteration(t0, t1, ids, new, nb):
+    """Hook for an observer of every iteration (the object path binds a Python callable)."""
+    return
+
+
+# -------------------------------------------------------------------------------- finishing
+@kernel
+def finish(cfg, st, kv, done, nd):
+    t = st.s.now
+    for i in range(nd):
+        st.t_finish[done[i]] = t
+        st.status[done[i]] = FINISHED
+    for i in range(nd):
+        kv_free(kv, done[i])
+        request_ended(cfg, st, done[i], t)
+    j = 0
+    for i in range(st.s.run_len):
+        if st.status[st.run[i]] == RUNNING:
+            st.run[j] = st.run[i]
+            j += 1
+    st.s.run_len = j
+
+
+# ------------------------------------------------------------------------------ decode runs
+@kernel
+def plan_decode_run(cfg, st, kv, tab, until):
+    """Steps of the pure-decode batch to run now, their end times in ``ends``; returns k."""
+    nb = st.s.b_len
+    t0 = st.s.now
+    rem_min = np.int64(st.output[st.b_ids[0]]) - st.num_output[st.b_ids[0]]
+    ctx_sum = np.int64(0)
+    for i in range(nb):
+        r = st.b_ids[i]
+        rem = np.int64(st.output[r]) - st.num_output[r]
+        if rem < rem_min:
+            rem_min = rem
+        ctx_sum += st.computed[r]
+    burst = st.s.b_steps > 1  # multi-step: a fixed burst that arrivals cannot cut
+    k_max = 1
+    if burst:
+        k_max = rem_min if rem_min < st.s.b_steps else st.s.b_steps
+    elif cfg.fast and st.s.b_stable and st.s.extra == 0.0:
+        run_cap = st.ends.shape[0] - 1  # the per-step scratch arrays bound a run
+        k_max = rem_min if rem_min < run_cap else run_cap
+    k = kv_decode_run(kv, st.computed, st.b_ids, nb, k_max, st.used)
+    if k > 1 and not burst:
+        k = kv_stable_steps(kv, st.computed, st.b_ids, nb, k)
+    decode_seconds(tab, nb, ctx_sum, k, st.dts)
+    cpu = cfg.cpu_c + cfg.cpu_p * nb
+    acc = t0
+    for j in range(k):
+        e = st.dts[j]
+        if cpu:
+            e = e + cpu
+            if burst and j >= 1:  # the engine schedules and prepares inputs once per burst
+                e = e - cfg.cpu_c
+        if j == 0 and st.s.extra:
+            e = e + st.s.extra
+        acc = acc + e
+        st.ends[j] = acc
+    if k > 1 and not burst:
+        t_cut = next_arrival(cfg, st)
+        if cfg.stop_time < t_cut:
+            t_cut = cfg.stop_time
+        if st.s.b_horizon < t_cut:
+            t_cut = st.s.b_horizon
+        if until < t_cut:
+            t_cut = until
+        if st.ends[k - 1] >= t_cut:
+            k = np.searchsorted(st.ends[:k], t_cut, side="left") + 1
+        if k > 1 and st.ends[k - 1] > until:
+            k -= 1  # the straddling step is planned again at that boundary
+    return k
+
+
+@kernel
+def commit_decode_run(cfg, st, kv, k):
+    """Apply ``k`` planned decode steps of the batch: tokens, first tokens, ITL, KV, records."""
+    nb = st.s.b_len
+    t0 = st.s.now
+    burst = st.s.b_steps > 1
+    cpu = cfg.cpu_c + cfg.cpu_p * nb
+    st.s.cpu_s += cpu * k - (cfg.cpu_c * (k - 1) if burst else 0.0)
+    st.s.extra_s += st.s.extra
+    t_end = st.ends[k - 1]
+    for j in range(k):
+        on_iteration(t0 if j == 0 else st.ends[j - 1], st.ends[j], st.b_ids, st.b_new, nb)
+    kv_step_usage(kv, st.computed, st.run, st.s.run_len, st.b_ids, st.b_new, nb, k, st.used, st.frag)
+    rem_min = np.int64(st.output[st.b_ids[0]]) - st.num_output[st.b_ids[0]]
+    for i in range(nb):
+        r = st.b_ids[i]
+        rem = np.int64(st.output[r]) - st.num_output[r]
+        if rem < rem_min:
+            rem_min = rem
+        st.computed[r] += k
+        st.num_output[r] += k
+    kv_commit_decodes(kv, st.computed, st.b_ids, nb)
+    deliver = t_end if burst else st.ends[0]  # tokens reach clients per step, or per burst
+    n_regular = 0
+    for i in range(nb):
+        r = st.b_ids[i]
+        last = st.t_last[r]
+        if last == t0:
+            n_regular += 1
+        elif np.isnan(last):  # a chunked prefill whose last chunk was one token
+            st.t_first[r] = deliver
+        elif deliver >= st.s.itl_from:
+            itl_add(st, deliver - last, 1)
+        st.t_last[r] = t_end
+    waiting = num_waiting(st)
+    if burst:
+        record(st, t0, k, PER_STEP, nb, ZERO, ZERO, waiting)
+        if t_end >= st.s.itl_from:
+            if n_regular > 0:
+                itl_add(st, t_end - t0, n_regular)
+            if (k - 1) * nb > 0:
+                itl_add(st, 0.0, (k - 1) * nb)
+    else:
+        record(st, t0, k, PER_STEP, nb, n_regular, nb, waiting)
+    st.s.now = t_end
+    if k == rem_min:
+        done = np.empty(nb, dtype=np.int64)
+        nd = 0
+        for i in range(nb):
+            r = st.b_ids[i]
+            if st.num_output[r] >= st.output[r]:
+                done[nd] = r
+                nd += 1
+        finish(cfg, st, kv, done, nd)
+
+
+# -------------------------------------------------------------------------- one iteration
+@kernel
+def plan_iteration(cfg, st, tab):
+    """End time of one iteration of the batch (prefills, chunks, decodes)."""
+    nb = st.s.b_len
+    for i in range(nb):
+        st.b_ctx[i] = st.computed[st.b_ids[i]]
+    cpu = cfg.cpu_c + cfg.cpu_p * nb
+    return st.s.now + iteration_seconds(tab, st.b_new, st.b_ctx, nb) + cpu + st.s.extra
+
+
+@kernel
+def commit_iteration(cfg, st, kv, t1):
+    nb = st.s.b_len
+    t0 = st.s.now
+    cpu = cfg.cpu_c + cfg.cpu_p * nb
+    st.s.cpu_s += cpu
+    st.s.extra_s += st.s.extra
+    on_iteration(t0, t1, st.b_ids, st.b_new, nb)
+    used = kv_used_blocks(kv)
+    st.used[0] = used
+    kv_step_usage(kv, st.computed, st.run, st.s.run_len, st.b_ids, st.b_new, nb, ONE, st.used, st.frag)
+    tokens = 0
+    for i in range(nb):
+        st.computed[st.b_ids[i]] += st.b_new[i]
+        tokens += st.b_new[i]
+    n_regular = 0
+    done = np.empty(nb, dtype=np.int64)
+    nd = 0
+    for i in range(nb):
+        r = st.b_ids[i]
+        if np.int64(st.computed[r]) == np.int64(st.prompt[r]) + st.num_output[r]:  # it samples
+            st.num_output[r] += 1
+            last = st.t_last[r]
+            if np.isnan(last):
+                st.t_first[r] = t1
+            elif last == t0:
+                n_regular += 1
+            elif t1 >= st.s.itl_from:
+                itl_add(st, t1 - last, 1)
+            st.t_last[r] = t1
+            if st.num_output[r] >= st.output[r]:
+                done[nd] = r
+                nd += 1
+    st.ends[0] = t1
+    record(st, t0, ONE, used, tokens, n_regular, ZERO, num_waiting(st))
+    st.s.now = t1
+    if nd:
+        finish(cfg, st, kv, done, nd)
+
+
+# ----------------------------------------------------------------------------------- checks
+@kernel
+def check_batch(cfg, st, kv):
+    """Invariants after a scheduling decision (``sim.check_invariants``): KV accounting, token
+    budget, batch slots, every scheduled request computes a token. 0 or an E_* code."""
+    c = kv_check(kv, st.computed, st.run, st.s.run_len)
+    if c != 0:
+        st.s.error_arg = c
+        return E_KV
+    total = 0
+    for i in range(st.s.b_len):
+        total += st.b_new[i]
+        if st.b_new[i] < 1:
+            return E_EMPTY_NEW
+    if total > cfg.budget:
+        st.s.error_arg = total
+        return E_BUDGET
+    if st.s.run_len > cfg.max_seqs:
+        st.s.error_arg = st.s.run_len
+        return E_SEQS
+    return 0
+
+
+# ---------------------------------------------------------------------------------- the loop
+@kernel(inline=True)
+def drained(cfg, st):
+    """Nothing will ever happen again: every request arrived and ended."""
+    if next_arrival(cfg, st) < np.inf:
+        return False
+    return st.s.run_len == 0 and n_queued(st) == 0 and num_waiting(st) == 0
+
+
+@kernel
+def advance(cfg, st, kv, tab, until):
+    """Run the replica up to ``until`` (see the module docstring). Returns DONE, UNTIL, FLUSH
+    (the driver must drain the recorder buffers), PROGRESS, or ERROR (``st.s.error``)."""
+    flush_at = st.rb_start.shape[0] - st.ends.shape[0] - 1  # room for one more run
+    itl_at = st.itl_v.shape[0] - 2 * (st.b_ids.shape[0] + 1)
+    while True:
+        if st.s.inflight != 0:
+            if st.s.t_end > until:
+                return UNTIL
+            if st.s.inflight == 2:
+                commit_decode_run(cfg, st, kv, st.s.run_k)
+            else:
+                commit_iteration(cfg, st, kv, st.s.t_end)
+            st.s.inflight = 0
+            st.s.segments += 1
+            if st.s.rows > flush_at or st.s.itl_len > itl_at:
+                return FLUSH
+            if st.s.segments % PROGRESS_EVERY == 0:
+                return PROGRESS
+        now = st.s.now
+        pull_arrivals(cfg, st, now)
+        if now >= cfg.stop_time or (cfg.stop_when_drained and drained(cfg, st)):
+            return DONE
+        schedule(cfg, st, kv, now)
+        set_causes(st, now)
+        if cfg.check:
+            code = check_batch(cfg, st, kv)
+            if code != 0:
+                st.s.error = code
+                return ERROR
+        if st.s.b_len == 0:  # idle until an arrival, the stop time, or the policy's horizon
+            t_next = next_arrival(cfg, st)
+            if cfg.stop_time < t_next:
+                t_next = cfg.stop_time
+            if st.s.b_horizon < t_next:
+                t_next = st.s.b_horizon
+            if t_next == np.inf:
+                if num_waiting(st) or st.s.run_len:
+                    st.s.error = E_STALL
+                    return ERROR
+                return DONE
+            if t_next > until:
+                return UNTIL
+            st.s.now = t_next
+            continue
+        if st.s.b_pure:
+            k = plan_decode_run(cfg, st, kv, tab, until)
+            st.s.run_k = k
+            st.s.t_end = st.ends[k - 1]
+            st.s.inflight = 2
+        else:
+            st.s.t_end = plan_iteration(cfg, st, tab)
+            st.s.inflight = 1

@@ -1,0 +1,109 @@
+"""Is the compiled engine built on this machine? Build it (``servesim warm``), in the background.
+
+numba compiles the engine's kernels the first time they run on a machine (about a minute on two
+cores) and caches them on disk (servesim/jit.py; keyed by the kernels' sources, so an upgrade or
+an edit rebuilds them). A marker in the cache folder records that a compiled run completed, so a
+caller can tell a warm machine (start-up well under a second) from a cold one.
+
+The CLI does not make a small run wait for that minute: on a cold machine it runs the same source
+uncompiled and builds the compiled engine in a background process for the next runs (one at a
+time, a lock file says who); the library (``simulate``) compiles when asked to run compiled.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from servesim import jit
+
+STALE_LOCK_S = 900.0
+
+
+def _marker() -> Path | None:
+    d = jit.cache_dir()
+    return Path(d) / "READY" if d else None
+
+
+def compiled_ready() -> bool:
+    """True when the compiled engine is in the disk cache (or there is no cache to check)."""
+    m = _marker()
+    return m is None or m.exists()
+
+
+def mark_ready() -> None:
+    m = _marker()
+    if m is not None and not m.exists():
+        try:
+            m.write_text(f"compiled engine cached {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        except OSError:
+            pass
+
+
+def warming() -> bool:
+    m = _marker()
+    if m is None:
+        return False
+    lock = m.with_name("WARMING")
+    try:
+        return time.time() - lock.stat().st_mtime < STALE_LOCK_S
+    except OSError:
+        return False
+
+
+def warm_in_background() -> bool:
+    """Start ``python -m servesim.engine.warm`` detached, unless one is running; True if one is."""
+    if compiled_ready():
+        return False
+    if warming():
+        return True
+    try:
+        subprocess.Popen([sys.executable, "-m", "servesim.engine.warm"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        return False
+    return True
+
+
+def warm() -> float:
+    """Compile the engine now (a tiny run of every kernel) and mark it ready; returns seconds."""
+    t0 = time.perf_counter()
+    from servesim.scenario import scenario_from_dict
+    from servesim.simulate import simulate
+
+    raw = {"name": "warm", "stop": {"requests": 20}, "sim": {"engine": "compiled"},
+           "engine": {"num_gpu_blocks_override": 64, "max_model_len": 512, "max_num_batched_tokens": 512},
+           "workload": {"arrival": {"process": "poisson", "rate": 50.0},
+                        "prompt": {"dist": "uniform", "min": 1, "max": 100},
+                        "output": {"dist": "uniform", "min": 1, "max": 20}}}
+    simulate(scenario_from_dict(raw, "warm"))
+    mark_ready()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    m = _marker()
+    lock = m.with_name("WARMING") if m is not None else None
+    if lock is not None:
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            os.close(fd)
+        except FileExistsError:
+            if warming():
+                return  # someone else is building it
+            lock.touch()
+    try:
+        warm()
+    finally:
+        if lock is not None:
+            try:
+                lock.unlink()
+            except OSError:
+                pass
+
+
+if __name__ == "__main__":  # pragma: no cover - run as a background process
+    main()
