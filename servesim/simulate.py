@@ -10,15 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import pandas as pd
 import simpy
 
 from servesim.errors import ScenarioError
 from servesim.memory import MemoryPlan, plan_memory
 from servesim.metrics.collect import Recorder
-from servesim.metrics.output import latency_sketches, write_requests_parquet
+from servesim.metrics.output import latency_sketches, write_columns_parquet, write_requests_parquet
 from servesim.metrics.sketch import LogSketch
-from servesim.metrics.summary import Labels, build_summary, request_frame, request_labels, timeseries_frame
+from servesim.metrics.summary import Labels, build_summary, request_frame, request_labels, timeseries_columns, timeseries_frame
 from servesim.perf.base import StepTimeModel
 from servesim.policy_catalog import POLICIES, python_only_reasons
 from servesim.request import RequestTable, Workload
@@ -28,6 +27,8 @@ from servesim.workload.generate import generate_workload
 from servesim.workload.stream_config import StreamSpec
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from servesim.engine.driver import Replica
 
 
@@ -47,11 +48,11 @@ class Result:
     resolved_yaml: str = field(default="", repr=False)  # scenario.resolved.yaml (servesim/resolved.py)
 
     @cached_property
-    def requests(self) -> pd.DataFrame:
+    def requests(self) -> "pd.DataFrame":
         return request_frame(self.table, self.labels)
 
     @cached_property
-    def timeseries(self) -> pd.DataFrame:
+    def timeseries(self) -> "pd.DataFrame":
         return timeseries_frame(self.recorder, self.memory.num_blocks, self.scenario.engine.block_size)
 
     @cached_property
@@ -69,7 +70,8 @@ class Result:
             (out / name).unlink(missing_ok=True)
         writers = {
             "requests.parquet": lambda p: write_requests_parquet(self.table, p, self.labels),
-            "timeseries.parquet": lambda p: self.timeseries.to_parquet(p, index=False),
+            "timeseries.parquet": lambda p: write_columns_parquet(
+                timeseries_columns(self.recorder, self.memory.num_blocks, self.scenario.engine.block_size), p),
             "summary.json": lambda p: p.write_text(summary_json(self.summary)),
             "sketches.json": lambda p: p.write_text(
                 json.dumps(_finite({k: v.to_dict() for k, v in self.sketches.items()}), allow_nan=False) + "\n"),

@@ -61,8 +61,16 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: Recorder, se
     closed = bool(groups)
     warmup = sc.stop.warmup_requests
     warmup_id = warmup if 0 < warmup < n else -1  # ITL counts from that request's arrival on
+    kv_state = kernel_kv(kv_obj)
+    if kv_state is not None:  # (the allocator object would load its own bound kernels to answer)
+        from servesim.jit import pure
+        from servesim.kv.kernels import kv_max_slots
+
+        max_slots = int(pure(kv_max_slots)(kv_state))
+    else:
+        max_slots = int(kv_obj.max_slots())
     cfg, class_slots = compose(
-        e, spec if spec is not None else policy_spec(e.scheduler), max_model_len=sc.max_model_len, max_slots=int(kv_obj.max_slots()),
+        e, spec if spec is not None else policy_spec(e.scheduler), max_model_len=sc.max_model_len, max_slots=max_slots,
         block_size=kv_obj.block_size, kv_bytes_per_token=kv_bytes_per_token,
         host_bw=GPUS[sc.hardware.gpu].pcie_bytes_per_s, fast=sc.sim.fast_path, closed=closed,
         max_arrivals=min(sc.stop.requests, n) if workload.closed_groups and sc.stop.requests else n,
@@ -78,7 +86,6 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: Recorder, se
         for gi, g in enumerate(groups):
             think[g.lo:g.hi] = g.think_s
             group_of[g.lo:g.hi] = gi
-    kv_state = kernel_kv(kv_obj)
     tab = kernel_tables(model, e.max_num_batched_tokens, e.max_num_seqs)
     # the tier-fetch bookkeeping (per-request arrays) only where a Python piece may start fetches
     fetches = kv_state is None or force_python is not None or bool(user_parts)

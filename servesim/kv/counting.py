@@ -35,7 +35,16 @@ class KernelKV:
         self.state = state
         self._computed = computed  # shared view of the request table's num_computed column
         self.holders = Holders(len(computed))  # requests with held > 0 (for usage sums)
-        self._k = kernel_set(pure).bind(state, computed)  # every array argument below: as_ids or fixed
+        self._pure = pure
+        self._bound = None  # the kernels bound to this pool, on first use (the engine never needs them)
+
+    @property
+    def _k(self):
+        """The kernels for this pool's argument types (every array argument below: as_ids or
+        fixed); bound on first use: binding loads them (~0.7 s the first time in a process)."""
+        if self._bound is None:
+            self._bound = kernel_set(self._pure).bind(self.state, self._computed)
+        return self._bound
 
     def resync(self) -> None:
         """After the engine's kernels changed holdings directly (they take the state, not this

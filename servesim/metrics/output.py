@@ -61,3 +61,8 @@ def latency_sketches(req: RequestTable, rec: Recorder, warmup: int, rel_err: flo
     for v, w in rec.itl.parts():
         sk["itl"].add(np.asarray(v), np.asarray(w))
     return sk
+
+
+def write_columns_parquet(cols: dict[str, np.ndarray], path: Path) -> None:
+    """Plain numeric columns as one parquet table (what pandas' to_parquet writes, without it)."""
+    pq.write_table(pa.table({k: pa.array(v) for k, v in cols.items()}), path)

@@ -15,10 +15,14 @@ Definitions (vLLM ``benchmark_serving`` conventions):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from servesim.request import FINISHED, REJECTED, Reject, RequestTable
 from servesim.metrics.by_class import GlobalSLO, GroupStats, class_groups, slo_per_group, stream_groups, update_good
@@ -93,7 +97,9 @@ def request_columns(req: RequestTable, lo: int = 0, hi: int | None = None,
     return cols
 
 
-def frame_from_columns(cols: dict[str, np.ndarray], labels: Labels | None = None) -> pd.DataFrame:
+def frame_from_columns(cols: dict[str, np.ndarray], labels: Labels | None = None) -> "pd.DataFrame":
+    import pandas as pd  # (not at import: a CLI run writes parquet without it)
+
     cols = dict(cols)
     cols["status"] = pd.Categorical.from_codes(cols["status"], STATUS_NAMES)
     reasons = np.array([""] + [Reject.NAMES[k] for k in sorted(Reject.NAMES)], dtype=object)
@@ -104,7 +110,7 @@ def frame_from_columns(cols: dict[str, np.ndarray], labels: Labels | None = None
     return pd.DataFrame(cols)
 
 
-def request_frame(req: RequestTable, labels: Labels | None = None) -> pd.DataFrame:
+def request_frame(req: RequestTable, labels: Labels | None = None) -> "pd.DataFrame":
     return frame_from_columns(request_columns(req, labels=labels), labels)
 
 
@@ -290,8 +296,15 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
     return out
 
 
-def timeseries_frame(rec: Recorder, num_blocks: int = 1, block_size: int = 1) -> pd.DataFrame:
+def timeseries_frame(rec: Recorder, num_blocks: int = 1, block_size: int = 1) -> "pd.DataFrame":
     """Per time bin: time-weighted mean and peak of every signal; KV fragmentation as pool shares."""
+    import pandas as pd
+
+    return pd.DataFrame(timeseries_columns(rec, num_blocks, block_size))
+
+
+def timeseries_columns(rec: Recorder, num_blocks: int = 1, block_size: int = 1) -> dict[str, np.ndarray]:
+    """The columns of :func:`timeseries_frame`."""
     rec.flush()
     s = rec.series
     nb = s.nbins()
@@ -308,4 +321,4 @@ def timeseries_frame(rec: Recorder, num_blocks: int = 1, block_size: int = 1) ->
     for name, i in FRAG_SIGNALS:
         out[f"kv_{name}_mean"] = s.integral[i, :nb] / width / slots
         out[f"kv_{name}_peak"] = s.peak[i, :nb] / slots
-    return pd.DataFrame(out)
+    return out

@@ -14,8 +14,20 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-import pandas as pd
 import typer
+
+
+class _Pandas:
+    """pandas, imported on first use: this module is mounted on the CLI at start-up, and a
+    ``servesim run`` should not pay pandas' import time (~0.3 s) for calibration verbs."""
+
+    def __getattr__(self, name: str):
+        import pandas
+
+        return getattr(pandas, name)
+
+
+pd = _Pandas()
 
 from servesim.errors import PackError, ServesimError
 from servesim.fields import MAX_TOKENS
