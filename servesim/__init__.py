@@ -6,7 +6,7 @@
     >>> res.summary["latency_s"]["ttft"]["p99"], len(res.requests)
 """
 
-__version__ = "0.1.0"
+from servesim.version import __version__  # noqa: F401
 
 from servesim.errors import ServesimError
 from servesim.scenario import Scenario, load_scenario, scenario_from_dict

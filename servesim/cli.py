@@ -136,7 +136,8 @@ def check(
 @app.command()
 def warm() -> None:
     """Build the compiled engine for this machine now (about a minute, once per version)."""
-    from servesim.engine.warm import compiled_ready, warm as build_engine
+    from servesim.engine.warm import compiled_ready
+    from servesim.warmup import warm as build_engine
 
     if compiled_ready():
         console.print("the compiled engine is already built on this machine")

@@ -23,7 +23,8 @@ import yaml
 from pydantic import BaseModel
 
 from servesim.scenario import PackStepConfig, Scenario
-from servesim.workload.trace_config import LengthsConfig, ServeGenArrivalConfig, TraceConfig
+from servesim.version import __version__
+from servesim.config.traces import LengthsConfig, ServeGenArrivalConfig, TraceConfig
 from servesim.workload.trace_readers import resolve_path
 
 
@@ -103,8 +104,6 @@ def pack_id(sc: Scenario) -> str | None:
 
 def resolved_yaml(sc: Scenario, seed: int | None = None) -> str:
     """The text of ``scenario.resolved.yaml``."""
-    from servesim import __version__
-
     pack = pack_id(sc)
     head = [
         "# scenario.resolved.yaml: the scenario as simulated (after --set overrides, --seed and defaults);",
@@ -119,8 +118,6 @@ def resolved_yaml(sc: Scenario, seed: int | None = None) -> str:
 
 def resolved_info(sc: Scenario, seed: int | None = None) -> tuple[str, dict]:
     """(file text, the summary's ``resolved_scenario`` entry)."""
-    from servesim import __version__
-
     text = resolved_yaml(sc, seed)
     return text, {"sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(), "servesim_version": __version__,
                   "calibration_pack": pack_id(sc)}

@@ -34,10 +34,10 @@ from servesim.fields import (
     TokenCount,
 )
 from servesim.policy_catalog import ENGINE_KNOBS, POLICIES, policy_names, read_options
-from servesim.kv.config import KVConfig, TierConfig
+from servesim.config.kv import KVConfig, TierConfig
 from servesim.models import MODELS, ModelShape
 from servesim.yamltext import YamlDataError, load_yaml
-from servesim.workload.dist_config import (  # noqa: F401 (re-exported: scenario's public types)
+from servesim.config.dists import (  # noqa: F401 (re-exported: scenario's public types)
     ExponentialDist,
     FixedDist,
     GeometricDist,
@@ -46,21 +46,21 @@ from servesim.workload.dist_config import (  # noqa: F401 (re-exported: scenario
     NormalDist,
     UniformDist,
 )
-from servesim.workload.arrival_config import (  # noqa: F401 (re-exported)
+from servesim.config.arrivals import (  # noqa: F401 (re-exported)
     ArrivalConfig,
     ClosedArrival,
     ConstantArrival,
     GammaArrival,
     PoissonArrival,
 )
-from servesim.workload.stream_config import (  # noqa: F401 (re-exported)
+from servesim.config.streams import (  # noqa: F401 (re-exported)
     ClassMix,
     ContaminateConfig,
     StreamConfig,
     StreamSLO,
     WorkloadConfig,
 )
-from servesim.workload.trace_config import (  # noqa: F401 (re-exported)
+from servesim.config.traces import (  # noqa: F401 (re-exported)
     ClassAssignmentConfig,
     LengthsConfig,
     ServeGenArrivalConfig,
@@ -216,7 +216,7 @@ StepTimeConfig = Annotated[
 
 
 # ---------------------------------------------------------------------------------- workload
-# The workload block lives with the workload package (servesim/workload/arrival_config.py and
+# The workload block lives with the workload package (servesim/config/arrivals.py and
 # stream_config.py), which takes a WorkloadConfig, never the whole scenario; re-exported here.
 
 
@@ -426,10 +426,7 @@ class Scenario(Frozen):
                     f"{', '.join(sorted(options)) or 'none'}); remove it, or run with "
                     f"--set 'engine.options={_flow(rest)}'")
             read_options(dict(e.options), spec.name, options)
-        from servesim.memory import plan_memory
-
-        plan_memory(self)  # raises ValueError when the model does not fit
-        return self
+        return self  # (whether the model fits the GPUs is planned when the run is built: memory.py)
 
 
 def _tp_fits(shape: ModelShape, tp: int) -> bool:

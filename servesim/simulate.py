@@ -24,7 +24,7 @@ from servesim.request import RequestTable, Workload
 from servesim.resolved import resolved_info
 from servesim.scenario import Scenario
 from servesim.workload.generate import generate_workload
-from servesim.workload.stream_config import StreamSpec
+from servesim.config.streams import StreamSpec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -169,7 +169,10 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
             f"hardware.replicas = {sc.hardware.replicas}: only 1 replica per simulation is supported "
             f"so far (clusters with routers come next); run replicas as separate scenarios meanwhile"
         )
-    plan = plan_memory(sc)
+    try:
+        plan = plan_memory(sc)
+    except ValueError as exc:  # the model does not fit: a scenario error, one line
+        raise ScenarioError(f"{sc.name}: {exc}") from None
     wl = workload if workload is not None else scenario_workload(sc, seed)
     model = step_model if step_model is not None else build_step_model(sc)
     table = RequestTable(wl)

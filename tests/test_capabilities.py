@@ -3,7 +3,7 @@ ignored by the compiled engine or by a policy."""
 
 from __future__ import annotations
 
-from servesim.kv.config import KVConfig
+from servesim.config.kv import KVConfig
 from servesim.policy_catalog import ENGINE_KNOBS, KV_KNOBS, POLICIES
 from servesim.scenario import EngineConfig
 

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from servesim.errors import TraceError
 from servesim.workload.servegen import read_client_fits, servegen_arrivals, servegen_rate
-from servesim.workload.trace_config import ServeGenArrivalConfig
+from servesim.config.traces import ServeGenArrivalConfig
 
 FIX = Path(__file__).parent / "fixtures" / "traces"
 

@@ -16,7 +16,7 @@ from servesim.workload.sessions import (
     session_chains,
     synthesize_sessions,
 )
-from servesim.workload.trace_config import SessionsConfig
+from servesim.config.traces import SessionsConfig
 
 
 def ragged(rows):

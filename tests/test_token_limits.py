@@ -18,7 +18,7 @@ from servesim.cli import app
 from servesim.errors import TraceError, WorkloadError
 from servesim.fields import MAX_TOKENS
 from servesim.request import Request, Workload
-from servesim.workload.trace_config import LengthsConfig, TraceConfig
+from servesim.config.traces import LengthsConfig, TraceConfig
 from servesim.workload.traces import load_length_pairs, load_trace
 from tests.conftest import BASE, merge, scenario
 

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from servesim.errors import TraceError
-from servesim.workload.trace_config import ClassAssignmentConfig, LengthsConfig, TraceConfig
+from servesim.config.traces import ClassAssignmentConfig, LengthsConfig, TraceConfig
 from servesim.workload.traces import (
     assign_classes,
     load_length_pairs,

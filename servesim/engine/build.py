@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from servesim.engine.driver import Replica
 from servesim.hardware import GPUS
-from servesim.metrics.collect import Recorder
 from servesim.request import RequestTable, Workload
 from servesim.sched.compose import compose, policy_spec
 from servesim.sched.state import new_scalars, new_state
 from servesim.workload.streams import stream
+
+if TYPE_CHECKING:
+    from servesim.metrics.collect import Recorder
 
 INF = float("inf")
 
@@ -49,7 +51,7 @@ def closed_groups(sc, table: RequestTable, workload: Workload, seed: int) -> tup
     return (ClosedGroup(0, n, clients, np.zeros(clients), think),)
 
 
-def build_replica(sc, table: RequestTable, kv_obj, model, recorder: Recorder, seed: int, *,
+def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", seed: int, *,
                   workload: Workload,
                   on_iteration: Callable | None = None, progress: Callable[[int], None] | None = None,
                   kv_bytes_per_token: int = 0, force_python: str | None = None, spec=None,

@@ -12,7 +12,6 @@ time, a lock file says who); the library (``simulate``) compiles when asked to r
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -23,19 +22,19 @@ from servesim import jit
 STALE_LOCK_S = 900.0
 
 
-def _marker() -> Path | None:
+def marker() -> Path | None:
     d = jit.cache_dir()
     return Path(d) / "READY" if d else None
 
 
 def compiled_ready() -> bool:
     """True when the compiled engine is in the disk cache (or there is no cache to check)."""
-    m = _marker()
+    m = marker()
     return m is None or m.exists()
 
 
 def mark_ready() -> None:
-    m = _marker()
+    m = marker()
     if m is not None and not m.exists():
         try:
             m.write_text(f"compiled engine cached {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
@@ -44,7 +43,7 @@ def mark_ready() -> None:
 
 
 def warming() -> bool:
-    m = _marker()
+    m = marker()
     if m is None:
         return False
     lock = m.with_name("WARMING")
@@ -55,55 +54,14 @@ def warming() -> bool:
 
 
 def warm_in_background() -> bool:
-    """Start ``python -m servesim.engine.warm`` detached, unless one is running; True if one is."""
+    """Start ``python -m servesim.warmup`` detached, unless one is running; True if one is."""
     if compiled_ready():
         return False
     if warming():
         return True
     try:
-        subprocess.Popen([sys.executable, "-m", "servesim.engine.warm"], stdin=subprocess.DEVNULL,
+        subprocess.Popen([sys.executable, "-m", "servesim.warmup"], stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError:
         return False
     return True
-
-
-def warm() -> float:
-    """Compile the engine now (a tiny run of every kernel) and mark it ready; returns seconds."""
-    t0 = time.perf_counter()
-    from servesim.scenario import scenario_from_dict
-    from servesim.simulate import simulate
-
-    raw = {"name": "warm", "stop": {"requests": 20}, "sim": {"engine": "compiled"},
-           "engine": {"num_gpu_blocks_override": 64, "max_model_len": 512, "max_num_batched_tokens": 512},
-           "workload": {"arrival": {"process": "poisson", "rate": 50.0},
-                        "prompt": {"dist": "uniform", "min": 1, "max": 100},
-                        "output": {"dist": "uniform", "min": 1, "max": 20}}}
-    simulate(scenario_from_dict(raw, "warm"))
-    mark_ready()
-    return time.perf_counter() - t0
-
-
-def main() -> None:
-    m = _marker()
-    lock = m.with_name("WARMING") if m is not None else None
-    if lock is not None:
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            os.close(fd)
-        except FileExistsError:
-            if warming():
-                return  # someone else is building it
-            lock.touch()
-    try:
-        warm()
-    finally:
-        if lock is not None:
-            try:
-                lock.unlink()
-            except OSError:
-                pass
-
-
-if __name__ == "__main__":  # pragma: no cover - run as a background process
-    main()

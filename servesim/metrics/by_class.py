@@ -26,7 +26,7 @@ import numpy as np
 
 from servesim.metrics.stats import PCT_KEYS, describe
 from servesim.request import CLASS_NAMES, FINISHED, REJECTED, RequestTable
-from servesim.workload.stream_config import StreamSpec, split_target
+from servesim.config.streams import StreamSpec, split_target
 
 METRICS = ("ttft", "tpot", "itl", "e2e", "queue")
 

@@ -30,7 +30,7 @@ from servesim.metrics.collect import Recorder
 from servesim.metrics.stats import describe
 from servesim.request import CLASS_NAMES, NUM_CLASSES
 from servesim.request import CAUSE_NAMES, NUM_CAUSES, Cause
-from servesim.workload.stream_config import StreamSpec
+from servesim.config.streams import StreamSpec
 
 
 STATUS_NAMES = ["pending", "waiting", "running", "finished", "rejected"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from servesim.workload.arrival_config import ConstantArrival, GammaArrival, PoissonArrival
+from servesim.config.arrivals import ConstantArrival, GammaArrival, PoissonArrival
 
 
 def _gaps(cfg, n: int, rng: np.random.Generator) -> np.ndarray:

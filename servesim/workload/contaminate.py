@@ -16,7 +16,7 @@ import numpy as np
 
 from servesim.request import Workload
 from servesim.workload.dists import mean_length, sample_lengths
-from servesim.workload.stream_config import ContaminateConfig, StreamSpec
+from servesim.config.streams import ContaminateConfig, StreamSpec
 
 
 def contaminate(w: Workload, rows: np.ndarray, cfg: ContaminateConfig, specs: tuple[StreamSpec, ...],

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from servesim.workload.dist_config import (
+from servesim.config.dists import (
     ExponentialDist,
     FixedDist,
     GeometricDist,

@@ -15,15 +15,15 @@ import numpy as np
 
 from servesim.errors import ScenarioError
 from servesim.request import ClosedGroup, Workload
-from servesim.workload.arrival_config import ClosedArrival, scaled
+from servesim.config.arrivals import ClosedArrival, scaled
 from servesim.workload.arrivals import sample_arrivals
 from servesim.workload.contaminate import contaminate
 from servesim.workload.dists import sample_lengths
 from servesim.workload.servegen import servegen_arrivals, servegen_notes
 from servesim.workload.sessions import synthesize_sessions
-from servesim.workload.stream_config import ClassMix, WorkloadConfig
+from servesim.config.streams import ClassMix, WorkloadConfig
 from servesim.workload.streams import stream
-from servesim.workload.trace_config import ServeGenArrivalConfig
+from servesim.config.traces import ServeGenArrivalConfig
 from servesim.workload.traces import assign_classes, load_trace, sample_length_pairs
 
 

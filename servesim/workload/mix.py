@@ -27,16 +27,16 @@ from pathlib import Path
 import numpy as np
 
 from servesim.request import ClosedGroup, Workload
-from servesim.workload.arrival_config import ClosedArrival, scaled
+from servesim.config.arrivals import ClosedArrival, scaled
 from servesim.workload.arrivals import sample_arrivals
 from servesim.workload.contaminate import contaminate
 from servesim.workload.dists import sample_lengths
 from servesim.workload.generate import closed_rows, cut, ramp_starts, think_times
 from servesim.workload.servegen import servegen_arrivals, servegen_notes
 from servesim.workload.sessions import expand_prefix_blocks, mix
-from servesim.workload.stream_config import StreamConfig, StreamSpec, WorkloadConfig
+from servesim.config.streams import StreamConfig, StreamSpec, WorkloadConfig
 from servesim.workload.streams import stream
-from servesim.workload.trace_config import ServeGenArrivalConfig
+from servesim.config.traces import ServeGenArrivalConfig
 from servesim.workload.traces import _take_ragged, load_trace, sample_length_pairs
 
 _STREAM_NS = 0x57EA_0000

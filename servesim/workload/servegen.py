@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from servesim.errors import TraceError
-from servesim.workload.trace_config import ServeGenArrivalConfig
+from servesim.config.traces import ServeGenArrivalConfig
 from servesim.workload.trace_readers import resolve_path
 
 _NAME = re.compile(r"^chunk-(.+)-trace\.csv$")

@@ -41,7 +41,7 @@ from servesim.errors import ScenarioError
 from servesim.fields import MAX_TOKENS
 from servesim.request import Workload
 from servesim.workload.dists import sample_lengths
-from servesim.workload.trace_config import SessionsConfig
+from servesim.config.traces import SessionsConfig
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)

@@ -26,7 +26,7 @@ import numpy as np
 
 from servesim.errors import TraceError
 from servesim.fields import MAX_TOKENS
-from servesim.workload.trace_config import LengthsConfig, TraceConfig
+from servesim.config.traces import LengthsConfig, TraceConfig
 
 
 # ------------------------------------------------------------------------------------ file I/O

@@ -32,7 +32,7 @@ from servesim.errors import TraceError
 from servesim.request import Workload
 from servesim.workload.sessions import chain_hashes, expand_prefix_blocks, session_chains
 from servesim.workload.trace_readers import READERS, BadRows, read_pairs, resolve_path
-from servesim.workload.trace_config import ClassAssignmentConfig, LengthFilter, LengthsConfig, TraceConfig
+from servesim.config.traces import ClassAssignmentConfig, LengthFilter, LengthsConfig, TraceConfig
 
 __all__ = [
     "assign_classes",

@@ -36,9 +36,9 @@ from typing import Annotated, Any, Optional, Union
 from pydantic import ConfigDict, Field, create_model, field_validator, model_validator
 
 from servesim.fields import Seconds, StrictModel, Weight
-from servesim.workload.arrival_config import ArrivalConfig, ClosedArrival, PoissonArrival
-from servesim.workload.dist_config import FixedDist, LengthDist
-from servesim.workload.trace_config import (
+from servesim.config.arrivals import ArrivalConfig, ClosedArrival, PoissonArrival
+from servesim.config.dists import FixedDist, LengthDist
+from servesim.config.traces import (
     ClassAssignmentConfig,
     LengthsConfig,
     SessionsConfig,

@@ -2,7 +2,7 @@
 
 Plain, frozen, validated data; sampling lives in :mod:`servesim.workload.arrivals`, the closed
 loop's run-time part in :mod:`servesim.engine.kernel` (the inbox). ServeGen fits
-(:class:`~servesim.workload.trace_config.ServeGenArrivalConfig`) are the fifth process.
+(:class:`~servesim.config.traces.ServeGenArrivalConfig`) are the fifth process.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pydantic import Field
 
 from servesim.fields import Rate, StrictModel
 from servesim.fields import Seconds0 as Seconds
-from servesim.workload.trace_config import ServeGenArrivalConfig
+from servesim.config.traces import ServeGenArrivalConfig
 
 # finite, bounded numbers only (servesim.fields): an infinite rate or think time is a typo, never a workload
 Frozen = StrictModel
