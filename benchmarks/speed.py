@@ -1,88 +1,107 @@
-"""Speed benchmark: simulated requests per wall second (one core) and peak RSS.
+"""Speed benchmark: simulated requests per wall second, per policy, beside a baseline checkout.
 
-Workloads (the [speed] issue's list; each runs in its own subprocess so peak RSS is its own):
+Workloads (each run in its own subprocess, so start-up and peak RSS are its own):
 
-  core  ShareGPT lengths (Sarathi-Serve's file), Llama-3-8B on one A100-80G, vllm scheduler,
-        Poisson at ~80 % of capacity (CORE_RATE, measured with --find-capacity), 100k requests
-  a     Azure 2023 conversation lengths, each clipped to 4,096 total tokens, Poisson 6.45 req/s,
-        A100-80G, llama-3-8b, vllm, block 16, max_num_seqs 128, max_num_batched_tokens 4096
-  b     (a) with the chunked scheduler, chunk 512 (runs on the Python engine)
-  b_vllm (a) with vLLM's chunked prefill, budget 512 (runs on the compiled core)
-  c     (a) overloaded at 10 req/s (preemptions)
+  a      Azure 2023 conversation lengths, each clipped to 4,096 total tokens, Poisson 6.45 req/s,
+         A100-80G, llama-3-8b, block 16, max_num_seqs 128, max_num_batched_tokens 4096
+  b      (a) with chunked prefill: the chunked policy chunks at 512 (chunked_prefill_size); the
+         other policies use vLLM's flag with a 512-token budget
+  c      (a) overloaded at 10 req/s
+  core   ShareGPT lengths (Sarathi-Serve's file), Poisson at ~80 % of capacity, max_num_seqs 256
 
-Usage:  python benchmarks/speed.py [--requests 100000] [--only a,b] [--step-model roofline|pack]
-        python benchmarks/speed.py --find-capacity
-Append the printed table to benchmarks/RESULTS.md with the date and machine.
+Every workload runs with each policy of ``--policies`` (vllm, chunked, priority, static-fifo).
+``--baseline PATH`` runs the same scenarios on another checkout of servesim (e.g. a worktree of an
+older commit) in the same session, so ratios are measured side by side; the baseline takes its
+compiled core where it had one (sim.engine: compiled), else its Python engine.
+
+``--whole-process N`` times ``servesim run`` end to end (interpreter start, imports, scenario,
+workload, run, files written) at N requests per policy on workload (a), and reports the ratio to
+Vidur's cost model (9 s of start-up plus 5.9 ms per request, measured on a machine where
+``python -m timeit "sum(range(100000))"`` reports 2.8 ms), scaled by this machine's timeit figure,
+which is printed beside the results.
+
+Usage:  python benchmarks/speed.py [--requests 100000] [--only a,b] [--policies vllm,chunked]
+                                   [--baseline /path/to/old/checkout] [--whole-process 10000]
+Append the printed tables to benchmarks/RESULTS.md with the date and machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 CORE_RATE = 2.2  # req/s: 80 % of the 2.76 req/s the core setup sustains, roofline (see --find-capacity)
+POLICIES = ("vllm", "chunked", "priority", "static-fifo")
+VIDUR_START_S, VIDUR_PER_REQ_S, VIDUR_TIMEIT_MS = 9.0, 5.9e-3, 2.8
 
 AZURE_CONV = str(SHARED / "traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv")
 SHAREGPT = str(SHARED / "traces/sarathi_vidur_length_dists/sharegpt_8k_filtered_stats_llama2_tokenizer.csv")
 
 
-def scenario_dict(name: str, n: int, step_model: str) -> dict:
+def scenario_dict(name: str, n: int, step_model: str, policy: str = "vllm") -> dict:
     step = {"model": step_model}
     if name == "core":
-        return {
-            "name": "speed-core", "seed": 1, "stop": {"requests": n},
-            "hardware": {"gpu": "a100-80g"}, "model": "llama-3-8b",
-            "engine": {"scheduler": "vllm", "block_size": 16, "max_num_seqs": 256,
-                       "max_num_batched_tokens": 8192, "max_model_len": 8192},
-            "step_time": step,
-            "workload": {"arrival": {"process": "poisson", "rate": CORE_RATE},
-                         "lengths": {"file": SHAREGPT, "max_total": 8192}},
-        }
-    base = {
-        "name": f"speed-{name}", "seed": 1, "stop": {"requests": n},
-        "hardware": {"gpu": "a100-80g"}, "model": "llama-3-8b",
-        "engine": {"scheduler": "vllm", "block_size": 16, "max_num_seqs": 128,
-                   "max_num_batched_tokens": 4096, "max_model_len": 4096},
-        "step_time": step,
-        "workload": {"arrival": {"process": "poisson", "rate": 6.45},
-                     "lengths": {"file": AZURE_CONV, "prompt_column": "ContextTokens",
-                                 "output_column": "GeneratedTokens", "clip_total": 4096}},
-    }
-    if name == "b":  # the chunked policy (Sarathi/SGLang stall-free), chunk 512: Python engine
-        base["engine"].update({"scheduler": "chunked", "chunked_prefill_size": 512})
-    if name == "b_vllm":  # vLLM's chunked-prefill mode with a 512-token budget: compiled core
-        base["engine"].update({"enable_chunked_prefill": True, "max_num_batched_tokens": 512})
-    if name == "c":
-        base["workload"]["arrival"]["rate"] = 10.0
-    return base
+        d = {"name": f"speed-core-{policy}", "seed": 1, "stop": {"requests": n},
+             "hardware": {"gpu": "a100-80g"}, "model": "llama-3-8b",
+             "engine": {"scheduler": "vllm", "block_size": 16, "max_num_seqs": 256,
+                        "max_num_batched_tokens": 8192, "max_model_len": 8192},
+             "step_time": step,
+             "workload": {"arrival": {"process": "poisson", "rate": CORE_RATE},
+                          "lengths": {"file": SHAREGPT, "max_total": 8192}}}
+    else:
+        d = {"name": f"speed-{name}-{policy}", "seed": 1, "stop": {"requests": n},
+             "hardware": {"gpu": "a100-80g"}, "model": "llama-3-8b",
+             "engine": {"scheduler": "vllm", "block_size": 16, "max_num_seqs": 128,
+                        "max_num_batched_tokens": 4096, "max_model_len": 4096},
+             "step_time": step,
+             "workload": {"arrival": {"process": "poisson", "rate": 10.0 if name == "c" else 6.45},
+                          "lengths": {"file": AZURE_CONV, "prompt_column": "ContextTokens",
+                                      "output_column": "GeneratedTokens", "clip_total": 4096}}}
+    e = d["engine"]
+    e["scheduler"] = policy
+    if name == "b":
+        if policy == "chunked":
+            e["chunked_prefill_size"] = 512
+        else:
+            e.update({"enable_chunked_prefill": True, "max_num_batched_tokens": 512})
+    return d
 
 
-def run_one(name: str, n: int, step_model: str) -> dict:
-    """Run in this process; print one JSON line."""
+def run_one(spec: dict) -> dict:
+    """Run in this process (whichever servesim is on the path); print one JSON line."""
     t0 = time.perf_counter()
+    import servesim
     from servesim import scenario_from_dict
     from servesim.simulate import build, run_built
 
-    sc = scenario_from_dict(scenario_dict(name, n, step_model), name)
+    raw = scenario_dict(spec["workload"], spec["requests"], spec["step_model"], spec["policy"])
+    if spec.get("engine"):
+        raw["sim"] = {"engine": spec["engine"]}
+    sc = scenario_from_dict(raw, raw["name"])
     t_load = time.perf_counter() - t0
     b = build(sc)
     t_build = time.perf_counter() - t0 - t_load
     res = run_built(b)
     s = res.summary
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    n = spec["requests"]
     out = {
-        "workload": name, "requests": n, "step_model": step_model,
+        **spec, "servesim": str(Path(servesim.__file__).parents[1]),
+        "engine": getattr(b.replica, "path", None) or getattr(b.replica, "name", "?"),
         "load_s": round(t_load, 3), "build_s": round(t_build, 3), "run_s": round(s["wall_s"], 3),
         "req_per_wall_s": round(n / s["wall_s"]), "req_per_wall_s_total": round(n / (time.perf_counter() - t0)),
-        "engine": b.replica.path,
         "iterations": s["engine"]["iterations"], "preemptions": s["requests"]["preemptions"],
         "sim_time_s": round(s["sim_time_s"], 1), "peak_rss_mb": round(rss_mb),
         "ttft_p99_s": s["latency_s"]["ttft"]["p99"],
@@ -91,46 +110,100 @@ def run_one(name: str, n: int, step_model: str) -> dict:
     return out
 
 
-def find_capacity(step_model: str) -> None:
-    """Saturate the core setup with a closed loop of many clients: its throughput is capacity."""
-    from servesim import scenario_from_dict, simulate
+def subprocess_run(spec: dict, src: str | None) -> dict:
+    env = dict(os.environ)
+    if src:
+        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, __file__, "--one", json.dumps(spec)], capture_output=True, text=True,
+                          env=env, cwd=tempfile.gettempdir())
+    if proc.returncode != 0:
+        sys.exit(f"{spec} on {src or 'this checkout'} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
-    d = scenario_dict("core", 20000, step_model)
-    d["workload"]["arrival"] = {"process": "closed", "clients": 512, "think_s": 0.0}
-    d["stop"]["warmup_requests"] = 2000
-    s = simulate(scenario_from_dict(d)).summary
-    print(f"capacity {s['throughput']['req_per_s']:.3f} req/s; 80% = {0.8 * s['throughput']['req_per_s']:.2f}")
+
+def timeit_ms() -> float:
+    out = subprocess.run([sys.executable, "-m", "timeit", "sum(range(100000))"], capture_output=True, text=True).stdout
+    value, unit = out.split(":")[1].split()[:2]  # "200 loops, best of 5: 1.24 msec per loop"
+    return float(value) * {"msec": 1.0, "usec": 1e-3, "sec": 1e3}[unit]
+
+
+def whole_process(n: int, policy: str, src: str | None, step_model: str) -> float:
+    """Seconds of ``servesim run`` on workload (a) at ``n`` requests, end to end, fresh out dir."""
+    tmp = Path(tempfile.mkdtemp(prefix="servesim-speed-"))
+    path = tmp / "a.yaml"
+    path.write_text(yaml.safe_dump(scenario_dict("a", n, step_model, policy)))
+    env = dict(os.environ)
+    if src:
+        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable, "-m", "servesim.cli", "run", str(path), "--out", str(tmp / "out"), "-q"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
+    dt = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"whole-process run failed ({src or 'this checkout'}):\n{proc.stderr[-3000:]}")
+    return dt
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=100_000)
-    ap.add_argument("--only", default="core,a,b,b_vllm,c")
+    ap.add_argument("--only", default="a,b")
+    ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--step-model", default="roofline", choices=["roofline", "pack"])
+    ap.add_argument("--baseline", help="another servesim checkout to run beside this one")
+    ap.add_argument("--whole-process", type=int, default=0, help="also time `servesim run` end to end at N requests")
     ap.add_argument("--one", help=argparse.SUPPRESS)
-    ap.add_argument("--find-capacity", action="store_true")
     args = ap.parse_args()
-    if args.find_capacity:
-        return find_capacity(args.step_model)
     if args.one:
-        run_one(args.one, args.requests, args.step_model)
+        run_one(json.loads(args.one))
         return
+    policies = args.policies.split(",")
+    # warm the numba caches of both checkouts (a first compiled run on a machine compiles)
+    for policy in policies:
+        subprocess_run({"workload": "a", "policy": policy, "requests": 200, "step_model": args.step_model}, None)
+        if args.baseline and policy == "vllm":
+            subprocess_run({"workload": "a", "policy": policy, "requests": 200, "step_model": args.step_model,
+                            "engine": "compiled"}, args.baseline)
+    t_ms = timeit_ms()
+    print(f"{time.strftime('%Y-%m-%d')} · {platform.machine()} · python {platform.python_version()} · "
+          f"step model {args.step_model} · timeit sum(range(100000)) = {t_ms:.2f} ms", flush=True)
     rows = []
     for name in args.only.split(","):
-        proc = subprocess.run([sys.executable, __file__, "--one", name, "--requests", str(args.requests),
-                               "--step-model", args.step_model], capture_output=True, text=True)
-        if proc.returncode != 0:
-            print(proc.stderr, file=sys.stderr)
-            raise SystemExit(f"workload {name} failed")
-        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-        print(json.dumps(rows[-1]), flush=True)
-    print(f"\n{time.strftime('%Y-%m-%d')} · {platform.processor() or platform.machine()} · "
-          f"python {platform.python_version()} · step model {args.step_model}")
-    print("| workload | engine | requests | run s | req/wall s | req/wall s incl. load | iterations | preemptions | peak RSS MB |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['workload']} | {r['engine']} | {r['requests']:,} | {r['run_s']} | {r['req_per_wall_s']:,} | "
-              f"{r['req_per_wall_s_total']:,} | {r['iterations']:,} | {r['preemptions']:,} | {r['peak_rss_mb']} |")
+        for policy in policies:
+            spec = {"workload": name, "policy": policy, "requests": args.requests, "step_model": args.step_model}
+            new = subprocess_run(spec, None)
+            old = None
+            if args.baseline:
+                spec_old = {**spec, "engine": "compiled" if policy == "vllm" else "python"}
+                old = subprocess_run(spec_old, args.baseline)
+            rows.append((new, old))
+            line = f"{name:5s} {policy:12s} {new['engine']:9s} {new['req_per_wall_s']:>9,} req/s"
+            if old:
+                line += f"   baseline {old['engine']:9s} {old['req_per_wall_s']:>9,} req/s   x{new['req_per_wall_s'] / old['req_per_wall_s']:.1f}"
+            print(line, flush=True)
+    print("\n| workload | policy | engine | req/wall s (run) | req/wall s incl. load+build | iterations | peak RSS MB |"
+          + (" baseline engine | baseline req/wall s | ratio |" if args.baseline else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|---|---|" if args.baseline else ""))
+    for new, old in rows:
+        line = (f"| {new['workload']} | {new['policy']} | {new['engine']} | {new['req_per_wall_s']:,} | "
+                f"{new['req_per_wall_s_total']:,} | {new['iterations']:,} | {new['peak_rss_mb']} |")
+        if old:
+            line += f" {old['engine']} | {old['req_per_wall_s']:,} | {new['req_per_wall_s'] / old['req_per_wall_s']:.1f}x |"
+        print(line)
+    if args.whole_process:
+        n = args.whole_process
+        vidur = (VIDUR_START_S + VIDUR_PER_REQ_S * n) * t_ms / VIDUR_TIMEIT_MS  # scaled to this machine
+        print(f"\nWhole process, `servesim run` on (a) at {n:,} requests (Vidur's model scaled to timeit "
+              f"{t_ms:.2f} ms: {vidur:.1f} s)")
+        print("| policy | servesim run s | x Vidur |" + (" baseline s | baseline x Vidur |" if args.baseline else ""))
+        print("|---|---|---|" + ("---|---|" if args.baseline else ""))
+        for policy in policies:
+            best = min(whole_process(n, policy, None, args.step_model) for _ in range(3))
+            line = f"| {policy} | {best:.2f} | {vidur / best:.0f}x |"
+            if args.baseline:
+                old = min(whole_process(n, policy, args.baseline, args.step_model) for _ in range(3))
+                line += f" {old:.2f} | {vidur / old:.0f}x |"
+            print(line, flush=True)
 
 
 if __name__ == "__main__":
