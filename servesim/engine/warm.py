@@ -12,6 +12,7 @@ time, a lock file says who); the library (``simulate``) compiles when asked to r
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -54,8 +55,9 @@ def warming() -> bool:
 
 
 def warm_in_background() -> bool:
-    """Start ``python -m servesim.warmup`` detached, unless one is running; True if one is."""
-    if compiled_ready():
+    """Start ``python -m servesim.warmup`` detached, unless one is running; True if one is.
+    ``SERVESIM_BACKGROUND_WARM=0`` turns it off (test suites, batch jobs that compile anyway)."""
+    if compiled_ready() or os.environ.get("SERVESIM_BACKGROUND_WARM", "1") == "0":
         return False
     if warming():
         return True
