@@ -34,6 +34,7 @@ KERNEL_MODULES = (
     "sched/state.py",
     "sched/queues.py",
     "sched/parts.py",
+    "sched/reserve.py",
     "sched/policies.py",
     "engine/kernel.py",
 )

@@ -25,6 +25,7 @@ from servesim.fields import MAX_GIB, MAX_SECONDS, finite_number
 NUM_CLASSES = 5
 MODES = ("stall_free", "prefill_first", "hybrid_only", "chunk_only")
 RETRACT = ("newest", "sglang")
+ADMISSION = ("whole_prompt", "sglang")  # KV for the whole prompt at admission, or SGLang's reservation
 
 OptionSpec = tuple[Any, Callable[[Any], bool], str]  # (default, check, allowed text)
 
@@ -68,7 +69,10 @@ POLICIES: dict[str, PolicySpec] = {
         "fifo", "stall_free", "newest", whole_prompt_kv=True, always_chunks=True,
         options={"swap_space_gib": SWAP_SPACE,
                  "mix": ("stall_free", lambda x: x in MODES, f"allowed: {', '.join(MODES)}"),
-                 "retract": ("newest", lambda x: x in RETRACT, f"allowed: {', '.join(RETRACT)}")}),
+                 "retract": ("newest", lambda x: x in RETRACT, f"allowed: {', '.join(RETRACT)}"),
+                 "admission": ("whole_prompt", lambda x: x in ADMISSION, f"allowed: {', '.join(ADMISSION)}"),
+                 "schedule_conservativeness": (1.0, lambda x: finite_number(x, 0.0, 100.0, lo_open=True),
+                                               "SGLang --schedule-conservativeness: a number in (0, 100]")}),
     "priority": PolicySpec(
         "priority", "SLA classes P0..P4 that preempt lower classes, aging, class budgets (Halo)",
         "classes", "running_first", "lowest_class",

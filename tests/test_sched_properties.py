@@ -42,6 +42,7 @@ def policies(draw) -> dict:
         chunked = True
         opts["mix"] = draw(st.sampled_from(["stall_free", "prefill_first", "hybrid_only", "chunk_only"]))
         opts["retract"] = draw(st.sampled_from(["newest", "sglang"]))
+        opts["admission"] = draw(st.sampled_from(["whole_prompt", "sglang"]))
         eng["chunked_prefill_size"] = draw(st.integers(8, 64))
         eng["max_running_requests"] = draw(st.integers(1, 8))
     if name == "static-fifo":
@@ -104,9 +105,15 @@ class Observer:
         self.eng = raw["engine"]
         self.batches: list[tuple[np.ndarray, np.ndarray]] = []
         self.priority_violations: list[str] = []
+        self.table = None
+        self.partials = 0  # most requests left mid-prompt by one iteration
 
     def on_iteration(self, t0, t1, ids, num_new) -> None:
         self.batches.append((ids.copy(), num_new.copy()))
+        if self.table is not None:  # prompts this iteration leaves unfinished (computed not yet advanced)
+            t = self.table
+            left = t.prompt[ids].astype(int) + t.num_output[ids] - t.computed[ids] - num_new
+            self.partials = max(self.partials, int((left > 0).sum()))
 
     def overrides(self) -> dict:
         """The policy's ``schedule`` kernel, watched (bound on the uncompiled engine)."""
@@ -134,6 +141,7 @@ def run(raw: dict, fast: bool, observer: Observer | None = None):
     if observer is None:
         return simulate(sc)
     b = build(sc, on_iteration=observer.on_iteration, kernel_overrides=observer.overrides())
+    observer.table = b.table
     return run_built(b)
 
 
@@ -152,6 +160,10 @@ def test_scheduling_invariants(raw):
         assert int(num_new.sum()) <= eng["max_num_batched_tokens"]
         assert len(ids) <= cap
         assert len(np.unique(ids)) == len(ids)
+
+    # chunking splits at most one prompt per iteration (SGLang's single chunked request; vLLM's
+    # budget is spent by the first prompt it cuts)
+    assert obs.partials <= 1
 
     # every arrived request finished or was rejected with a reason
     assert set(df.status) <= {"finished", "rejected"}

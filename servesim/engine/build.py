@@ -77,7 +77,8 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", 
         host_bw=GPUS[sc.hardware.gpu].pcie_bytes_per_s, fast=sc.sim.fast_path, closed=closed,
         max_arrivals=min(sc.stop.requests, n) if workload.closed_groups and sc.stop.requests else n,
         warmup_id=warmup_id, stop_time=sc.stop.duration_s if sc.stop.duration_s is not None else INF,
-        check=sc.sim.check_invariants, n=n, stop_when_drained=stop_when_drained)
+        check=sc.sim.check_invariants, n=n, stop_when_drained=stop_when_drained,
+        kv_tokens=int(kv_obj.num_blocks) * int(kv_obj.block_size))
     s = new_scalars()
     heap_cap = sum(g.clients for g in groups) + 1
     think = np.zeros(0)
@@ -96,6 +97,7 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", 
                    g_hi=np.array([g.hi for g in groups], dtype=np.int64), class_slots=class_slots,
                    **({"run_steps": buffers[0], "step_buffer": buffers[1]} if buffers else {}))
     rec0 = s[0]
+    rec0.ratio = cfg.ratio_init
     if warmup_id >= 0 or (warmup > 0 and warmup >= n):  # (warm-up covering every request: no ITL)
         rec0.itl_from = INF
     if groups:  # each closed loop's clients send their first requests

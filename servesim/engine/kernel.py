@@ -44,7 +44,7 @@ from servesim.kv.kernels import (
 from servesim.perf.kernels import decode_seconds, iteration_seconds
 from servesim.request import FINISHED, REJECTED, RUNNING
 from servesim.sched.parts import kv_stable_steps
-from servesim.sched.policies import schedule
+from servesim.sched.policies import decode_steps_done, schedule
 from servesim.sched.queues import enqueue, n_queued, num_waiting
 from servesim.sched.state import ONE, ZERO, set_causes, start_waiting
 
@@ -150,6 +150,10 @@ def reject_reason(cfg, st, rid):
         reason = R_MML
     if reason == 0 and not cfg.chunked and st.prompt[rid] > cfg.budget:
         reason = R_BUDGET
+    if reason == 0 and cfg.sglang_admission:  # SGLang's reservation could never pass, even alone
+        o = np.int64(st.output[rid])
+        if np.int64(st.prompt[rid]) + (o if o < 4096 else 4096) + cfg.block_size >= cfg.max_slots:
+            reason = R_KV
     return reason
 
 
@@ -272,6 +276,8 @@ def finish(cfg, st, kv, done, nd):
     for i in range(nd):
         kv_free(kv, done[i])
         request_ended(cfg, st, done[i], t)
+    if nd:
+        st.s.latch = 0  # the running batch shrank
     j = 0
     for i in range(st.s.run_len):
         if st.status[st.run[i]] == RUNNING:
@@ -354,6 +360,8 @@ def commit_decode_run(cfg, st, kv, k):
         st.computed[r] += k
         st.num_output[r] += k
     kv_commit_decodes(kv, st.computed, st.b_ids, nb)
+    if not burst:
+        decode_steps_done(cfg, st, k)
     deliver = t_end if burst else st.ends[0]  # tokens reach clients per step, or per burst
     n_regular = 0
     for i in range(nb):

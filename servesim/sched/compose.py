@@ -40,16 +40,21 @@ def policy_spec(name: str) -> PolicySpec:
 
 def compose(engine, spec: PolicySpec, *, max_model_len: int, max_slots: int, block_size: int,
             kv_bytes_per_token: int, host_bw: float, fast: bool, closed: bool, max_arrivals: int, warmup_id: int,
-            stop_time: float, check: bool, n: int, stop_when_drained: bool = True) -> tuple[EngineCfg, np.ndarray]:
+            stop_time: float, check: bool, n: int, stop_when_drained: bool = True,
+            kv_tokens: int = 0) -> tuple[EngineCfg, np.ndarray]:
     """``(EngineCfg, class_slots)`` for ``engine`` (a scenario EngineConfig) running ``spec``."""
     opts = read_options(dict(engine.options), spec.name, spec.options)
     budget = engine.max_num_batched_tokens
     max_seqs = engine.max_num_seqs
     batch = spec.batch
     victim = spec.victim
+    sglang = opts.get("admission") == "sglang"
     if "mix" in opts:  # the chunked policy: its mode, SGLang's cap on running requests
         batch = opts["mix"]
-        max_seqs = min(engine.max_running_requests or max_seqs, max_seqs)
+        running = engine.max_running_requests
+        if running is None and sglang:  # SGLang derives it from the KV pool and the context length
+            running = min(max(2048, min(4096, kv_tokens * 512 // max(max_model_len, 1))), max(kv_tokens // 2, 1))
+        max_seqs = min(running or max_seqs, max_seqs)
     if opts.get("retract") == "sglang":
         victim = "retract"
     chunk = min(engine.chunked_prefill_size or budget, budget)
@@ -58,6 +63,8 @@ def compose(engine, spec: PolicySpec, *, max_model_len: int, max_slots: int, blo
     class_slots = np.array([min(s, max_seqs) for s in slots] + [NO_LIMIT], dtype=np.int64)
     assert len(class_slots) == NUM_QUEUES
     cap = min(engine.max_batch_size, engine.max_num_seqs)
+    ratio_init = min(0.7 * float(opts.get("schedule_conservativeness") or 1.0), 1.0)  # SGLang's defaults
+    ratio_min = 0.14 * ratio_init
     space = float(opts.get("swap_space_gib", 0.0) or 0.0) * GIB
     swap_capacity = int(space // kv_bytes_per_token) if kv_bytes_per_token > 0 else NO_LIMIT
     swap = engine.preemption == "swap"
@@ -65,7 +72,8 @@ def compose(engine, spec: PolicySpec, *, max_model_len: int, max_slots: int, blo
         raise ValueError("engine.preemption: swap needs the GPU's host link bandwidth")
     cfg = EngineCfg(
         queue=QUEUES[spec.queue], batch_rule=BATCH_RULES[batch], victim=VICTIMS[victim],
-        whole_prompt_kv=spec.whole_prompt_kv, chunked=bool(engine.enable_chunked_prefill or spec.always_chunks),
+        whole_prompt_kv=spec.whole_prompt_kv and not sglang, sglang_admission=sglang,
+        ratio_init=ratio_init, ratio_min=ratio_min, ratio_step=(ratio_init - ratio_min) / 600.0, chunked=bool(engine.enable_chunked_prefill or spec.always_chunks),
         max_seqs=int(max_seqs), budget=int(budget), chunk=int(chunk), steps=int(engine.num_scheduler_steps),
         micro=int(opts.get("micro_batch_size") or cap), batch_cap=int(cap),
         aging_s=float(opts.get("aging_s") or 0.0), preempt_lower=bool(opts.get("preempt_lower", False)),

@@ -29,12 +29,14 @@ import numpy as np
 from servesim.jit import kernel
 from servesim.kv.kernels import kv_allocate, kv_allocate_decodes, kv_free, kv_free_blocks
 from servesim.request import RUNNING
-from servesim.sched.queues import q_pop_front, queue_of, requeue, waiting_ids
+from servesim.sched.queues import enqueue, q_pop_front, queue_of, requeue, waiting_ids
+from servesim.sched.reserve import chunk_cap, fits, take
 from servesim.sched.state import (
     C_TIER,
     ONE,
     V_LOWEST_CLASS,
     V_NEWEST,
+    V_RETRACT,
     known_tokens,
     mark_admitted,
     mark_preempted,
@@ -147,8 +149,12 @@ def preempt(cfg, st, kv, victim, now):
             st.s.extra += swap_seconds(cfg, slots)
     kv_free(kv, victim)
     mark_preempted(st, victim, now, swap)
-    requeue(cfg, st, victim)
+    if cfg.victim == V_RETRACT:  # SGLang: a retracted request waits at the back of the queue
+        enqueue(cfg, st, victim)
+    else:
+        requeue(cfg, st, victim)
     st.s.preempted = 1
+    st.s.latch = 0
 
 
 @kernel
@@ -316,11 +322,17 @@ def partial_prefills(cfg, st, kv, cap, now, limit):
             continue
         nd = st.tmp_need[i]
         n = nd if nd < cap else cap
-        if allocate_or_preempt(cfg, st, kv, rid, n, now):
-            batch_add(st, rid, n)
-            st.s.budget -= n
-            cap -= n
-            count += 1
+        if cfg.sglang_admission:  # the chunk fits what is not reserved; never preempts for it
+            n = chunk_cap(cfg, st, kv, n)
+            if not kv_allocate(kv, st.computed, rid, n):
+                continue
+            take(cfg, st, rid, n, n == nd)
+        elif not allocate_or_preempt(cfg, st, kv, rid, n, now):
+            continue
+        batch_add(st, rid, n)
+        st.s.budget -= n
+        cap -= n
+        count += 1
     return cap
 
 
@@ -485,6 +497,12 @@ def admit_head(cfg, st, kv, rid, g, now, cap, hybrid):
                 return NO_BUDGET
             n = cap
         size = whole if cfg.whole_prompt_kv else n
+        if cfg.sglang_admission:  # a reservation check, then KV for this chunk only
+            if not fits(cfg, st, kv, rid, whole) or not kv_allocate(kv, st.computed, rid, n):
+                st.s.latch = 1
+                return NO_KV
+            take(cfg, st, rid, n, n == whole)
+            return n
         if over == 0 and kv_allocate(kv, st.computed, rid, size):
             return n
         if make_room(cfg, st, kv, rid, g, size, over, now):

@@ -55,6 +55,7 @@ from servesim.sched.parts import (
     running_one_by_one,
     running_pass,
 )
+from servesim.sched.reserve import begin_reserve, ratio_after_decode
 from servesim.sched.queues import (
     QUEUED,
     aging_horizon,
@@ -181,13 +182,18 @@ def schedule_running_first(cfg, st, kv, now):
 
 
 @kernel
-def prefill_chunks(cfg, st, kv, now, cap, hybrid):
+def prefill_chunks(cfg, st, kv, now, cap, hybrid, mixed):
     """Prefill tokens, at most ``cap``: running partial prefills first, then admissions.
     Returns whether anyone was admitted; sets ``cause_next``."""
     cap = cap if cap < st.s.budget else st.s.budget
+    if cfg.sglang_admission:
+        begin_reserve(cfg, st, mixed)
     if st.s.run_len and cap > 0:
         cap = partial_prefills(cfg, st, kv, cap, now, cfg.n + 1)
     if preempted_stop(st):
+        uniform_cause(st, C_KV if num_waiting(st) else C_ITERATION)
+        return False
+    if cfg.sglang_admission and st.s.latch:  # SGLang's batch_is_full: wait for a request to leave
         uniform_cause(st, C_KV if num_waiting(st) else C_ITERATION)
         return False
     return admit_waiting(cfg, st, kv, now, cap, hybrid)
@@ -195,15 +201,39 @@ def prefill_chunks(cfg, st, kv, now, cap, hybrid):
 
 @kernel
 def schedule_chunked(cfg, st, kv, now):
+    if cfg.sglang_admission and st.s.run_len == 0 and num_waiting(st) == 0:
+        st.s.ratio = cfg.ratio_init  # idle: the new-token ratio starts over
+    decode_round = schedule_chunk_batch(cfg, st, kv, now)
+    if cfg.sglang_admission:
+        if decode_round and st.s.b_len:  # a decode batch was formed
+            ratio_after_decode(cfg, st, st.s.preempted != 0)
+        if n_queued(st) > 0 and not st.s.latch:
+            # the reservation shrinks as outputs grow and the ratio decays: a waiting request may
+            # fit after any decode step, without an event -- no fast-forwarding past it
+            st.s.b_stable = 0
+
+
+@kernel
+def decode_steps_done(cfg, st, k):
+    """A fast-path run advanced ``k`` decode steps on one scheduling decision: the per-step policy
+    state the skipped boundaries would have updated (SGLang's ratio decays once per decode batch)."""
+    if cfg.sglang_admission:
+        for _ in range(k - 1):
+            ratio_after_decode(cfg, st, NO)
+
+
+@kernel
+def schedule_chunk_batch(cfg, st, kv, now):
+    """The chunked batch rules; returns whether the batch is a decode round (no prefill work)."""
     rule = cfg.batch_rule
     if rule == B_STALL_FREE or rule == B_HYBRID:
         decode_pass(cfg, st, kv, now)
         decoded = st.s.b_len
         used = cfg.budget - st.s.budget
         cap = (cfg.chunk if rule == B_STALL_FREE else cfg.budget) - used
-        prefill_chunks(cfg, st, kv, now, cap, rule == B_HYBRID)
+        prefill_chunks(cfg, st, kv, now, cap, rule == B_HYBRID, YES)
         end_batch(cfg, st, st.s.b_len == decoded and not st.s.preempted, now)
-        return
+        return st.s.b_len == decoded
     # prefill_first / chunk_only: prefill and decode iterations never mix
     if rule == B_CHUNK_ONLY and st.s.last_prefill and has_need(st, True):
         decode_pass(cfg, st, kv, now)
@@ -212,15 +242,16 @@ def schedule_chunked(cfg, st, kv, now):
             uniform_cause(st, C_BUDGET if (num_waiting(st) or has_need(st, False)) else C_ITERATION)
             end_batch(cfg, st, not st.s.preempted, now)
             st.s.b_stable = 0  # the next iteration is a prefill turn
-            return
-    prefill_chunks(cfg, st, kv, now, cfg.chunk, NO)
+            return True
+    prefill_chunks(cfg, st, kv, now, cfg.chunk, NO, NO)
     if st.s.b_len:
         st.s.last_prefill = 1
         end_batch(cfg, st, NO, now)
-        return
+        return False
     st.s.last_prefill = 0
     decode_pass(cfg, st, kv, now)
     end_batch(cfg, st, not st.s.preempted, now)
+    return True
 
 
 @kernel

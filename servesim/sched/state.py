@@ -83,6 +83,10 @@ SCALARS = np.dtype([
     ("inflight", "i8"),     # an iteration (or decode run) is under way: INFLIGHT_MIXED / _RUN
     ("t_end", "f8"),        # ... and ends then
     ("run_k", "i8"),        # ... steps of the decode run under way
+    ("ratio", "f8"),        # SGLang admission: the new-token ratio (sched/reserve.py)
+    ("off_total", "f8"),    # ... the prefill pass's reserved tokens, with outputs
+    ("off_cur", "f8"),      # ... and without
+    ("latch", "i8"),        # ... an admission failed: none until the running batch shrinks
     ("segments", "i8"),     # loop segments run (progress)
     ("error", "i8"),        # nonzero: an invariant failed (code) -- the driver raises
     ("error_arg", "i8"),
@@ -96,6 +100,10 @@ class EngineCfg(NamedTuple):
     batch_rule: int
     victim: int
     whole_prompt_kv: bool  # admission allocates KV for the whole prompt, not the first chunk
+    sglang_admission: bool  # SGLang's conservative admission (sched/reserve.py)
+    ratio_init: float  # ... its new-token ratio: initial, floor, decay per decode batch
+    ratio_min: float
+    ratio_step: float
     chunked: bool  # prompts may be split over iterations
     max_seqs: int
     budget: int  # max_num_batched_tokens
