@@ -74,6 +74,9 @@ def run(
     force: bool = typer.Option(False, "--force", help="replace the run an existing --out folder holds"),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="override a field: dotted.path=YAML value"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the output folder"),
+    report: bool = typer.Option(False, "--report", help="also write report.html (charts) into the output folder"),
+    format_: Optional[List[str]] = typer.Option(None, "--format", help="with --report: html (default), png, svg; "
+                                                "several as html,png (png/svg go to charts/)"),
 ) -> None:
     """Run one scenario; write requests.parquet, timeseries.parquet, summary.json and
     scenario.resolved.yaml (the scenario as run: re-running it reproduces summary.json)."""
@@ -82,6 +85,10 @@ def run(
     from servesim.simulate import build, run_built
 
     _check_seed(seed)
+    if format_ and not report:
+        _fail("--format applies to the report; add --report (or run servesim report DIR --format ...)")
+    if report:
+        _check_formats(format_)
     try:
         sc = load_scenario(scenario, set_ or [])
         out_dir = out if out is not None else Path("out") / sc.name
@@ -105,12 +112,79 @@ def run(
     except OSError as exc:
         _fail(f"--out {out_dir}: writing the results failed ({exc.strerror or exc})")
         return
+    written = []
+    if report:
+        from servesim.report.build import write_run_report
+
+        written = _write_report(lambda: write_run_report(out_dir, format_ or ["html"]))
     if quiet:
         console.print(str(out_dir), markup=False, highlight=False)
         return
     print_summary(console, res)
     console.print(f"wrote {out_dir}/requests.parquet, timeseries.parquet, summary.json, scenario.resolved.yaml",
                   markup=False)
+    if written:
+        console.print(_written_line(written), markup=False)
+
+
+def _check_formats(formats: Optional[List[str]]) -> None:
+    from servesim.report.page import parse_formats
+
+    try:
+        parse_formats(formats)
+    except ServesimError as exc:
+        _fail(str(exc))
+
+
+def _write_report(write) -> list:
+    """Run a report writer; bad input is one line and exit 2, a file system error too."""
+    try:
+        return write()
+    except ServesimError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"writing the report failed: {exc.strerror or exc} ({getattr(exc, 'filename', '') or ''})")
+    return []
+
+
+def _written_line(paths: list) -> str:
+    html = [str(p) for p in paths if p.suffix == ".html"]
+    static = [p for p in paths if p.suffix != ".html"]
+    parts = html + ([f"{len(static)} chart files in {static[0].parent}"] if static else [])
+    return "wrote " + ", ".join(parts)
+
+
+@app.command("report")
+def report_cmd(
+    path: Path = typer.Argument(..., help="a run folder, a sweep folder, or a sweep's parquet file of rows"),
+    format_: Optional[List[str]] = typer.Option(None, "--format", help="html (default), png, svg; several as html,png"),
+    out: Optional[Path] = typer.Option(None, "--out", help="folder to write into (default: the run or sweep folder)"),
+    metric: Optional[List[str]] = typer.Option(None, "--metric", help="sweeps: a metric to draw (repeat for more)"),
+    x: Optional[str] = typer.Option(None, "--x", help="sweeps: the axis across (a dotted scenario path)"),
+    y: Optional[str] = typer.Option(None, "--y", help="sweeps: the axis up the heatmaps"),
+    pareto: Optional[str] = typer.Option(None, "--pareto", help="sweeps: X,Y metrics of the Pareto frontier, "
+                                         "e.g. ttft_p99,req_per_s"),
+) -> None:
+    """Write report.html (charts; self-contained, opens offline) for a finished run or a sweep."""
+    from servesim.report.build import write_report
+
+    written = _write_report(lambda: write_report(path, format_ or ["html"], metrics=metric, x=x, y=y,
+                                                 pareto=pareto, out=out))
+    console.print(_written_line(written), markup=False)
+
+
+@app.command()
+def compare(
+    runs: List[Path] = typer.Argument(..., help="two or more run folders; the first is the baseline"),
+    out: Path = typer.Option(Path("out/compare"), "--out", help="folder for report.html (and charts/)"),
+    format_: Optional[List[str]] = typer.Option(None, "--format", help="html (default), png, svg; several as html,png"),
+    label: Optional[List[str]] = typer.Option(None, "--label", help="a name per run, in order (default: folder names)"),
+) -> None:
+    """Overlay runs in the same charts, with a table of each run's change against the first."""
+    from servesim.report.build import write_compare_report
+
+    written = _write_report(lambda: write_compare_report(runs, out, format_ or ["html"], label))
+    console.print(_written_line(written), markup=False)
 
 
 @app.command()

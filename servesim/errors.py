@@ -30,3 +30,8 @@ class TraceError(ServesimError):
 class WorkloadError(ServesimError):
     """A workload (built by hand through the Python API, or drawn from a scenario) holds values
     the engine cannot represent, such as a token count above ``servesim.fields.MAX_TOKENS``."""
+
+
+class ReportError(ServesimError):
+    """A folder given to a report (a run, a sweep, runs to compare) is missing, incomplete or
+    unreadable, or a chart option names something the results do not hold."""

@@ -79,9 +79,9 @@ class StopConfig(Frozen):
     requests are reported as in flight. Give one or both (both: whichever comes first: when all
     ``requests`` arrived before ``duration_s``, the run ends as soon as they have all ended)."""
 
-    requests: RequestCount | None = None
-    duration_s: Seconds | None = None
-    warmup_requests: RequestCount0 = 0
+    requests: RequestCount | None = None  # this many requests arrive; the run drains until each ends
+    duration_s: Seconds | None = None  # arrivals and the clock stop here (unfinished: in flight)
+    warmup_requests: RequestCount0 = 0  # the first N (arrival order) are left out of the results
 
     @model_validator(mode="after")
     def _one_limit(self) -> "StopConfig":
@@ -99,11 +99,11 @@ GpuName = Literal["a100-80g", "h100-80g", "h200"]
 
 
 class HardwareConfig(Frozen):
-    gpu: GpuName = "a100-80g"
-    replicas: Annotated[int, Field(ge=1, le=4096)] = 1
-    gpus_per_replica: Annotated[int, Field(ge=1, le=64)] = 1
+    gpu: GpuName = "a100-80g"  # the GPU kind (servesim/hardware.py)
+    replicas: Annotated[int, Field(ge=1, le=4096)] = 1  # engine copies (1 per simulation until clusters land)
+    gpus_per_replica: Annotated[int, Field(ge=1, le=64)] = 1  # GPUs one replica spans (tp x pp)
     tp: Annotated[int, Field(ge=1, le=64)] | None = None  # default: gpus_per_replica / pp
-    pp: Annotated[int, Field(ge=1, le=64)] = 1
+    pp: Annotated[int, Field(ge=1, le=64)] = 1  # pipeline stages
 
     @model_validator(mode="after")
     def _parallelism(self) -> "HardwareConfig":
@@ -127,7 +127,7 @@ class HardwareConfig(Frozen):
 class ModelShapeConfig(Frozen):
     """An inline model shape, for models that are not built in."""
 
-    name: str = "custom"
+    name: str = "custom"  # a label for the header and the calibration pack lookup
     num_layers: Annotated[int, Field(ge=1, le=1024)]
     hidden_size: Annotated[int, Field(ge=1, le=1 << 20)]
     num_heads: Annotated[int, Field(ge=1, le=1 << 14)]
@@ -135,8 +135,8 @@ class ModelShapeConfig(Frozen):
     head_dim: Annotated[int, Field(ge=1, le=1 << 14)]
     intermediate_size: Annotated[int, Field(ge=1, le=1 << 22)]
     vocab_size: Annotated[int, Field(ge=1, le=1 << 24)]
-    max_model_len: TokenCount = 8192
-    tie_word_embeddings: bool = False
+    max_model_len: TokenCount = 8192  # the model's context limit (engine.max_model_len may lower it)
+    tie_word_embeddings: bool = False  # the output head shares the embedding's weights (memory)
 
     @model_validator(mode="after")
     def _heads(self) -> "ModelShapeConfig":
@@ -157,13 +157,13 @@ SchedulerName = str  # validated against the policy registry when the scenario i
 
 
 class EngineConfig(Frozen):
-    scheduler: SchedulerName = "vllm"
-    block_size: Annotated[int, Field(ge=1, le=256)] = 16
-    max_num_seqs: Annotated[int, Field(ge=1, le=65536)] = 256
-    max_num_batched_tokens: Annotated[int, Field(ge=1, le=1 << 22)] = 8192
-    enable_chunked_prefill: bool = False
-    gpu_memory_utilization: Share = 0.9
-    preemption: Literal["recompute", "swap"] = "recompute"
+    scheduler: SchedulerName = "vllm"  # a policy name (vllm, chunked, static-fifo, priority) or 'module:Class'
+    block_size: Annotated[int, Field(ge=1, le=256)] = 16  # KV block size in tokens (vLLM --block-size)
+    max_num_seqs: Annotated[int, Field(ge=1, le=65536)] = 256  # requests running at once (vLLM --max-num-seqs)
+    max_num_batched_tokens: Annotated[int, Field(ge=1, le=1 << 22)] = 8192  # token budget of an iteration
+    enable_chunked_prefill: bool = False  # split prompts across iterations (vLLM --enable-chunked-prefill)
+    gpu_memory_utilization: Share = 0.9  # share of GPU memory the engine may use (weights, activations, KV)
+    preemption: Literal["recompute", "swap"] = "recompute"  # what happens to a preempted request's KV
     max_model_len: TokenCount | None = None  # default: the model's
     num_gpu_blocks_override: Annotated[int, Field(ge=1, le=1 << 26)] | None = None  # vLLM's flag of that name
     # vLLM multi-step scheduling: the scheduler runs once every N decode steps
@@ -191,23 +191,23 @@ class ConstantStepConfig(Frozen):
     """Every iteration takes ``seconds``, whatever the batch: for theory tests."""
 
     model: Literal["constant"]
-    seconds: StepSeconds = 0.01
+    seconds: StepSeconds = 0.01  # every iteration's duration
 
 
 class RooflineStepConfig(Frozen):
     """Per op, max(FLOPs / (peak x mfu), bytes / (bandwidth x mbu)), plus a fixed overhead."""
 
     model: Literal["roofline"]
-    mfu: Share = 0.6
-    mbu: Share = 0.8
-    overhead_s: StepSeconds0 = 0.002
+    mfu: Share = 0.6  # achieved share of the GPU's peak FLOP/s
+    mbu: Share = 0.8  # achieved share of the GPU's memory bandwidth
+    overhead_s: StepSeconds0 = 0.002  # fixed time added to every iteration
 
 
 class PackStepConfig(Frozen):
     """Measured kernel timings from a calibration pack, found from (gpu, model, tp)."""
 
     model: Literal["pack"]
-    cuda_graph: bool = True
+    cuda_graph: bool = True  # decode iterations replay a CUDA graph (the pack's graph overheads)
 
 
 StepTimeConfig = Annotated[
@@ -221,19 +221,19 @@ StepTimeConfig = Annotated[
 
 
 class SLOConfig(Frozen):
-    ttft_s: Seconds = 1.0
-    tpot_s: Seconds = 0.1
+    ttft_s: Seconds = 1.0  # a request is good when its TTFT is at most this ...
+    tpot_s: Seconds = 0.1  # ... and its TPOT at most this (goodput, SLO attainment)
 
 
 class MetricsConfig(Frozen):
-    timeseries_bin_s: Annotated[float, Field(ge=1e-3, le=1e8)] = 1.0
+    timeseries_bin_s: Annotated[float, Field(ge=1e-3, le=1e8)] = 1.0  # finest time-series bin (long runs merge bins)
 
 
 class SimConfig(Frozen):
     """How to simulate (not what): switches that must not change results."""
 
-    fast_path: bool = True
-    check_invariants: bool = False
+    fast_path: bool = True  # advance runs of decode iterations together (exactly equal to single stepping)
+    check_invariants: bool = False  # check KV and batch invariants after every scheduling decision (slower)
     # auto: the compiled core for runs of 50,000+ requests when it supports the configuration
     # (vllm policy, recompute, paged KV), else the Python engine; both give the same results
     engine: Literal["auto", "python", "compiled"] = "auto"
@@ -273,17 +273,18 @@ class Scenario(Frozen):
     of another policy dropped after ``--set engine.scheduler=...``), for the run header."""
 
     _load_notes: tuple[str, ...] = PrivateAttr(default=())
-    name: str = "scenario"
-    seed: Seed = 0
-    stop: StopConfig = StopConfig(requests=1000)
-    hardware: HardwareConfig = HardwareConfig()
+    name: str = "scenario"  # labels the outputs (out/<name>/ by default)
+    seed: Seed = 0  # every random stream derives from it
+    stop: StopConfig = StopConfig(requests=1000)  # when the run ends
+    hardware: HardwareConfig = HardwareConfig()  # GPUs and parallelism
+    # a built-in model by name, or an inline shape
     model: Union[ModelName, ModelShapeConfig] = "llama-3-8b"  # type: ignore[valid-type]
-    engine: EngineConfig = EngineConfig()
-    step_time: StepTimeConfig = RooflineStepConfig(model="roofline")
-    workload: WorkloadConfig = WorkloadConfig()
-    slo: SLOConfig = SLOConfig()
-    metrics: MetricsConfig = MetricsConfig()
-    sim: SimConfig = SimConfig()
+    engine: EngineConfig = EngineConfig()  # scheduler and engine knobs (vLLM / SGLang names)
+    step_time: StepTimeConfig = RooflineStepConfig(model="roofline")  # how long an iteration takes
+    workload: WorkloadConfig = WorkloadConfig()  # where requests come from
+    slo: SLOConfig = SLOConfig()  # per-request targets for goodput
+    metrics: MetricsConfig = MetricsConfig()  # how results are recorded
+    sim: SimConfig = SimConfig()  # how to simulate (never changes results)
     # lower KV tiers below the GPU pool, in order (L2, L3); need engine.enable_prefix_caching
     kv_tiers: Annotated[list[TierConfig], Field(max_length=2)] = []
     # folder the scenario file was read from; relative paths in it resolve against this

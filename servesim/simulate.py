@@ -68,6 +68,8 @@ class Result:
         out.mkdir(parents=True, exist_ok=True)
         for name in RUN_FILES:
             (out / name).unlink(missing_ok=True)
+        for chart in stale_charts(out):  # a report of the earlier run must not describe this one
+            chart.unlink(missing_ok=True)
         writers = {
             "requests.parquet": lambda p: write_requests_parquet(self.table, p, self.labels),
             "timeseries.parquet": lambda p: write_columns_parquet(
@@ -85,7 +87,16 @@ class Result:
         return out
 
 
-RUN_FILES = ("requests.parquet", "timeseries.parquet", "summary.json", "sketches.json", "scenario.resolved.yaml")
+RUN_FILES = ("requests.parquet", "timeseries.parquet", "summary.json", "sketches.json", "scenario.resolved.yaml",
+             "report.html")
+
+
+def stale_charts(folder: Path) -> list[Path]:
+    """Static charts a report wrote into ``folder/charts`` (``NN-name.png|svg``, servesim/report/page.py)."""
+    charts = folder / "charts"
+    if not charts.is_dir():
+        return []
+    return [p for p in charts.iterdir() if p.suffix in (".png", ".svg") and p.name[:2].isdigit() and p.name[2:3] == "-"]
 
 
 def holds_run(folder: str | Path) -> str | None:

@@ -233,8 +233,11 @@ def pull_arrivals(cfg, st, t):
 
 # ------------------------------------------------------------------------------- recording
 @kernel
-def record(st, t0, k, used_now, tokens, itl_first, itl_rest, waiting):
-    """One recorder row per step of the committed iteration or run (``ends[:k]``)."""
+def record(st, t0, k, used_now, tokens, prefill, itl_first, itl_rest, waiting):
+    """One recorder row per step of the committed iteration or run (``ends[:k]``). ``prefill``:
+    the first step's tokens that are not a running request's next decode token (prompts, chunks,
+    recomputation after a preemption; later steps of a decode run have none); ``tokens - prefill``
+    are decode tokens."""
     i = st.s.rows
     prev = t0
     for j in range(k):
@@ -248,6 +251,7 @@ def record(st, t0, k, used_now, tokens, itl_first, itl_rest, waiting):
         st.rb_vals[4, i + j] = st.frag[0, j]
         st.rb_vals[5, i + j] = st.frag[1, j]
         st.rb_vals[6, i + j] = st.frag[2, j]
+        st.rb_vals[7, i + j] = prefill if j == 0 else 0
         st.rb_itlw[i + j] = itl_first if j == 0 else itl_rest
     st.s.rows = i + k
 
@@ -364,6 +368,7 @@ def commit_decode_run(cfg, st, kv, k):
         decode_steps_done(cfg, st, k)
     deliver = t_end if burst else st.ends[0]  # tokens reach clients per step, or per burst
     n_regular = 0
+    n_last_chunk = 0
     for i in range(nb):
         r = st.b_ids[i]
         last = st.t_last[r]
@@ -371,19 +376,20 @@ def commit_decode_run(cfg, st, kv, k):
             n_regular += 1
         elif np.isnan(last):  # a chunked prefill whose last chunk was one token
             st.t_first[r] = deliver
+            n_last_chunk += 1
         elif deliver >= st.s.itl_from:
             itl_add(st, deliver - last, 1)
         st.t_last[r] = t_end
     waiting = num_waiting(st)
     if burst:
-        record(st, t0, k, PER_STEP, nb, ZERO, ZERO, waiting)
+        record(st, t0, k, PER_STEP, nb, n_last_chunk, ZERO, ZERO, waiting)
         if t_end >= st.s.itl_from:
             if n_regular > 0:
                 itl_add(st, t_end - t0, n_regular)
             if (k - 1) * nb > 0:
                 itl_add(st, 0.0, (k - 1) * nb)
     else:
-        record(st, t0, k, PER_STEP, nb, n_regular, nb, waiting)
+        record(st, t0, k, PER_STEP, nb, n_last_chunk, n_regular, nb, waiting)
     st.s.now = t_end
     if k == rem_min:
         done = np.empty(nb, dtype=np.int64)
@@ -419,9 +425,17 @@ def commit_iteration(cfg, st, kv, t1):
     st.used[0] = used
     kv_step_usage(kv, st.computed, st.run, st.s.run_len, st.b_ids, st.b_new, nb, ONE, st.used, st.frag)
     tokens = 0
+    prefill = 0
     for i in range(nb):
-        st.computed[st.b_ids[i]] += st.b_new[i]
-        tokens += st.b_new[i]
+        r = st.b_ids[i]
+        new = st.b_new[i]
+        # a decode token: one new token right after the last sampled one (computed catches up
+        # with prompt + outputs); anything else is prefill work (prompt, chunk, recomputation)
+        if not (new == 1 and st.num_output[r] > 0
+                and np.int64(st.computed[r]) + 1 == np.int64(st.prompt[r]) + st.num_output[r]):
+            prefill += new
+        st.computed[r] += new
+        tokens += new
     n_regular = 0
     done = np.empty(nb, dtype=np.int64)
     nd = 0
@@ -441,7 +455,7 @@ def commit_iteration(cfg, st, kv, t1):
                 done[nd] = r
                 nd += 1
     st.ends[0] = t1
-    record(st, t0, ONE, used, tokens, n_regular, ZERO, num_waiting(st))
+    record(st, t0, ONE, used, tokens, prefill, n_regular, ZERO, num_waiting(st))
     st.s.now = t1
     if nd:
         finish(cfg, st, kv, done, nd)

@@ -29,7 +29,7 @@ class BinnedSeries:
     finest width; long runs get coarser series in bounded memory, still exact per bin."""
 
     SIGNALS = ("kv_blocks", "running", "waiting", "batch_tokens", "kv_internal_slots", "kv_reserved_slots",
-               "kv_external_slots")
+               "kv_external_slots", "prefill_tokens")
 
     def __init__(self, bin_s: float, max_bins: int = 1 << 16):
         self.bin_s = float(bin_s)
@@ -122,10 +122,11 @@ class Recorder:
 
     # -- hot path -------------------------------------------------------------------------
     def steps(self, t0: float, ends: np.ndarray, kv_used, running: int, waiting: int, batch_tokens: int,
-              itl_first: int, itl_rest: int, frag=None) -> None:
+              itl_first: int, itl_rest: int, frag=None, prefill=0) -> None:
         """Record ``len(ends)`` consecutive steps starting at ``t0``. ``itl_first`` requests got a
         regular token at the end of the first step, ``itl_rest`` at the end of each later one.
-        ``frag``: (internal, reserved, external) KV slots per step (see servesim/kv/frag.py)."""
+        ``frag``: (internal, reserved, external) KV slots per step (see servesim/kv/frag.py);
+        ``prefill``: the prefill tokens among ``batch_tokens`` (per step, or one value for all)."""
         k = len(ends)
         i = self._fill
         if i + k > self.BUFFER:
@@ -144,7 +145,8 @@ class Recorder:
         if frag is not None:
             v[4, i:j], v[5, i:j], v[6, i:j] = frag
         else:
-            v[4:, i:j] = 0.0
+            v[4:7, i:j] = 0.0
+        v[7, i:j] = prefill
         self._itl_w[i] = itl_first
         if k > 1:
             self._itl_w[i + 1 : j] = itl_rest

@@ -316,6 +316,10 @@ def timeseries_columns(rec: Recorder, num_blocks: int = 1, block_size: int = 1) 
     for i, name in enumerate(s.SIGNALS[:4]):
         out[f"{name}_mean"] = s.integral[i, :nb] / width
         out[f"{name}_peak"] = s.peak[i, :nb]
+    # batch composition: prefill tokens of the batch (prompts, chunks, recomputation), the rest decode
+    out["prefill_tokens_mean"] = s.integral[7, :nb] / width
+    out["prefill_tokens_peak"] = s.peak[7, :nb]
+    out["decode_tokens_mean"] = out["batch_tokens_mean"] - out["prefill_tokens_mean"]
     out["kv_utilization_mean"] = out["kv_blocks_mean"] / num_blocks
     out["kv_utilization_peak"] = out["kv_blocks_peak"] / num_blocks
     for name, i in FRAG_SIGNALS:

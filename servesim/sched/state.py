@@ -39,7 +39,7 @@ MEMBERS = NUM_CLASSES  # the queue of a static batch being formed
 NUM_QUEUES = NUM_CLASSES + 1
 MAX_RUN_STEPS = 1 << 14  # bound on one fast-path run (the size of its per-step scratch arrays)
 STEP_BUFFER = 1 << 15  # recorder rows kept before a flush (> MAX_RUN_STEPS: room for a whole run)
-NUM_SIGNALS = 7  # recorder signals (servesim.metrics.collect.BinnedSeries.SIGNALS)
+NUM_SIGNALS = 8  # recorder signals (servesim.metrics.collect.BinnedSeries.SIGNALS)
 
 C_KV, C_BUDGET, C_SLOTS = int(Cause.KV_BLOCKS), int(Cause.TOKEN_BUDGET), int(Cause.BATCH_SLOTS)
 C_HIGHER, C_STATIC, C_TIER = int(Cause.HIGHER_CLASS), int(Cause.STATIC_BATCH), int(Cause.TIER_TRANSFER)
