@@ -79,7 +79,8 @@ alt.layer(band, diagonal, pts, data=data).properties(width=230, height=230).face
 alt.Chart(res).transform_window(
     cdf="cume_dist()", sort=[{"field": "abs_error"}], groupby=["model", "mode"]
 ).mark_line(interpolate="step-after").encode(
-    x=alt.X("abs_error:Q", title="|predicted / measured - 1|", axis=alt.Axis(format="%"), scale=alt.Scale(type="symlog", constant=0.01)),
+    x=alt.X("abs_error:Q", title="|predicted / measured - 1|", axis=alt.Axis(format="%"),
+            scale=alt.Scale(type="symlog", constant=0.01)),
     y=alt.Y("cdf:Q", title="share of iterations", axis=alt.Axis(format="%")),
     color=alt.Color("model:N"), strokeDash=alt.StrokeDash("mode:N"),
 ).properties(width=480, height=260, title="distribution of the iteration-time error per pack")

@@ -60,7 +60,8 @@ BASE = [f"stop.requests={REQUESTS}", f"stop.warmup_requests={REQUESTS // 10}", "
 rows, results = [], {}
 for name, overrides in ALLOCATORS.items():
     for bs in BLOCK_SIZES:
-        sc = servesim.load_scenario(ROOT / "scenarios" / "quickstart.yaml", BASE + overrides + [f"engine.block_size={bs}"])
+        sc = servesim.load_scenario(ROOT / "scenarios" / "quickstart.yaml",
+                                    BASE + overrides + [f"engine.block_size={bs}"])
         res = servesim.simulate(sc)
         results[(name, bs)] = res
         s, kv = res.summary, res.summary["kv"]

@@ -126,7 +126,8 @@ def _cdf_chart(d: "pd.DataFrame", marks: "pd.DataFrame"):
 
 # ------------------------------------------------------------------------------ time series
 KV_SIGNALS = {"kv_utilization_mean": "KV used", "kv_internal_fragmentation_mean": "internal fragmentation",
-              "kv_reservation_waste_mean": "reserved, unused", "kv_external_fragmentation_mean": "external fragmentation"}
+              "kv_reservation_waste_mean": "reserved, unused",
+              "kv_external_fragmentation_mean": "external fragmentation"}
 QUEUE_SIGNALS = {"waiting_mean": "waiting requests", "running_mean": "running requests (batch)"}
 BATCH_SIGNALS = {"prefill_tokens_mean": "prefill tokens", "decode_tokens_mean": "decode tokens"}
 
@@ -172,9 +173,11 @@ def timeline_figures(runs: list["RunData"]) -> list[Figure]:
     if not kv.empty:
         shown = _nonzero(kv)
         left = sorted(set(kv["signal"]) - set(shown["signal"]))
-        figs.append(Figure("kv-usage", "KV cache usage and fragmentation", _timeline(shown, many, "share of the KV pool", ".2~%"),
+        figs.append(Figure("kv-usage", "KV cache usage and fragmentation",
+                           _timeline(shown, many, "share of the KV pool", ".2~%"),
                            f"Share of the GPU KV pool in use and wasted over time; {bin_note}. Fragmentation "
-                           f"definitions: docs/metrics.md." + (f" Zero throughout, not drawn: {', '.join(left)}." if left else "")))
+                           f"definitions: docs/metrics.md."
+                           + (f" Zero throughout, not drawn: {', '.join(left)}." if left else "")))
     q = curves.long_series(runs, QUEUE_SIGNALS)
     if not q.empty:
         figs.append(Figure("queue-batch", "Waiting queue and running batch", _timeline(q, many, "requests"),

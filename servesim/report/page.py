@@ -37,7 +37,8 @@ span.better { color: #137333; } span.worse { color: #b3261e; }
 figure { margin: 0 0 18px; padding: 10px 12px; border: 1px solid #e6e8ee; border-radius: 6px; background: #fff; }
 figure.narrow { flex: 1 1 460px; } figure.wide { flex: 1 1 100%; }
 figcaption { color: #5a6275; font-size: 12.5px; margin-top: 6px; max-width: 900px; }
-details { margin: 8px 0; } pre { background: #f6f7f9; padding: 10px; overflow: auto; font-size: 12px; max-height: 480px; }
+details { margin: 8px 0; }
+pre { background: #f6f7f9; padding: 10px; overflow: auto; font-size: 12px; max-height: 480px; }
 p.note { color: #5a6275; }
 """
 

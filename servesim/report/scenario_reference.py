@@ -157,7 +157,8 @@ def default_text(f: FieldInfo) -> str:
 
 
 def _flow(v) -> str:
-    return yaml.safe_dump(v, default_flow_style=True, width=1 << 16, sort_keys=False).strip().removesuffix("...").strip()
+    text = yaml.safe_dump(v, default_flow_style=True, width=1 << 16, sort_keys=False)
+    return text.strip().removesuffix("...").strip()
 
 
 # ------------------------------------------------------------------------ source comments

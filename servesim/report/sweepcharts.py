@@ -129,7 +129,8 @@ def pareto_frame(sd: SweepData, xm: str, ym: str) -> "pd.DataFrame":
     """Per point: both metrics' means and intervals, and whether the point is on the front."""
     a, b = point_stats(sd, xm), point_stats(sd, ym)
     st = a.rename(columns={"mean": "x", "lo": "x_lo", "hi": "x_hi"}).drop(columns=["n"])
-    st["y"], st["y_lo"], st["y_hi"], st["n"] = b["mean"].to_numpy(), b["lo"].to_numpy(), b["hi"].to_numpy(), b["n"].to_numpy()
+    for src, dst in (("mean", "y"), ("lo", "y_lo"), ("hi", "y_hi"), ("n", "n")):
+        st[dst] = b[src].to_numpy()
     st["front"] = pareto_front(st["x"], st["y"], direction(xm), direction(ym))
     return st
 
@@ -148,8 +149,10 @@ def pareto_figure(sd: SweepData, xm: str, ym: str) -> tuple[Figure, "pd.DataFram
     base = alt.Chart(_data(data))
     pts = base.mark_point(filled=True).encode(
         x=alt.X("x:Q", title=f"{xm} ({'lower' if direction(xm) == 'min' else 'higher'} is better)", scale=x_scale),
-        y=alt.Y("y:Q", title=f"{ym} ({'lower' if direction(ym) == 'min' else 'higher'} is better)", scale=alt.Scale(zero=False)),
-        color=alt.Color("on:N", title=None, scale=alt.Scale(domain=["on the front", "dominated"], range=["#d62728", "#9aa3b5"])),
+        y=alt.Y("y:Q", title=f"{ym} ({'lower' if direction(ym) == 'min' else 'higher'} is better)",
+                scale=alt.Scale(zero=False)),
+        color=alt.Color("on:N", title=None,
+                        scale=alt.Scale(domain=["on the front", "dominated"], range=["#d62728", "#9aa3b5"])),
         size=alt.condition("datum.front", alt.value(90), alt.value(40)), tooltip=tips)
     front = alt.Chart(_data(data[st["front"].to_numpy()].sort_values("x"))).mark_line(color="#d62728").encode(
         x="x:Q", y="y:Q", order="x:Q")

@@ -62,7 +62,8 @@ def summary_block(run: "RunData") -> str:
         + (f"; rejected by reason: {escape(str(r['rejected_by_reason']))}" if r.get("rejected_by_reason") else ""),
         f"<b>throughput</b> {num(t['req_per_s'], ',.3f')} req/s, {num(t['output_tok_per_s'], ',.0f')} output tok/s, "
         f"{num(t['input_tok_per_s'], ',.0f')} input tok/s; <b>goodput</b> {num(t['goodput_req_per_s'], ',.3f')} req/s "
-        f"(SLO TTFT &le; {num(slo['ttft_s'], 'g')} s, TPOT &le; {num(slo['tpot_s'], 'g')} s: {pct(slo['attainment'])} met)",
+        f"(SLO TTFT &le; {num(slo['ttft_s'], 'g')} s, TPOT &le; {num(slo['tpot_s'], 'g')} s: "
+        f"{pct(slo['attainment'])} met)",
     ]
     kv, e = s.get("kv", {}), s.get("engine", {})
     if kv:
@@ -81,7 +82,8 @@ def summary_block(run: "RunData") -> str:
         lines.append(line)
     if e:
         lines.append(f"<b>engine</b> {e['iterations']:,} iterations, busy {pct(e['busy_fraction'])}, mean "
-                     f"{num(e['mean_running'], ',.1f')} running, {num(e['mean_batch_tokens'], ',.0f')} tokens/iteration; "
+                     f"{num(e['mean_running'], ',.1f')} running, {num(e['mean_batch_tokens'], ',.0f')} "
+                     f"tokens/iteration; "
                      f"simulated {num(s.get('sim_time_s'), ',.1f')} s in {num(s.get('wall_s'), ',.2f')} s wall")
     return "".join(f"<p>{x}</p>" for x in lines)
 
