@@ -40,7 +40,7 @@ def test_notebook_runs_and_ends_with_charts(path: Path, tmp_path, monkeypatch):
     # charts as Vega-Lite specs in the outputs, so the test can check them (altair 6's own mimetype,
     # application/vnd.vegalite.v6.json, is not a JSON mimetype to nbformat's schema: plain JSON)
     nb.cells.insert(0, nbformat.v4.new_code_cell('import altair as alt\nalt.renderers.enable("json")'))
-    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",  # a cold machine compiles once
                                      resources={"metadata": {"path": str(path.parent)}})
     client.execute(env=dict(os.environ))
     code = [c for c in nb.cells if c.cell_type == "code"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from servesim import __version__
+from servesim.version import __version__
 from servesim.errors import ReportError
 from servesim.report import tables
 from servesim.report.charts import run_figures
