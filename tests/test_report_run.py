@@ -195,6 +195,17 @@ def test_tiers_draw_hit_rates_and_link_traffic(tmp_path):
     assert gb[("L2", "stored (down)")] == pytest.approx(tiers["L2"]["bytes_stored"] / 1e9)
 
 
+def test_a_run_with_nothing_measured_still_reports(tmp_path):
+    from tests.conftest import BASE, merge
+
+    raw = merge(BASE, {"workload": {"prompt": {"dist": "fixed", "value": 9000}}, "stop": {"requests": 5}})
+    res = write_run(raw, tmp_path / "r")
+    assert res.summary["requests"]["rejected"] == 5
+    assert run_figures([load_run(tmp_path / "r")]) == []
+    html = write_run_report(tmp_path / "r")[0].read_text()
+    assert _specs(html) == [] and "Nothing to chart" in html and "exceeds_max_model_len" in html
+
+
 def test_no_tier_or_replica_sections_when_off(runs):
     root, _, _ = runs
     names = [n for n, _ in run_figures([load_run(root / "a")])]

@@ -18,7 +18,6 @@ from servesim.report import curves
 from servesim.report.rundata import finite
 
 if TYPE_CHECKING:
-    import altair as alt
     import pandas as pd
 
     from servesim.report.rundata import RunData
@@ -191,8 +190,7 @@ def timeline_figures(runs: list["RunData"]) -> list[Figure]:
                            f"that decodes); {bin_note}, so long prefill iterations weigh more. The scale is "
                            f"logarithmic above 1 token so that a few decode tokens stay visible beside "
                            f"thousands of prompt tokens."))
-    elif runs and "batch_tokens_mean" in runs[0].timeseries:
-        tot = curves.long_series(runs, {"batch_tokens_mean": "tokens per iteration"})
+    elif not (tot := curves.long_series(runs, {"batch_tokens_mean": "tokens per iteration"})).empty:
         figs.append(Figure("batch-composition", "Batch size in tokens per iteration", _timeline(tot, many, "tokens"),
                            f"This run was written before the recorder split prefill from decode tokens; {bin_note}."))
     return figs

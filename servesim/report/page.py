@@ -80,6 +80,8 @@ def render(title: str, subtitle: str, header_html: str, sections: list[tuple[str
     """The whole page. ``header_html`` and section contents are trusted HTML built by the report
     modules (which escape user text); ``title`` and ``subtitle`` are escaped here."""
     specs, body = [], []
+    if not sections:
+        body.append('<p class="note">Nothing to chart: no measured request and no iteration.</p>')
     n = 0
     for name, figs in sections:
         body.append(f"<h2>{escape(name)}</h2>")

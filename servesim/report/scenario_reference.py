@@ -21,7 +21,6 @@ from __future__ import annotations
 import ast
 import inspect
 import io
-import re
 import sys
 import textwrap
 import tokenize
@@ -205,12 +204,12 @@ def field_comment(cls: type, name: str) -> str:
 
 
 # ----------------------------------------------------------------------- validator checks
-def _render_message(node: ast.AST, module: dict, field_names: set[str]) -> str | None:
+def _render_message(node: ast.AST, module: dict) -> str | None:
     """The text of a ``raise ValueError(<str or f-string>)`` message."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        a, b = _render_message(node.left, module, field_names), _render_message(node.right, module, field_names)
+        a, b = _render_message(node.left, module), _render_message(node.right, module)
         return None if a is None or b is None else a + b
     if not isinstance(node, ast.JoinedStr):
         return None
@@ -260,7 +259,7 @@ def validator_checks(cls: type[BaseModel]) -> tuple[dict[str, list[str]], list[s
                     kind = "model"
             if kind is None:
                 continue
-            msgs = [_render_message(n.exc.args[0], module, set(cls.model_fields)) for n in ast.walk(fn)
+            msgs = [_render_message(n.exc.args[0], module) for n in ast.walk(fn)
                     if isinstance(n, ast.Raise) and isinstance(n.exc, ast.Call) and n.exc.args]
             msgs = [m for m in msgs if m]
             doc = ast.get_docstring(fn)

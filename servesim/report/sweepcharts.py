@@ -160,9 +160,9 @@ def pareto_figure(sd: SweepData, xm: str, ym: str) -> tuple[Figure, "pd.DataFram
     ybar = base.mark_rule(opacity=0.35).encode(x="x:Q", y="y_lo:Q", y2="y_hi:Q")
     chart = alt.layer(xbar, ybar, front, pts).properties(width=560, height=320)
     fig = Figure(f"pareto-{xm}-{ym}", f"Pareto frontier: {ym} vs {xm}", chart,
-                 f"Every point of the sweep (means over its seeds, 95% t intervals as whiskers); red: no other point "
-                 f"is at least as good on both and better on one. Each point is decided on its means; points "
-                 f"whose intervals overlap a front point's may be as good within the noise.")
+                 "Every point of the sweep (means over its seeds, 95% t intervals as whiskers); red: no other point "
+                 "is at least as good on both and better on one. Each point is decided on its means; points "
+                 "whose intervals overlap a front point's may be as good within the noise.")
     return fig, st
 
 
