@@ -100,6 +100,30 @@ def test_single_parquet_file_of_rows(sweep, tmp_path):
     assert write_sweep_report(tmp_path / "many.parquet")[0] == tmp_path / "report.html"
 
 
+def test_text_axes_and_constant_axes(tmp_path):
+    """Axis values that are mappings are stored as JSON text (docs/sweeps.md); an axis that does
+    not move (the scenario's seed) is drawn over nothing."""
+    rows = []
+    for i, (rate, prompt) in enumerate([(r, p) for r in (1.0, 2.0, 4.0) for p in (512, 1024)]):
+        for seed in (1, 2):
+            rows.append({"point": i, "key": f"k{i}", "seed": seed, "replication": seed - 1,
+                         "workload.arrival.rate": rate,
+                         "workload.prompt": json.dumps({"dist": "fixed", "value": prompt}, sort_keys=True),
+                         "scenario.seed": 5, "ttft_p99": rate * prompt / 1000 + seed * 0.01, "req_per_s": rate})
+    frame = pd.DataFrame(rows).astype({"workload.prompt": "string"})
+    (tmp_path / "sw" / "rows").mkdir(parents=True)
+    frame.to_parquet(tmp_path / "sw" / "rows" / "part-1.parquet", index=False)
+    frame.drop_duplicates("point")[["point", "key", "workload.arrival.rate", "workload.prompt", "scenario.seed"]] \
+        .to_parquet(tmp_path / "sw" / "points.parquet", index=False)
+    sd = read_sweep(tmp_path / "sw")
+    assert sd.axes == ["workload.arrival.rate", "workload.prompt", "scenario.seed"]
+    assert sd.metrics == ["ttft_p99", "req_per_s"]
+    html = write_sweep_report(tmp_path / "sw")[0].read_text()
+    slugs = [s["slug"] for s in _specs(html)]
+    assert slugs[0] == "heatmap-ttft_p99" and "line-ttft_p99-prompt" in slugs
+    assert not any(s.endswith("-seed") for s in slugs)  # the constant axis gets no line chart
+
+
 def test_gpus_derived_from_replica_axes(tmp_path):
     rows = pd.DataFrame({"hardware.replicas": [1, 2, 4, 1, 2, 4], "hardware.gpus_per_replica": [1, 1, 1, 2, 2, 2],
                          "seed": 1, "goodput_req_per_s": [3.0, 6.0, 11.0, 5.0, 9.0, 15.0], "ttft_p99": 0.5})

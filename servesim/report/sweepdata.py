@@ -112,8 +112,7 @@ def _finish(folder: Path, rows: "pd.DataFrame", design: "pd.DataFrame | None", s
         axes = [c for c in rows.columns if "." in c and "@" not in c and c not in META_COLUMNS]
     if not axes:
         raise ReportError(f"{folder}: no axis columns (dotted scenario paths) in the sweep's rows")
-    metrics = [c for c in rows.columns if c not in axes and c not in META_COLUMNS
-               and np.issubdtype(rows[c].dtype, np.number) and rows[c].dtype != bool]
+    metrics = [c for c in rows.columns if c not in axes and c not in META_COLUMNS and _numeric(rows[c])]
     if "point" not in rows.columns:
         rows = rows.assign(point=rows.groupby(axes, dropna=False, sort=False).ngroup())
     if "seed" not in rows.columns:
@@ -153,9 +152,15 @@ def direction(name: str) -> str:
     return "min"
 
 
+def _numeric(col: "pd.Series") -> bool:
+    """Numbers, not booleans nor text (axis values that are mappings are JSON text)."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    return is_numeric_dtype(col) and not is_bool_dtype(col)
+
+
 def is_numeric_axis(sd: SweepData, axis: str) -> bool:
-    col = sd.rows[axis]
-    return np.issubdtype(col.dtype, np.number) and col.dtype != bool
+    return _numeric(sd.rows[axis])
 
 
 def point_stats(sd: SweepData, metric: str, confidence: float = 0.95) -> "pd.DataFrame":
