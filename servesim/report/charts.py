@@ -92,20 +92,30 @@ def latency_figures(runs: list["RunData"]) -> list[Figure]:
 
 
 def _cdf_chart(d: "pd.DataFrame", marks: "pd.DataFrame"):
+    """One metric's curves. Colour tells the classes apart (and the runs, when only runs vary);
+    with several runs and several classes the runs are dashed differently. A click on a legend
+    entry highlights its curves."""
     import altair as alt
 
+    many_runs, many_classes = d["run"].nunique() > 1, d["class"].nunique() > 1
+    key = "class" if many_classes else ("run" if many_runs else "series")
+    order = list(dict.fromkeys(d[key]))  # runs in the order given, classes in the run's order
     top = max(3.3, float(d["nines"].max()) + 0.15)
     y = alt.Y("nines:Q", title="percentile (tail axis)", scale=alt.Scale(domain=[0, top], nice=False),
               axis=alt.Axis(values=[0, float(curves.nines(0.5)), 1, 2, 3, 4, 5, 6], labelExpr=PCT_LABEL,
                             labelOverlap=False))
     x = alt.X("latency_s:Q", title="seconds (log scale)", scale=alt.Scale(type="log"))
-    pick = alt.selection_point(name="pick", fields=["series"], bind="legend")
-    order = list(dict.fromkeys(d["series"]))  # runs in the order given, classes in the run's order
-    line = alt.Chart(_data(d[["series", "nines", "latency_s"]])).mark_line(interpolate="linear").encode(
-        x=x, y=y, color=alt.Color("series:N", title=None, sort=order, legend=alt.Legend(orient="bottom", columns=2)),
-        opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15)),
-        tooltip=[alt.Tooltip("series:N"), alt.Tooltip("latency_s:Q", format=".4~s", title="seconds")],
-    ).add_params(pick)
+    pick = alt.selection_point(name="pick", fields=[key], bind="legend")
+    enc = dict(x=x, y=y, color=alt.Color(f"{key}:N", title=None, sort=order,
+                                         legend=alt.Legend(orient="bottom", columns=2)),
+               opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15)),
+               tooltip=[alt.Tooltip("run:N"), alt.Tooltip("class:N"),
+                        alt.Tooltip("latency_s:Q", format=".4~s", title="seconds")])
+    if many_runs and many_classes:
+        enc["strokeDash"] = alt.StrokeDash("run:N", title=None, sort=list(dict.fromkeys(d["run"])),
+                                           legend=alt.Legend(orient="bottom"))
+    line = alt.Chart(_data(d[["run", "class", "series", "nines", "latency_s"]])).mark_line().encode(
+        **enc).add_params(pick)
     rules = alt.Chart(alt.Data(values=[{"nines": 2.0, "mark": "P99"}, {"nines": 3.0, "mark": "P99.9"}]))
     rule = rules.mark_rule(strokeDash=[4, 3], color="#888").encode(y="nines:Q")
     text = rules.mark_text(align="left", dx=3, dy=-6, color="#555").encode(
@@ -115,9 +125,10 @@ def _cdf_chart(d: "pd.DataFrame", marks: "pd.DataFrame"):
         m = marks.assign(sample=np.where(marks["reached"], "enough values",
                                          "fewer than 1/(1-q) values: the largest ones, not a tail estimate"))
         layers.append(alt.Chart(_data(m)).mark_point(size=45, strokeWidth=1.5).encode(
-            x=alt.X("latency_s:Q"), y=alt.Y("nines:Q"), color=alt.Color("series:N", sort=order),
-            fill=alt.condition("datum.reached", alt.Color("series:N", sort=order), alt.value("white")),
-            tooltip=[alt.Tooltip("series:N"), alt.Tooltip("mark:N"),
+            x=alt.X("latency_s:Q"), y=alt.Y("nines:Q"), color=enc["color"],
+            fill=alt.condition("datum.reached", alt.Fill(f"{key}:N", sort=order, legend=None), alt.value("white")),
+            opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15)),
+            tooltip=[alt.Tooltip("run:N"), alt.Tooltip("class:N"), alt.Tooltip("mark:N"),
                      alt.Tooltip("latency_s:Q", format=".4~s", title="seconds"),
                      alt.Tooltip("n:Q", title="values"), alt.Tooltip("sample:N")]))
     return alt.layer(*layers).properties(width=NARROW, height=HEIGHT)
@@ -214,7 +225,7 @@ def wait_figures(runs: list["RunData"]) -> list[Figure]:
         chart = alt.Chart(_data(w)).mark_bar().encode(
             x=alt.X("run:N", title=None, sort=[r.label for r in runs]), y=y, color=color, tooltip=tips,
         ).properties(width=max(60, 48 * len(runs)), height=HEIGHT).facet(
-            column=alt.Column("class:N", title="class"))
+            column=alt.Column("class:N", title="class", sort=list(dict.fromkeys(w["class"]))))
     else:
         chart = alt.Chart(_data(w)).mark_bar().encode(
             x=alt.X("class:N", title="class", sort=None), y=y, color=color, tooltip=tips,

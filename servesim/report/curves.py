@@ -132,10 +132,11 @@ def latency_marks(curves: "pd.DataFrame") -> "pd.DataFrame":
     for name, pct in MARKS.items():
         at = float(nines(pct / 100.0))
         hit = curves[np.isclose(curves["nines"], at)]
-        for r in hit.itertuples(index=False):
-            rows.append({"metric": r.metric, "series": r.series, "mark": name, "nines": at, "latency_s": r.latency_s,
-                         "reached": reached(int(r.n), at), "n": int(r.n)})
-    return pd.DataFrame(rows, columns=["metric", "series", "mark", "nines", "latency_s", "reached", "n"])
+        for r in hit.to_dict("records"):
+            rows.append({"metric": r["metric"], "run": r["run"], "class": r["class"], "series": r["series"],
+                         "mark": name, "nines": at, "latency_s": r["latency_s"],
+                         "reached": reached(int(r["n"]), at), "n": int(r["n"])})
+    return pd.DataFrame(rows, columns=["metric", "run", "class", "series", "mark", "nines", "latency_s", "reached", "n"])
 
 
 # ------------------------------------------------------------------------------- time series
