@@ -61,8 +61,7 @@ def plan_memory(scenario: "Scenario") -> MemoryPlan:
     """Compute the KV block count for one GPU of a replica; ValueError if the model cannot run."""
     gpu = GPUS[scenario.hardware.gpu]
     shape = scenario.model_shape
-    hw = scenario.hardware
-    tp, pp = hw.tensor_parallel, hw.pp
+    tp, pp = scenario.tp, scenario.pp
     e = scenario.engine
     budget = int(e.gpu_memory_utilization * gpu.memory_bytes)
     weights = shape.weight_bytes(tp, pp)
@@ -80,7 +79,8 @@ def plan_memory(scenario: "Scenario") -> MemoryPlan:
                 f"model {shape.name} does not fit: {gpu.name} x gpu_memory_utilization "
                 f"{e.gpu_memory_utilization} = {budget / GIB:.1f} GiB per GPU, but weights need "
                 f"{weights / GIB:.1f} GiB and activations {acts / GIB:.1f} GiB at tp {tp}, pp {pp}; "
-                f"use more GPUs per replica (hardware.gpus_per_replica), a larger GPU, or a higher utilization"
+                f"use more GPUs per replica (engine.tensor_parallel_size / pipeline_parallel_size), a larger GPU, "
+                f"or a higher utilization"
             )
     return MemoryPlan(
         gpu_bytes=gpu.memory_bytes,

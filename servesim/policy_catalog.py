@@ -128,6 +128,8 @@ EVERY = None
 CONTINUOUS = ("vllm", "chunked", "priority")
 ENGINE_KNOBS: dict[str, Knob] = {
     "scheduler": Knob(EVERY),
+    "tensor_parallel_size": Knob(EVERY, why="a replica's GPUs: step times, KV capacity, placement"),
+    "pipeline_parallel_size": Knob(EVERY, why="virtual engines per replica (docs/cluster.md)"),
     "block_size": Knob(EVERY),
     "max_num_seqs": Knob(EVERY),
     "max_num_batched_tokens": Knob(EVERY),

@@ -92,6 +92,7 @@ class RequestTable:
         self.status = np.zeros(n, dtype=np.int8)
         self.reject_reason = np.zeros(n, dtype=np.int8)
         self.blocked = np.zeros((n, NUM_CAUSES), dtype=np.float64)
+        self.replica: np.ndarray | None = None  # a fleet: the replica each request was sent to (-1: none)
 
     def known_tokens(self, ids):
         """Tokens whose ids are known (prompt + outputs so far): what a prefill must cover."""

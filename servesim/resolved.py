@@ -93,7 +93,7 @@ def pack_id(sc: Scenario) -> str | None:
         return None
     from servesim.perf.pack import pack_path
 
-    csv_path = pack_path(sc.hardware.gpu, sc.model_shape.name, sc.hardware.tensor_parallel)
+    csv_path = pack_path(sc.hardware.gpu, sc.model_shape.name, sc.tp)
     digest = hashlib.sha256()
     for p in (csv_path, csv_path.with_suffix(".yaml")):
         if p.is_file():

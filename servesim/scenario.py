@@ -13,6 +13,7 @@ Engine knob names follow the real engines (vLLM's ``max_num_seqs``, ``max_num_ba
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -20,6 +21,7 @@ import numpy as np
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from servesim.config.cluster import ClusterConfig, LinkConfig
 from servesim.errors import ScenarioError
 from servesim.fields import (
     MAX_REQUESTS,
@@ -99,9 +101,19 @@ GpuName = Literal["a100-80g", "h100-80g", "h200"]
 
 
 class HardwareConfig(Frozen):
+    """The GPUs, the servers holding them, and how many replicas of the scenario's engine run.
+
+    A replica's parallelism is the engine's (``engine.tensor_parallel_size`` /
+    ``pipeline_parallel_size``, vLLM's names); ``gpus_per_replica`` / ``tp`` / ``pp`` here are
+    the older spelling of the same, still read when the engine's are not given."""
+
     gpu: GpuName = "a100-80g"  # the GPU kind (servesim/hardware.py)
-    replicas: Annotated[int, Field(ge=1, le=4096)] = 1  # engine copies (1 per simulation until clusters land)
-    gpus_per_replica: Annotated[int, Field(ge=1, le=64)] = 1  # GPUs one replica spans (tp x pp)
+    servers: Annotated[int, Field(ge=1, le=4096)] | None = None  # servers in the fleet (None: as many as it needs)
+    gpus_per_server: Annotated[int, Field(ge=1, le=64)] = 8  # a tensor-parallel group never spans servers
+    # the link between servers: lets a replica's pipeline stages span servers (docs/cluster.md)
+    inter_server_link: LinkConfig | None = None
+    replicas: Annotated[int, Field(ge=1, le=4096)] = 1  # replicas of the engine, behind cluster.router
+    gpus_per_replica: Annotated[int, Field(ge=1, le=64)] = 1  # GPUs one replica spans (tp x pp; older spelling)
     tp: Annotated[int, Field(ge=1, le=64)] | None = None  # default: gpus_per_replica / pp
     pp: Annotated[int, Field(ge=1, le=64)] = 1  # pipeline stages
 
@@ -158,6 +170,10 @@ SchedulerName = str  # validated against the policy registry when the scenario i
 
 class EngineConfig(Frozen):
     scheduler: SchedulerName = "vllm"  # a policy name (vllm, chunked, static-fifo, priority) or 'module:Class'
+    # GPUs per pipeline stage (vLLM --tensor-parallel-size; default: hardware's older tp, else 1)
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=64)] | None = None
+    # pipeline stages = virtual engines (vLLM --pipeline-parallel-size; default: hardware.pp)
+    pipeline_parallel_size: Annotated[int, Field(ge=1, le=64)] | None = None
     block_size: Annotated[int, Field(ge=1, le=256)] = 16  # KV block size in tokens (vLLM --block-size)
     max_num_seqs: Annotated[int, Field(ge=1, le=65536)] = 256  # requests running at once (vLLM --max-num-seqs)
     max_num_batched_tokens: Annotated[int, Field(ge=1, le=1 << 22)] = 8192  # token budget of an iteration
@@ -273,6 +289,8 @@ class Scenario(Frozen):
     of another policy dropped after ``--set engine.scheduler=...``), for the run header."""
 
     _load_notes: tuple[str, ...] = PrivateAttr(default=())
+    _groups: tuple = PrivateAttr(default=())
+    _placement: Any = PrivateAttr(default=None)
     name: str = "scenario"  # labels the outputs (out/<name>/ by default)
     seed: Seed = 0  # every random stream derives from it
     stop: StopConfig = StopConfig(requests=1000)  # when the run ends
@@ -287,12 +305,50 @@ class Scenario(Frozen):
     sim: SimConfig = SimConfig()  # how to simulate (never changes results)
     # lower KV tiers below the GPU pool, in order (L2, L3); need engine.enable_prefix_caching
     kv_tiers: Annotated[list[TierConfig], Field(max_length=2)] = []
+    # the fleet: router, delays, replica groups (docs/cluster.md)
+    cluster: ClusterConfig = ClusterConfig()
     # folder the scenario file was read from; relative paths in it resolve against this
     base_dir: str = "."
 
     @property
     def load_notes(self) -> tuple[str, ...]:
         return self._load_notes
+
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel degree of a replica (engine.tensor_parallel_size, else hardware's)."""
+        e = self.engine.tensor_parallel_size
+        return e if e is not None else self.hardware.tensor_parallel
+
+    @property
+    def pp(self) -> int:
+        """Pipeline-parallel degree of a replica (engine.pipeline_parallel_size, else hardware.pp)."""
+        e = self.engine.pipeline_parallel_size
+        return e if e is not None else self.hardware.pp
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def replica_groups(self) -> tuple["ReplicaGroup", ...]:
+        """The fleet as groups of identical replicas, each with the scenario of one replica
+        (the scenario itself in the one-group form)."""
+        return self._groups
+
+    @property
+    def num_replicas(self) -> int:
+        return sum(g.replicas for g in self._groups)
+
+    @property
+    def is_fleet(self) -> bool:
+        """More than one replica, or groups: the run goes through the router (engine/cluster.py)."""
+        return self.cluster.groups is not None or self.hardware.replicas > 1
+
+    @property
+    def placement(self):
+        """servesim.config.placement.Placement of every replica, in group order."""
+        return self._placement
 
     @property
     def model_shape(self) -> ModelShape:
@@ -349,17 +405,41 @@ class Scenario(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _parallelism_sources(self) -> "Scenario":
+        """The engine's parallelism flags and hardware's older fields must not disagree."""
+        e, hw = self.engine, self.hardware
+        given = hw.model_fields_set
+        if e.tensor_parallel_size is not None and hw.tp is not None and hw.tp != e.tensor_parallel_size:
+            raise ValueError(f"engine.tensor_parallel_size {e.tensor_parallel_size} and hardware.tp {hw.tp} "
+                             f"disagree; give one (hardware.tp is the older name)")
+        if e.pipeline_parallel_size is not None and "pp" in given and hw.pp != e.pipeline_parallel_size:
+            raise ValueError(f"engine.pipeline_parallel_size {e.pipeline_parallel_size} and hardware.pp {hw.pp} "
+                             f"disagree; give one (hardware.pp is the older name)")
+        if (e.tensor_parallel_size is not None or e.pipeline_parallel_size is not None) \
+                and "gpus_per_replica" in given and hw.gpus_per_replica != self.tp * self.pp:
+            raise ValueError(f"hardware.gpus_per_replica {hw.gpus_per_replica} differs from "
+                             f"engine.tensor_parallel_size {self.tp} x pipeline_parallel_size {self.pp}; "
+                             f"remove hardware.gpus_per_replica (it follows from the engine's)")
+        return self
+
+    @model_validator(mode="after")
     def _parallelism_fits_model(self) -> "Scenario":
-        shape, tp, pp = self.model_shape, self.hardware.tensor_parallel, self.hardware.pp
+        shape, tp, pp = self.model_shape, self.tp, self.pp
+        tp_field = "engine.tensor_parallel_size" if self.engine.tensor_parallel_size is not None else "hardware: tp"
+        pp_field = "engine.pipeline_parallel_size" if self.engine.pipeline_parallel_size is not None else "hardware.pp"
         kv = shape.num_kv_heads
         if shape.num_heads % tp or (kv % tp and tp % kv):
             raise ValueError(
-                f"hardware: tp {tp} must divide the model's {shape.num_heads} attention heads and its "
+                f"{tp_field} {tp} must divide the model's {shape.num_heads} attention heads and its "
                 f"{kv} KV heads divide or be divided by it (vLLM refuses otherwise); "
                 f"tp values that fit: {', '.join(str(t) for t in range(1, 65) if _tp_fits(shape, t))}"
             )
         if pp > shape.num_layers:
-            raise ValueError(f"hardware.pp {pp} exceeds the model's {shape.num_layers} layers")
+            raise ValueError(f"{pp_field} {pp} exceeds the model's {shape.num_layers} layers")
+        if shape.num_layers % pp:
+            fits = ", ".join(str(p) for p in range(1, min(shape.num_layers, 64) + 1) if shape.num_layers % p == 0)
+            raise ValueError(f"{pp_field} {pp} does not divide the model's {shape.num_layers} layers into equal "
+                             f"stages; values that do: {fits}")
         return self
 
     @model_validator(mode="after")
@@ -428,6 +508,70 @@ class Scenario(Frozen):
                     f"--set 'engine.options={_flow(rest)}'")
             read_options(dict(e.options), spec.name, options)
         return self  # (whether the model fits the GPUs is planned when the run is built: memory.py)
+
+    @model_validator(mode="after")
+    def _fleet(self) -> "Scenario":
+        """The replica groups (each checked as a scenario of its own) and their placement."""
+        from servesim.config.placement import ReplicaShape, place
+
+        groups = self.cluster.groups
+        if groups is None:
+            built = (ReplicaGroup("replica", self.hardware.replicas, self, "hardware.replicas"),)
+        else:
+            if self.hardware.replicas != 1:
+                raise ValueError(f"hardware.replicas {self.hardware.replicas}: with cluster.groups, each group "
+                                 f"gives its own replicas; remove hardware.replicas")
+            built = tuple(ReplicaGroup(g.name or f"group{i}", g.replicas, self._group_scenario(i, g),
+                                       f"cluster.groups[{i}]") for i, g in enumerate(groups))
+        shapes = [ReplicaShape(gi, g.label, "engine" if groups is None else f"{g.label}.engine", g.scenario.tp,
+                               g.scenario.pp)
+                  for gi, g in enumerate(built) for _ in range(g.replicas)]
+        hw = self.hardware
+        self._placement = place(shapes, servers=hw.servers, gpus_per_server=hw.gpus_per_server,
+                                link=hw.inter_server_link is not None)
+        self._groups = built
+        return self
+
+    def _group_scenario(self, i: int, g) -> "Scenario":
+        """Group ``i``'s replica as a scenario: the scenario with the group's fields over it."""
+        data = self.model_dump(mode="python")
+        data["cluster"] = {}
+        e = dict(data["engine"])
+        e["tensor_parallel_size"], e["pipeline_parallel_size"] = self.tp, self.pp
+        for k, v in g.engine.items():
+            if k == "options" or not (isinstance(v, dict) and isinstance(e.get(k), dict)):
+                e[k] = v
+            else:
+                e[k] = {**e[k], **v}
+        data["engine"] = e
+        top = data["hardware"]
+        data["hardware"] = {"gpu": g.gpu if g.gpu is not None else self.hardware.gpu,
+                            "gpus_per_server": top["gpus_per_server"], "inter_server_link": top["inter_server_link"]}
+        if g.model is not None:
+            data["model"] = g.model
+        if g.step_time is not None:
+            data["step_time"] = g.step_time
+        where = f"cluster.groups[{i}]"
+        try:
+            return Scenario.model_validate(data)
+        except ValidationError as err:
+            line = _first_error(err, "\0").removeprefix("\0: ")
+        except ValueError as err:
+            line = str(err)
+        line = re.sub(r"^hardware\.gpu\b", "gpu", line)
+        if re.match(r"^[A-Za-z_][\w.\[\]]* (=|:)", line):  # a field path: name it under the group
+            raise ValueError(f"{where}.{line}")
+        raise ValueError(f"{where}: {line}")
+
+
+class ReplicaGroup:
+    """``replicas`` identical replicas, each simulated as ``scenario`` (one replica's scenario);
+    ``label`` is how errors name the group's fields."""
+
+    __slots__ = ("name", "replicas", "scenario", "label")
+
+    def __init__(self, name: str, replicas: int, scenario: "Scenario", label: str):
+        self.name, self.replicas, self.scenario, self.label = name, replicas, scenario, label
 
 
 def _tp_fits(shape: ModelShape, tp: int) -> bool:

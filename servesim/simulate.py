@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -137,6 +137,13 @@ class Built:
     model: StepTimeModel
     workload: Workload
     kv: object  # the KV manager (prefix caching: its hit and tier counters feed the summary)
+    fleet: "FleetParts | None" = None  # several replicas: engines and replicas (the summary's cluster block)
+
+
+@dataclass
+class FleetParts:
+    engines: list  # servesim.engine.fleet_build.EngineInfo per engine
+    replicas: list  # ReplicaInfo per replica
 
 
 def engine_reasons(sc: Scenario, *, custom_model: bool, on_iteration: bool, user_policy: bool) -> list[str]:
@@ -175,11 +182,9 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
         raise ScenarioError(f"seed {seed!r}: a seed is an integer in 0..{MAX_SEED}")
     seed = int(seed)
-    if sc.hardware.replicas != 1:
-        raise ScenarioError(
-            f"hardware.replicas = {sc.hardware.replicas}: only 1 replica per simulation is supported "
-            f"so far (clusters with routers come next); run replicas as separate scenarios meanwhile"
-        )
+    if sc.is_fleet:
+        return _build_fleet(sc, seed, workload, step_model, on_iteration, progress, cold=cold, buffers=buffers,
+                            kernel_overrides=kernel_overrides)
     try:
         plan = plan_memory(sc)
     except ValueError as exc:  # the model does not fit: a scenario error, one line
@@ -223,6 +228,88 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
     return Built(sc, env, replica, table, rec, plan, model, wl, kv)
 
 
+def python_reasons(sc: Scenario, *, custom_model: bool, on_iteration: bool, user, kernel_overrides,
+                   cold: str) -> list[str]:
+    """Why one replica of ``sc`` runs uncompiled (empty: compiled); ScenarioError when
+    ``sim.engine: compiled`` cannot be honoured."""
+    from servesim.engine.warm import compiled_ready, warm_in_background
+
+    why = engine_reasons(sc, custom_model=custom_model, on_iteration=on_iteration, user_policy=user is not None)
+    if sc.sim.engine == "compiled" and why:
+        raise ScenarioError(f"sim.engine = 'compiled': this run needs the Python engine ({'; '.join(why)}); "
+                            f"use sim.engine: auto or python")
+    if kernel_overrides:
+        why.append("kernels bound to Python callables")
+    if sc.sim.engine == "python":
+        why.append("sim.engine: python")
+    elif not why and sc.sim.engine == "auto" and cold == "python" and not compiled_ready():
+        building = warm_in_background()
+        why.append("the compiled engine is not built on this machine yet"
+                   + ("; building it in the background for the next runs" if building else ""))
+    return why
+
+
+def _build_fleet(sc: Scenario, seed: int, workload, step_model, on_iteration, progress, *, cold: str,
+                 buffers, kernel_overrides) -> Built:
+    """Several replicas behind a router (servesim/engine/fleet_build.py)."""
+    from servesim.engine.fleet_build import build_fleet
+    from servesim.perf.base import KernelModel
+    from servesim.sched.custom import load_user_policy
+
+    wl = workload if workload is not None else scenario_workload(sc, seed)
+    table = RequestTable(wl)
+    env = simpy.Environment()
+    users: dict = {}
+
+    def user(gsc):
+        name = gsc.engine.scheduler
+        if name in POLICIES:
+            return None
+        if name not in users:
+            try:
+                users[name] = load_user_policy(name)
+            except ValueError as exc:
+                raise ScenarioError(str(exc)) from None
+        return users[name]
+
+    reasons: dict = {}
+
+    def force_python(gsc):
+        k = id(gsc)
+        if k not in reasons:
+            why = python_reasons(gsc, custom_model=step_model is not None and not isinstance(step_model, KernelModel),
+                                 on_iteration=on_iteration is not None, user=user(gsc),
+                                 kernel_overrides=kernel_overrides, cold=cold)
+            reasons[k] = "; ".join(why) if why else None
+        return reasons[k]
+
+    drained = sc.stop.requests is not None and len(wl) >= sc.stop.requests
+    try:
+        fleet, engines, replicas = build_fleet(
+            sc, table, wl, seed, env, bin_s=sc.metrics.timeseries_bin_s, force_python=force_python,
+            step_model=step_model, on_iteration=on_iteration, user=user, kernel_overrides=kernel_overrides,
+            buffers=buffers, stop_when_drained=drained, progress=progress)
+    except ValueError as exc:  # (a router that needs what the workload lacks)
+        raise ScenarioError(str(exc)) from None
+    env.process(fleet.process(env))
+    g0 = sc.replica_groups[0].scenario
+    model = step_model if step_model is not None else _FleetModel(replicas)
+    return Built(sc, env, fleet, table, engines[0].recorder, plan_memory(g0), model, wl, None,
+                 FleetParts(engines, replicas))
+
+
+class _FleetModel:
+    """The run header's step-time line for a fleet: each distinct replica model."""
+
+    name = "fleet"
+
+    def __init__(self, replicas):
+        self._text = "; ".join(dict.fromkeys(r.step_model for r in replicas))
+
+    def describe(self) -> str:
+        return self._text
+
+
 def scenario_workload(sc: Scenario, seed: int | None = None) -> Workload:
     """The workload of ``sc`` (the workload package takes the workload block and the stop limits)."""
     return generate_workload(sc.workload, seed=sc.seed if seed is None else seed, base_dir=sc.base_dir,
@@ -243,6 +330,8 @@ def run_built(b: Built, seed: int | None = None) -> Result:
     t0 = time.perf_counter()
     b.env.run()
     wall = time.perf_counter() - t0
+    if b.fleet is not None:
+        return _fleet_result(b, seed, wall)
     from servesim.kv.counting import KernelKV
 
     if isinstance(b.kv, KernelKV):
@@ -266,6 +355,32 @@ def run_built(b: Built, seed: int | None = None) -> Result:
         summary["kv"].update(kv_report(kv, ttft))
     resolved_text, summary["resolved_scenario"] = resolved_info(sc, seed)
     return Result(sc, summary, b.table, b.recorder, b.memory, b.model.describe(), b.workload.notes,
+                  request_labels(b.table, specs), resolved_text)
+
+
+def _fleet_result(b: Built, seed: int | None, wall: float) -> Result:
+    from servesim.metrics.cluster import cluster_summary, merge_recorders, restore_client_times
+
+    sc = b.scenario
+    fleet = b.replica
+    restore_client_times(b.table, sc.cluster.delay_in_s, sc.cluster.delay_out_s)
+    b.table.replica = fleet.replica_of
+    rec = merge_recorders([e.recorder for e in b.fleet.engines])
+    blocks = sum(e.plan.num_blocks for e in b.fleet.engines)
+    specs = stream_specs(sc, b.workload)
+    sim_time = fleet.now
+    summary = build_summary(
+        name=sc.name, seed=sc.seed if seed is None else seed, req=b.table, rec=rec,
+        num_blocks=blocks, sim_time=sim_time, wall_s=wall,
+        warmup=sc.stop.warmup_requests, slo_ttft=sc.slo.ttft_s, slo_tpot=sc.slo.tpot_s,
+        block_size=sc.engine.block_size, streams=specs,
+        named_streams=sc.workload.streams is not None or len(specs) > 1,
+    )
+    summary["engine"]["busy_fraction"] = float(rec.busy_s / max(sim_time, 1e-300) / len(b.fleet.engines))
+    summary["cluster"] = cluster_summary(sc, fleet, b.fleet.engines, b.fleet.replicas, b.table, sim_time)
+    resolved_text, summary["resolved_scenario"] = resolved_info(sc, seed)
+    memory = replace(b.memory, num_blocks=blocks)
+    return Result(sc, summary, b.table, rec, memory, b.model.describe(), b.workload.notes,
                   request_labels(b.table, specs), resolved_text)
 
 

@@ -56,10 +56,14 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", 
                   on_iteration: Callable | None = None, progress: Callable[[int], None] | None = None,
                   kv_bytes_per_token: int = 0, force_python: str | None = None, spec=None,
                   user_parts: dict | None = None, buffers: tuple[int, int] | None = None,
-                  stop_when_drained: bool = True) -> Replica:
+                  stop_when_drained: bool = True, routed: bool = False, report_ended: bool = False,
+                  shared=None) -> Replica:
+    """One replica over ``table``. ``routed``: a fleet's replica (its requests come from the
+    router, closed loops are the fleet's; ``report_ended`` lists ended requests for them),
+    ``shared``: the fleet's per-request working arrays (servesim.sched.state.request_arrays)."""
     e = sc.engine
     n = table.n
-    groups = closed_groups(sc, table, workload, seed)
+    groups = () if routed else closed_groups(sc, table, workload, seed)
     closed = bool(groups)
     warmup = sc.stop.warmup_requests
     warmup_id = warmup if 0 < warmup < n else -1  # ITL counts from that request's arrival on
@@ -75,10 +79,10 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", 
         e, spec if spec is not None else policy_spec(e.scheduler), max_model_len=sc.max_model_len, max_slots=max_slots,
         block_size=kv_obj.block_size, kv_bytes_per_token=kv_bytes_per_token,
         host_bw=GPUS[sc.hardware.gpu].pcie_bytes_per_s, fast=sc.sim.fast_path, closed=closed,
-        max_arrivals=min(sc.stop.requests, n) if workload.closed_groups and sc.stop.requests else n,
+        max_arrivals=arrival_cap(sc, workload, n) if not routed else n,
         warmup_id=warmup_id, stop_time=sc.stop.duration_s if sc.stop.duration_s is not None else INF,
         check=sc.sim.check_invariants, n=n, stop_when_drained=stop_when_drained,
-        kv_tokens=int(kv_obj.num_blocks) * int(kv_obj.block_size))
+        kv_tokens=int(kv_obj.num_blocks) * int(kv_obj.block_size), routed=routed, report_ended=report_ended)
     s = new_scalars()
     heap_cap = sum(g.clients for g in groups) + 1
     think = np.zeros(0)
@@ -95,24 +99,40 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", 
     st = new_state(table, s=s[0], run_cap=cfg.max_seqs + 1, object_kv=fetches, heap_cap=heap_cap,
                    think=think, group_of=group_of, g_next=np.array([g.lo for g in groups], dtype=np.int64),
                    g_hi=np.array([g.hi for g in groups], dtype=np.int64), class_slots=class_slots,
-                   **({"run_steps": buffers[0], "step_buffer": buffers[1]} if buffers else {}))
+                   **({"run_steps": buffers[0], "step_buffer": buffers[1]} if buffers else {}),
+                   **({"shared": shared} if shared is not None else {}))
     rec0 = s[0]
     rec0.ratio = cfg.ratio_init
     if warmup_id >= 0 or (warmup > 0 and warmup >= n):  # (warm-up covering every request: no ITL)
         rec0.itl_from = INF
-    if groups:  # each closed loop's clients send their first requests
-        from servesim.engine.kernel import heap_push
-        from servesim.jit import pure
+    send_first_requests(st, rec0, table, groups)
+    rep = Replica(cfg, st, kv_state if kv_state is not None else kv_obj, tab if tab is not None else np.zeros(1),
+                  recorder, kv_object=None if kv_state is not None else kv_obj,
+                  model_object=None if tab is not None else model, on_iteration=on_iteration,
+                  progress=progress, user_parts=user_parts, force_python=force_python)
+    rep.scalars = s
+    return rep
 
-        push = pure(heap_push)
-        for gi, g in enumerate(groups):
-            first = min(g.clients, g.hi - g.lo)
-            for c in range(first):
-                table.arrival[g.lo + c] = float(g.start_s[c])
-                push(st, float(g.start_s[c]), g.lo + c)
-            st.g_next[gi] = g.lo + first
-        rec0.cursor = max(g.hi for g in groups)
-    return Replica(cfg, st, kv_state if kv_state is not None else kv_obj, tab if tab is not None else np.zeros(1),
-                   recorder, kv_object=None if kv_state is not None else kv_obj,
-                   model_object=None if tab is not None else model, on_iteration=on_iteration,
-                   progress=progress, user_parts=user_parts, force_python=force_python)
+
+def arrival_cap(sc, workload: Workload, n: int) -> int:
+    """The arrival cap: ``stop.requests`` over closed loops that could send more, else none (n)."""
+    return min(sc.stop.requests, n) if workload.closed_groups and sc.stop.requests else n
+
+
+def send_first_requests(st, rec0, table: RequestTable, groups: tuple, delay_s: float = 0.0) -> None:
+    """Each closed loop's clients send their first requests (into the inbox's heap); the open-loop
+    cursor starts after the closed-loop rows. ``delay_s``: from the client to the replica."""
+    if not groups:
+        return
+    from servesim.engine.kernel import heap_push
+    from servesim.jit import pure
+
+    push = pure(heap_push)
+    for gi, g in enumerate(groups):
+        first = min(g.clients, g.hi - g.lo)
+        for c in range(first):
+            t = float(g.start_s[c]) + delay_s if delay_s else float(g.start_s[c])
+            table.arrival[g.lo + c] = t
+            push(st, t, g.lo + c)
+        st.g_next[gi] = g.lo + first
+    rec0.cursor = max(g.hi for g in groups)

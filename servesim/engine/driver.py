@@ -150,17 +150,22 @@ class Replica:
                 return False
             if code == K.ERROR:
                 self._finish()
-                err = int(st.s.error)
-                if err == K.E_KV:
-                    msg = kvk.check_message(self.kv, int(st.s.error_arg)) if self.kv_object is None else \
-                        f"KV invariant violated (code {int(st.s.error_arg)})"
-                    raise AssertionError(msg)
-                msg = ERRORS.get(err, f"engine error {err}").format(arg=int(st.s.error_arg))
-                if err == K.E_STALL:
-                    raise RuntimeError(msg)
-                raise AssertionError(msg)
+                self.raise_error()
             if code == K.PROGRESS and self.progress is not None:
                 self.progress(self.ended)
+
+    def raise_error(self) -> None:
+        """The invariant failure the kernel reported (``st.s.error``), as an exception."""
+        st = self.st
+        err = int(st.s.error)
+        if err == K.E_KV:
+            msg = kvk.check_message(self.kv, int(st.s.error_arg)) if self.kv_object is None else \
+                f"KV invariant violated (code {int(st.s.error_arg)})"
+            raise AssertionError(msg)
+        msg = ERRORS.get(err, f"engine error {err}").format(arg=int(st.s.error_arg))
+        if err == K.E_STALL:
+            raise RuntimeError(msg)
+        raise AssertionError(msg)
 
     def _drain(self) -> None:
         st, rec, s = self.st, self.rec, self.st.s

@@ -26,6 +26,17 @@ replica at its last iteration boundary (or idle), so its observable state is its
 router interleaves replicas this way (engine/cluster.py). A decode run that would straddle
 ``until`` is cut before the straddling step, which is planned again at that boundary (what single
 stepping does); an iteration already planned (admissions made, KV allocated) stays in flight.
+
+Routed (a fleet's replica, ``cfg.routed``): arrivals come from a router, one request at a time,
+into a FIFO (:func:`route_in`); the driver (engine/cluster.py) only lets a replica plan at a
+boundary once every arrival up to it has been routed. Decode runs are planned without ``until``
+(they would be cut at every fleet event otherwise); a run planned before an arrival was routed
+here is cut by :func:`route_in` exactly where planning would have cut it had the arrival been
+known. With ``cfg.report_ended``, ended requests are listed for the driver (a fleet's closed
+loops send their clients' next requests through the router) and ``advance`` returns ENDED at the
+first boundary where one ended: right after the commit that finished it (the next request of a
+client that does not think must be routed before that boundary's schedule, as the single replica
+pulls it there), or after the planning of the boundary whose pull rejected it.
 """
 
 from __future__ import annotations
@@ -50,7 +61,7 @@ from servesim.sched.state import ONE, ZERO, set_causes, start_waiting
 
 PER_STEP = np.int64(-1)  # record(): blocks in use from st.used, step by step
 
-DONE, UNTIL, FLUSH, PROGRESS, ERROR = 0, 1, 2, 3, 4  # why advance() returned
+DONE, UNTIL, FLUSH, PROGRESS, ERROR, ENDED = 0, 1, 2, 3, 4, 5  # why advance() returned
 INFLIGHT_NONE, INFLIGHT_MIXED, INFLIGHT_RUN = 0, 1, 2
 R_MML, R_KV, R_BUDGET = 1, 2, 3  # servesim.request.Reject
 E_KV, E_BUDGET, E_SEQS, E_EMPTY_NEW, E_STALL = 1, 2, 3, 4, 5  # invariant failures (driver explains)
@@ -61,6 +72,9 @@ PROGRESS_EVERY = 1 << 16  # segments between progress returns
 @kernel(inline=True)
 def next_arrival(cfg, st):
     """When the next request arrives (inf: none is known yet)."""
+    if cfg.routed:
+        h = st.s.in_head
+        return st.arrival[h] if h >= 0 else np.inf
     if st.s.inbox_shut:
         return np.inf
     t = np.inf
@@ -125,8 +139,17 @@ def heap_pop(st):
 @kernel
 def request_ended(cfg, st, rid, t):
     """Request ``rid`` ended (finished or rejected) at ``t``. In a closed loop its client thinks,
-    then its group sends the group's next row."""
+    then its group sends the group's next row. Routed: listed for the driver (whose fleet inbox
+    runs this same rule for the fleet's closed loops)."""
     st.s.ended += 1
+    if cfg.report_ended:
+        st.in_next[rid] = -1
+        if st.s.end_tail >= 0:
+            st.in_next[st.s.end_tail] = rid
+        else:
+            st.s.end_head = rid
+        st.s.end_tail = rid
+        return
     if not cfg.closed or st.s.inbox_shut:
         return
     g = st.group_of[rid]
@@ -161,7 +184,23 @@ def reject_reason(cfg, st, rid):
 def due_arrivals(cfg, st, t):
     """Ids of every request arriving at or before ``t`` in (time, id) order: sent closed-loop
     rows (the heap) merged with open-loop rows (the cursor). Past the arrival cap, nothing else
-    arrives: the rest are cancelled (their arrival time becomes NaN, as for rows never sent)."""
+    arrives: the rest are cancelled (their arrival time becomes NaN, as for rows never sent).
+    Routed: the rows the router sent here, in the order sent (the fleet inbox applied the cap)."""
+    if cfg.routed:
+        m = 0
+        r = st.s.in_head
+        while r >= 0 and st.arrival[r] <= t:
+            m += 1
+            r = st.in_next[r]
+        out = np.empty(m, dtype=np.int64)
+        for k in range(m):
+            r = st.s.in_head
+            out[k] = r
+            st.s.in_head = st.in_next[r]
+        if st.s.in_head < 0:
+            st.s.in_tail = -1
+        st.s.arrived += m
+        return out
     if st.s.inbox_shut:
         return np.empty(0, dtype=np.int64)
     closed = np.empty(st.s.heap_len if cfg.closed else 0, dtype=np.int64)
@@ -229,6 +268,56 @@ def pull_arrivals(cfg, st, t):
         if ok[i]:
             start_waiting(st, ids[i])
             enqueue(cfg, st, ids[i])
+
+
+@kernel
+def route_in(cfg, st, rid):
+    """The router sends ``rid`` here (its arrival is no earlier than any request sent before).
+    A decode run planned before it was known is cut where :func:`plan_decode_run` cuts a run at
+    a known arrival: after the first step ending at or after it (a multi-step burst is not cut,
+    as it is not for a known arrival)."""
+    st.in_next[rid] = -1
+    if st.s.in_tail >= 0:
+        st.in_next[st.s.in_tail] = rid
+    else:
+        st.s.in_head = rid
+    st.s.in_tail = rid
+    k = st.s.run_k
+    if st.s.inflight == INFLIGHT_RUN and st.s.b_steps <= 1 and k > 1:
+        t = st.arrival[rid]
+        if st.ends[k - 1] >= t:
+            k = np.searchsorted(st.ends[:k], t, side="left") + 1
+            st.s.run_k = k
+            st.s.t_end = st.ends[k - 1]
+
+
+@kernel
+def outstanding_work(cfg, st, t):
+    """Tokens still to compute for every request this replica holds at time ``t`` (running,
+    waiting, fetching, routed here and not yet pulled): ``prompt + output - computed`` each --
+    prefill and decode work left, a preempted request's recomputation included. Steps of a
+    decode run under way that ended by ``t`` count as done (no request finishes inside a run)."""
+    w = np.int64(0)
+    for i in range(st.s.run_len):
+        r = st.run[i]
+        w += np.int64(st.prompt[r]) + np.int64(st.output[r]) - np.int64(st.computed[r])
+    for q in range(st.q_head.shape[0]):
+        r = st.q_head[q]
+        while r >= 0:
+            w += np.int64(st.prompt[r]) + np.int64(st.output[r]) - np.int64(st.computed[r])
+            r = np.int64(st.q_next[r])
+    for i in range(st.s.n_fetching):
+        r = st.fetching[i]
+        w += np.int64(st.prompt[r]) + np.int64(st.output[r]) - np.int64(st.computed[r])
+    if cfg.routed:
+        r = st.s.in_head
+        while r >= 0:
+            w += np.int64(st.prompt[r]) + np.int64(st.output[r]) - np.int64(st.computed[r])
+            r = st.in_next[r]
+    if st.s.inflight == INFLIGHT_RUN:
+        done = np.searchsorted(st.ends[:st.s.run_k], t, side="right")
+        w -= np.int64(done) * st.s.b_len
+    return w
 
 
 # ------------------------------------------------------------------------------- recording
@@ -333,11 +422,11 @@ def plan_decode_run(cfg, st, kv, tab, until):
             t_cut = cfg.stop_time
         if st.s.b_horizon < t_cut:
             t_cut = st.s.b_horizon
-        if until < t_cut:
+        if until < t_cut and not cfg.routed:
             t_cut = until
         if st.ends[k - 1] >= t_cut:
             k = np.searchsorted(st.ends[:k], t_cut, side="left") + 1
-        if k > 1 and st.ends[k - 1] > until:
+        if k > 1 and st.ends[k - 1] > until and not cfg.routed:
             k -= 1  # the straddling step is planned again at that boundary
     return k
 
@@ -490,13 +579,16 @@ def drained(cfg, st):
     """Nothing will ever happen again: every request arrived and ended."""
     if next_arrival(cfg, st) < np.inf:
         return False
+    if cfg.routed and not st.s.inbox_shut:  # the router may still send requests
+        return False
     return st.s.run_len == 0 and n_queued(st) == 0 and num_waiting(st) == 0
 
 
 @kernel
 def advance(cfg, st, kv, tab, until):
     """Run the replica up to ``until`` (see the module docstring). Returns DONE, UNTIL, FLUSH
-    (the driver must drain the recorder buffers), PROGRESS, or ERROR (``st.s.error``)."""
+    (the driver must drain the recorder buffers), PROGRESS, ERROR (``st.s.error``), or, routed
+    with ``cfg.report_ended``, ENDED (the driver must route the ended requests' successors)."""
     flush_at = st.rb_start.shape[0] - st.ends.shape[0] - 1  # room for one more run
     itl_at = st.itl_v.shape[0] - 2 * (st.b_ids.shape[0] + 1)
     while True:
@@ -513,37 +605,54 @@ def advance(cfg, st, kv, tab, until):
                 return FLUSH
             if st.s.segments % PROGRESS_EVERY == 0:
                 return PROGRESS
-        now = st.s.now
-        pull_arrivals(cfg, st, now)
-        if now >= cfg.stop_time or (cfg.stop_when_drained and drained(cfg, st)):
-            return DONE
-        schedule(cfg, st, kv, now)
-        set_causes(st, now)
-        if cfg.check:
-            code = check_batch(cfg, st, kv)
-            if code != 0:
-                st.s.error = code
-                return ERROR
-        if st.s.b_len == 0:  # idle until an arrival, the stop time, or the policy's horizon
-            t_next = next_arrival(cfg, st)
-            if cfg.stop_time < t_next:
-                t_next = cfg.stop_time
-            if st.s.b_horizon < t_next:
-                t_next = st.s.b_horizon
-            if t_next == np.inf:
-                if num_waiting(st) or st.s.run_len:
-                    st.s.error = E_STALL
-                    return ERROR
+            if cfg.report_ended and st.s.end_head >= 0:
+                return ENDED
+        if not st.s.idle:  # at an iteration boundary: arrivals, stop?, the policy's batch
+            now = st.s.now
+            pull_arrivals(cfg, st, now)
+            if now >= cfg.stop_time or (cfg.stop_when_drained and drained(cfg, st)):
                 return DONE
-            if t_next > until:
+            schedule(cfg, st, kv, now)
+            set_causes(st, now)
+            if cfg.check:
+                code = check_batch(cfg, st, kv)
+                if code != 0:
+                    st.s.error = code
+                    return ERROR
+            if st.s.b_len > 0:
+                if st.s.b_pure:
+                    k = plan_decode_run(cfg, st, kv, tab, until)
+                    st.s.run_k = k
+                    st.s.t_end = st.ends[k - 1]
+                    st.s.inflight = 2
+                else:
+                    st.s.t_end = plan_iteration(cfg, st, tab)
+                    st.s.inflight = 1
+                if cfg.report_ended and st.s.end_head >= 0:
+                    return ENDED
+                continue
+            st.s.idle = 1
+            if cfg.report_ended and st.s.end_head >= 0:
+                return ENDED
+        elif cfg.routed and cfg.stop_when_drained and drained(cfg, st):
+            return DONE  # (resumed idle: the router has sent its last request meanwhile)
+        # idle until an arrival, the stop time, or the policy's horizon (a call that returned
+        # here resumes here: the boundary's pull and schedule are not run twice)
+        t_next = next_arrival(cfg, st)
+        if cfg.stop_time < t_next:
+            t_next = cfg.stop_time
+        if st.s.b_horizon < t_next:
+            t_next = st.s.b_horizon
+        if t_next == np.inf:
+            if num_waiting(st) or st.s.run_len:
+                st.s.error = E_STALL
+                return ERROR
+            if cfg.routed and not st.s.inbox_shut:
+                st.s.wake = t_next
                 return UNTIL
-            st.s.now = t_next
-            continue
-        if st.s.b_pure:
-            k = plan_decode_run(cfg, st, kv, tab, until)
-            st.s.run_k = k
-            st.s.t_end = st.ends[k - 1]
-            st.s.inflight = 2
-        else:
-            st.s.t_end = plan_iteration(cfg, st, tab)
-            st.s.inflight = 1
+            return DONE
+        if t_next > until:
+            st.s.wake = t_next
+            return UNTIL
+        st.s.idle = 0
+        st.s.now = t_next

@@ -71,7 +71,7 @@ def build_prefix_cache(sc: "Scenario", plan: "MemoryPlan", table: "RequestTable"
         from servesim.kv.tiers import Link, LowerTier, TierStack
 
         block_bytes = plan.kv_bytes_per_token * bs  # one GPU's slice of a block
-        replica_block_bytes = block_bytes * sc.hardware.gpus_per_replica
+        replica_block_bytes = block_bytes * sc.gpus_per_replica
         pcie = GPUS[sc.hardware.gpu].pcie_bytes_per_s
         levels = []
         for i, t in enumerate(sc.kv_tiers):

@@ -9,17 +9,23 @@ from servesim.perf.roofline import RooflineStepModel
 from servesim.scenario import ConstantStepConfig, PackStepConfig, RooflineStepConfig, Scenario
 
 
-def build_step_model(sc: Scenario) -> StepTimeModel:
+def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
+    """The step-time model of one replica of ``sc``; ``cross_hops``: its pipeline-stage
+    boundaries that cross servers (servesim/config/placement.py), sent over hardware.inter_server_link."""
     cfg = sc.step_time
     hw = sc.hardware
+    cross = {}
+    if cross_hops:
+        link = hw.inter_server_link
+        cross = dict(cross_hops=cross_hops, link_bytes_per_s=link.bandwidth_gb_s * 1e9, link_latency_s=link.latency_s)
     if isinstance(cfg, ConstantStepConfig):
         return ConstantStepModel(cfg.seconds)
     if isinstance(cfg, RooflineStepConfig):
-        return RooflineStepModel(GPUS[hw.gpu], sc.model_shape, hw.tensor_parallel, hw.pp,
-                                 cfg.mfu, cfg.mbu, cfg.overhead_s)
+        return RooflineStepModel(GPUS[hw.gpu], sc.model_shape, sc.tp, sc.pp,
+                                 cfg.mfu, cfg.mbu, cfg.overhead_s, **cross)
     if isinstance(cfg, PackStepConfig):
         from servesim.perf.packmodel import load_pack_model  # measured kernel timings
 
-        return load_pack_model(hw.gpu, sc.model_shape, tp=hw.tensor_parallel, pp=hw.pp,
-                               cuda_graph=cfg.cuda_graph)
+        return load_pack_model(hw.gpu, sc.model_shape, tp=sc.tp, pp=sc.pp,
+                               cuda_graph=cfg.cuda_graph, **cross)
     raise TypeError(f"unknown step_time config {cfg!r}")  # pragma: no cover

@@ -71,6 +71,9 @@ class RooflineConsts(NamedTuple):
     link: float  # NVLink bytes/s
     allreduce_latency: float
     send_latency: float
+    x_hops: int  # stage boundaries that cross servers (the inter-server link, not NVLink)
+    x_bw: float  # inter-server link bytes/s
+    x_latency: float
     overhead: float
     dec_f: float  # decode attention over all layers: max(kv * f, kv * b + n * q)
     dec_b: float
@@ -92,6 +95,9 @@ class PackConsts(NamedTuple):
     far: float  # the lattices' last context point
     decode_in_graph: bool  # pure-decode iterations replay a CUDA graph (no CPU floor)
     all_in_graph: bool  # every iteration does
+    x_hops: int  # stage boundaries that cross servers: latency + bytes / bandwidth of the link
+    x_bw: float  # inter-server link bytes/s
+    x_latency: float  # seconds
 
 
 class StepTables(NamedTuple):
@@ -397,7 +403,9 @@ def pack_lin_ms(tab, tokens):
     if pk.tp > 1:
         out = out + 2 * pk.layers * curve_at(msg, tab.pk_ar, pk.ar_slope)
     if pk.pp > 1:
-        out = out + (pk.pp - 1) * curve_at(msg, tab.pk_sr, pk.sr_slope)
+        out = out + (pk.pp - 1 - pk.x_hops) * curve_at(msg, tab.pk_sr, pk.sr_slope)
+        if pk.x_hops > 0:
+            out = out + pk.x_hops * (pk.x_latency + msg / pk.x_bw) * 1e3
     return tab.pk_lin[pk.n_table] + (out - pk.lin_raw_end)
 
 
@@ -484,7 +492,9 @@ def roofline_token_seconds(rf, tokens, rows):
     pp_send = 0.0
     if rf.pp > 1:
         msg = tokens * rf.hidden * rf.dtype_bytes
-        pp_send = (rf.pp - 1) * (msg / rf.link + rf.send_latency)
+        pp_send = (rf.pp - 1 - rf.x_hops) * (msg / rf.link + rf.send_latency)
+        if rf.x_hops > 0:
+            pp_send += rf.x_hops * (msg / rf.x_bw + rf.x_latency)
     return rf.layers * per_layer + lm + pp_send + rf.overhead
 
 

@@ -5,6 +5,7 @@ cached contexts summing to ``S``, the others prefill chunks ``(t_i, c_i)``) cost
 
     lin(T)       = L * (sum of per-layer token ops(T) + residual_add(T))      (residual_add twice)
                    + embed(T) + [tp>1] 2 L all_reduce(T*hidden*2 bytes) + (pp-1) send_recv(same)
+                   (a stage boundary between servers: the inter-server link's latency + bytes/bw)
     head(n)      = lm_head(n) + final_norm(n)                                  (one row per sequence)
     gaps(n)      = overhead_cuda_graph(n)          GPU idle between a forward's kernels (0 if absent)
     attention    = L * attn_decode(n_d, S / n_d)  +  L * sum_i attn_prefill(t_i, c_i)
@@ -97,9 +98,13 @@ class PackStepModel(KernelModel):
     name = "pack"
 
     def __init__(self, pack: Pack, shape: ModelShape, tp: int = 1, pp: int = 1,
-                 cuda_graph: bool = False, loglog: bool = False, graph_scope: str = "decode"):
+                 cuda_graph: bool = False, loglog: bool = False, graph_scope: str = "decode", *,
+                 cross_hops: int = 0, link_bytes_per_s: float = 0.0, link_latency_s: float = 0.0):
         if pp < 1:
             raise PackError(f"pipeline-parallel degree must be >= 1, got {pp}")
+        if not 0 <= cross_hops <= pp - 1 or (cross_hops and not link_bytes_per_s > 0):
+            raise PackError(f"cross_hops {cross_hops} needs 0..pp-1 ({pp - 1}) and a link bandwidth > 0")
+        self.cross_hops, self.link_bytes_per_s, self.link_latency_s = cross_hops, link_bytes_per_s, link_latency_s
         if graph_scope not in ("decode", "all"):
             raise PackError(f"graph_scope must be 'decode' or 'all', got {graph_scope!r}")
         pack.require(required_ops(tp, pp, cuda_graph))
@@ -144,7 +149,9 @@ class PackStepModel(KernelModel):
         if self.tp > 1:
             out = out + 2 * self.layers * c["all_reduce"](msg)
         if self.pp > 1:
-            out = out + (self.pp - 1) * c["send_recv"](msg)
+            out = out + (self.pp - 1 - self.cross_hops) * c["send_recv"](msg)
+            if self.cross_hops > 0:
+                out = out + self.cross_hops * (self.link_latency_s + msg / self.link_bytes_per_s) * 1e3
         return np.where(tokens > 0, out, 0.0)
 
     def _monotone_lin_table(self, n: np.ndarray) -> np.ndarray:
@@ -254,7 +261,8 @@ class PackStepModel(KernelModel):
                     lin_raw_end=float(self._lin_ms(np.array([float(self.n_table)]))[0]),
                     ar_slope=curve["all_reduce"][1], sr_slope=curve["send_recv"][1],
                     cpu_slope=curve["cpu_floor"][1], far=FAR, decode_in_graph=self._decode_in_graph,
-                    all_in_graph=self._all_in_graph),
+                    all_in_graph=self._all_in_graph, x_hops=self.cross_hops, x_bw=self.link_bytes_per_s,
+                    x_latency=self.link_latency_s),
             pk_lin=self._lin, pk_seq=seq, pk_cpu=self._cpu if complete else None,
             pk_dec_const=self._dec_const, pk_tails=tails, pk_ar=curve["all_reduce"][0],
             pk_sr=curve["send_recv"][0], pk_cpu_curve=curve["cpu_floor"][0],
@@ -282,7 +290,8 @@ class PackStepModel(KernelModel):
         meta = self.pack.meta
         return (f"pack {self.pack.gpu}/{self.pack.csv_path.stem} ({meta.get('source')}: "
                 f"{meta.get('origin', '?')}), tp {self.tp}, pp {self.pp}, "
-                f"{'cuda graph for decode' if self.cuda_graph else 'eager'}")
+                f"{'cuda graph for decode' if self.cuda_graph else 'eager'}"
+                + (f", {self.cross_hops} stage hop(s) between servers" if self.cross_hops else ""))
 
     # -- diagnostics (not in the hot path) -----------------------------------------------------
     def breakdown_ms(self, new_tokens: np.ndarray, context: np.ndarray) -> dict[str, float]:
@@ -315,13 +324,15 @@ def _tail(curve: Curve) -> tuple[float, float, float]:
 
 @lru_cache(maxsize=32)
 def _cached_model(gpu: str, shape: ModelShape, tp: int, pp: int, cuda_graph: bool,
-                  graph_scope: str) -> PackStepModel:
+                  graph_scope: str, cross: tuple = (0, 0.0, 0.0)) -> PackStepModel:
     return PackStepModel(load_pack(gpu, shape, tp), shape, tp=tp, pp=pp, cuda_graph=cuda_graph,
-                         graph_scope=graph_scope)
+                         graph_scope=graph_scope, cross_hops=cross[0], link_bytes_per_s=cross[1],
+                         link_latency_s=cross[2])
 
 
 def load_pack_model(gpu: str, model: ModelShape | str, tp: int = 1, pp: int = 1,
-                    cuda_graph: bool = False, *, graph_scope: str = "decode") -> PackStepModel:
+                    cuda_graph: bool = False, *, graph_scope: str = "decode", cross_hops: int = 0,
+                    link_bytes_per_s: float = 0.0, link_latency_s: float = 0.0) -> PackStepModel:
     """The step-time model for ``step_time: {model: pack}``: find the pack, validate, build.
 
     ``graph_scope`` (with ``cuda_graph``): ``"decode"`` replays only pure-decode iterations as
@@ -333,4 +344,7 @@ def load_pack_model(gpu: str, model: ModelShape | str, tp: int = 1, pp: int = 1,
             raise PackError(f"unknown model '{model}' for a calibration pack; allowed: "
                             f"{', '.join(sorted(MODELS))}")
         model = MODELS[model]
-    return _cached_model(gpu, model, int(tp), int(pp), bool(cuda_graph), graph_scope)
+    cross = (int(cross_hops), float(link_bytes_per_s), float(link_latency_s))
+    if cross == (0, 0.0, 0.0):
+        return _cached_model(gpu, model, int(tp), int(pp), bool(cuda_graph), graph_scope)
+    return _cached_model(gpu, model, int(tp), int(pp), bool(cuda_graph), graph_scope, cross)

@@ -13,6 +13,8 @@ ring all-reduces for TP, activation sends between PP stages, and a fixed per-ite
                                                    KV bytes of ctx+1 tokens per sequence
                 all-reduce x2 (tp > 1)             2*(tp-1)/tp * T*hidden*2 / link bandwidth
     once:       LM head on one row per sequence    2*R*hidden*vocab FLOPs, weight bytes
+    per stage boundary (pp > 1)                    T*hidden*2 / NVLink + latency; a boundary
+                                                   between servers: the inter-server link's
 
 The efficiency factors ``mfu`` (fraction of peak FLOP/s) and ``mbu`` (fraction of peak bandwidth)
 are stated in the scenario (defaults 0.6 and 0.8, typical of well-tuned serving kernels). This model
@@ -39,8 +41,12 @@ class RooflineStepModel(KernelModel):
     name = "roofline"
 
     def __init__(self, gpu: GPUSpec, shape: ModelShape, tp: int = 1, pp: int = 1,
-                 mfu: float = 0.6, mbu: float = 0.8, overhead_s: float = 0.002):
+                 mfu: float = 0.6, mbu: float = 0.8, overhead_s: float = 0.002, *,
+                 cross_hops: int = 0, link_bytes_per_s: float = 0.0, link_latency_s: float = 0.0):
+        if not 0 <= cross_hops <= max(pp - 1, 0) or (cross_hops and not link_bytes_per_s > 0):
+            raise ValueError(f"cross_hops {cross_hops} needs 0..pp-1 ({pp - 1}) and a link bandwidth > 0")
         self.gpu, self.shape, self.tp, self.pp = gpu, shape, tp, pp
+        self.cross_hops, self.link_bytes_per_s, self.link_latency_s = cross_hops, link_bytes_per_s, link_latency_s
         self.mfu, self.mbu, self.overhead_s = mfu, mbu, overhead_s
         self._flops = gpu.bf16_flops_per_s * mfu
         self._bw = gpu.hbm_bytes_per_s * mbu
@@ -82,10 +88,12 @@ class RooflineStepModel(KernelModel):
                 heads=self._heads, head_dim=self._hd, kv_bytes_tok_layer=self._kv_bytes_tok_layer,
                 elementwise_bytes_tok=self._elementwise_bytes_tok, flops=self._flops, bw=self._bw,
                 link=self.gpu.nvlink_bytes_per_s, allreduce_latency=ALLREDUCE_LATENCY_S,
-                send_latency=SEND_RECV_LATENCY_S, overhead=self.overhead_s, dec_f=self._dec_f,
+                send_latency=SEND_RECV_LATENCY_S, x_hops=self.cross_hops, x_bw=self.link_bytes_per_s,
+                x_latency=self.link_latency_s, overhead=self.overhead_s, dec_f=self._dec_f,
                 dec_b=self._dec_b, dec_q=self._dec_q))
         return self._tab
 
     def describe(self) -> str:
         return (f"roofline on {self.gpu.name} (mfu {self.mfu:.2f}, mbu {self.mbu:.2f}, "
-                f"overhead {self.overhead_s * 1e3:.1f} ms), tp {self.tp}, pp {self.pp}")
+                f"overhead {self.overhead_s * 1e3:.1f} ms), tp {self.tp}, pp {self.pp}"
+                + (f", {self.cross_hops} stage hop(s) between servers" if self.cross_hops else ""))

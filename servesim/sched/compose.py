@@ -41,7 +41,7 @@ def policy_spec(name: str) -> PolicySpec:
 def compose(engine, spec: PolicySpec, *, max_model_len: int, max_slots: int, block_size: int,
             kv_bytes_per_token: int, host_bw: float, fast: bool, closed: bool, max_arrivals: int, warmup_id: int,
             stop_time: float, check: bool, n: int, stop_when_drained: bool = True,
-            kv_tokens: int = 0) -> tuple[EngineCfg, np.ndarray]:
+            kv_tokens: int = 0, routed: bool = False, report_ended: bool = False) -> tuple[EngineCfg, np.ndarray]:
     """``(EngineCfg, class_slots)`` for ``engine`` (a scenario EngineConfig) running ``spec``."""
     opts = read_options(dict(engine.options), spec.name, spec.options)
     budget = engine.max_num_batched_tokens
@@ -84,5 +84,6 @@ def compose(engine, spec: PolicySpec, *, max_model_len: int, max_slots: int, blo
         warmup_id=int(warmup_id), stop_time=float(stop_time), stop_when_drained=bool(stop_when_drained),
         cpu_c=float(engine.cpu_overhead_s),
         cpu_p=float(engine.cpu_overhead_per_seq_s), check=bool(check), n=int(n),
+        routed=bool(routed), report_ended=bool(report_ended),
     )
     return cfg, class_slots

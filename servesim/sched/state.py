@@ -13,7 +13,9 @@ compiled or as plain Python, so one source serves both engines::
     running set, batch                run[cap] (admission order), b_ids/b_new[cap]
     blockage clocks                   K[class, cause], cause_now[class], cause_next[class]
     inbox                             cursor over the open-loop rows (by time), a heap of sent
-                                      closed-loop rows; per closed-loop group its next row
+                                      closed-loop rows; per closed-loop group its next row --
+                                      or, in a fleet (``cfg.routed``), the rows a router sent
+                                      here, a FIFO linked through ``in_next`` (engine/cluster.py)
     recorder buffers                  one row per executed step; ITL (value, weight) pairs
 
 Blockage clocks: every waiting second of a request has exactly one cause. At each iteration
@@ -73,6 +75,12 @@ SCALARS = np.dtype([
     ("arrived", "i8"),      # requests arrived so far (the arrival cap counts them)
     ("inbox_shut", "i8"),   # the arrival cap was reached: nothing else arrives
     ("heap_len", "i8"),     # closed loop: pending arrivals
+    ("in_head", "i8"),      # routed inbox (a fleet): first and last row sent here, not yet pulled
+    ("in_tail", "i8"),
+    ("end_head", "i8"),     # routed, report_ended: requests ended since the driver last looked
+    ("end_tail", "i8"),
+    ("wake", "f8"),         # idle: when the replica next has something to do (inf: never)
+    ("idle", "i8"),         # waiting with an empty batch since the last boundary (advance resumes there)
     ("rows", "i8"),         # recorder rows buffered
     ("itl_len", "i8"),      # ITL (value, weight) pairs buffered
     ("b_len", "i8"),        # batch size
@@ -130,6 +138,8 @@ class EngineCfg(NamedTuple):
     cpu_p: float
     check: bool  # invariant checks every iteration
     n: int
+    routed: bool = False  # a fleet's replica: arrivals come from a router (the routed inbox)
+    report_ended: bool = False  # routed: list ended requests for the driver (closed loops)
 
 
 class ReplicaState(NamedTuple):
@@ -183,6 +193,7 @@ class ReplicaState(NamedTuple):
     rb_itlw: np.ndarray
     itl_v: np.ndarray
     itl_w: np.ndarray
+    in_next: np.ndarray  # routed inbox / ended list links, per request (shared by a fleet)
 
 
 # ------------------------------------------------------------------------------ transitions
@@ -308,6 +319,8 @@ def new_scalars() -> np.recarray:
     arr = np.zeros(1, dtype=SCALARS).view(np.recarray)
     arr[0].b_horizon = np.inf
     arr[0].b_steps = 1
+    arr[0].in_head = arr[0].in_tail = arr[0].end_head = arr[0].end_tail = -1
+    arr[0].wake = np.inf
     return arr
 
 
@@ -330,21 +343,23 @@ class ScalarsMirror:
 def new_state(table, *, s, run_cap: int, object_kv: bool, heap_cap: int, think: np.ndarray,
               group_of: np.ndarray, g_next: np.ndarray, g_hi: np.ndarray,
               class_slots: np.ndarray, itl_cap: int = 1 << 14, run_steps: int = MAX_RUN_STEPS,
-              step_buffer: int = STEP_BUFFER) -> ReplicaState:
+              step_buffer: int = STEP_BUFFER, shared: "RequestArrays | None" = None) -> ReplicaState:
     """Arrays for a replica over request ``table`` (servesim.request.RequestTable): its columns
-    are shared, not copied, so results land in the table the metrics read."""
+    are shared, not copied, so results land in the table the metrics read. ``shared``: the
+    per-request working arrays of a fleet (every request lives in one replica, so the replicas
+    of a fleet share them instead of holding one each)."""
     n = table.n
     fetch_n = n if object_kv else 0
     cap = run_cap + 1
+    per = shared if shared is not None else request_arrays(n, object_kv, routed=False)
     return ReplicaState(
         s=s,
         arrival=table.arrival, prompt=table.prompt, output=table.output, klass=table.klass,
         computed=table.computed, num_output=table.num_output, t_sched=table.t_first_sched,
         t_first=table.t_first_token, t_finish=table.t_finish, t_last=table.t_last_token,
         preempt=table.preemptions, status=table.status, reject=table.reject_reason, blocked=table.blocked,
-        swapped=np.zeros(n, dtype=np.bool_), rank=np.zeros(n, dtype=np.int8),
-        q_next=np.full(n, -1, dtype=np.int32),
-        fetch_at=np.full(fetch_n, np.nan), fetch_need=np.zeros(fetch_n, dtype=np.int64),
+        swapped=per.swapped, rank=per.rank, q_next=per.q_next,
+        fetch_at=per.fetch_at, fetch_need=per.fetch_need,
         q_head=np.full(NUM_QUEUES, -1, dtype=np.int64), q_tail=np.full(NUM_QUEUES, -1, dtype=np.int64),
         q_len=np.zeros(NUM_QUEUES, dtype=np.int64),
         run=np.zeros(cap, dtype=np.int64), b_ids=np.zeros(cap, dtype=np.int64),
@@ -362,7 +377,28 @@ def new_state(table, *, s, run_cap: int, object_kv: bool, heap_cap: int, think: 
         rb_start=np.zeros(step_buffer), rb_end=np.zeros(step_buffer),
         rb_vals=np.zeros((NUM_SIGNALS, step_buffer)), rb_itlw=np.zeros(step_buffer, dtype=np.int64),
         itl_v=np.zeros(itl_cap + 2 * cap), itl_w=np.zeros(itl_cap + 2 * cap, dtype=np.int64),
+        in_next=per.in_next,
     )
+
+
+class RequestArrays(NamedTuple):
+    """A replica's per-request working arrays (beyond the request table's columns)."""
+
+    swapped: np.ndarray
+    rank: np.ndarray
+    q_next: np.ndarray
+    fetch_at: np.ndarray
+    fetch_need: np.ndarray
+    in_next: np.ndarray
+
+
+def request_arrays(n: int, object_kv: bool, routed: bool) -> RequestArrays:
+    """Per-request working arrays for ``n`` requests; ``routed``: with the routed-inbox links."""
+    fetch_n = n if object_kv else 0
+    return RequestArrays(swapped=np.zeros(n, dtype=np.bool_), rank=np.zeros(n, dtype=np.int8),
+                         q_next=np.full(n, -1, dtype=np.int32), fetch_at=np.full(fetch_n, np.nan),
+                         fetch_need=np.zeros(fetch_n, dtype=np.int64),
+                         in_next=np.full(n if routed else 0, -1, dtype=np.int64))
 
 
 # ------------------------------------------------------------------- the compiled container

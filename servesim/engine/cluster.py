@@ -1,0 +1,349 @@
+"""A fleet: replicas behind a router, interleaved in time order on the steppable engine.
+
+Every replica is the same kernel as a lone one (engine/kernel.py) with a *routed* inbox: the
+router sends it requests one at a time (``route_in``). A pipeline-parallel replica is ``pp``
+kernel instances -- vLLM's virtual engines (docs/cluster.md) -- so "engine" below means one
+kernel instance and "replica" what the router sees (one or ``pp`` engines).
+
+The loop keeps every engine's next event time (its iteration under way ends, or its idle wait
+for the next arrival, the stop time or the policy's horizon ends) in a heap, and the fleet's next
+arrival from the fleet inbox -- the lone replica's inbox kernels (open-loop cursor, closed-loop
+heap, arrival cap) run on a state of the fleet's own::
+
+    loop:
+      T = next arrival (inbox),  (K, e) = earliest engine event (heap; ties: lower index)
+      T <= K: every arrival at T, in (time, id) order: the router reads the replicas' loads
+              (every engine has committed what ended before T), picks a replica, which picks
+              its virtual engine (fewest unfinished requests, vLLM's rule), route_in
+      else:   advance engine e up to T (strictly before: arrivals at T are routed first) --
+              closed loops also stop at the next other engine's event, whose ending requests
+              may send new ones; requests e ended go back to the inbox (their clients' next
+              requests), e is keyed again
+
+An engine thus plans at a boundary only after every arrival up to it is routed, which makes a
+fleet of one replica reproduce the lone replica exactly (tests/test_cluster_identity.py). The
+heap stands in for SimPy's event queue -- same (time, priority, index) ordering -- because a
+routed arrival can move an engine's next event earlier (it cuts a decode run), which SimPy
+timeouts cannot express; the whole loop is one SimPy process, as a lone replica is.
+
+Cost: one kernel call per engine event (an iteration, a decode run, a wake-up) plus the router's
+reads: linear in the requests for round robin and random, times the replica count for the
+load-reading routers (benchmarks/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable
+
+import numpy as np
+
+from servesim.engine import kernel as K
+from servesim.engine.router import LoadView, Router
+from servesim.jit import pure
+from servesim.sched.state import SCALARS, ScalarsMirror, compiled_state
+
+INF = float("inf")
+_IDX = {name: i for i, name in enumerate(SCALARS.names)}
+
+
+def entry_point(dispatcher, *args):
+    """The compiled machine-code entry of ``dispatcher`` for these arguments' types: calls skip
+    numba's per-call typing of the NamedTuple arguments (~20 us of an advance call)."""
+    from numba import typeof
+
+    sig = tuple(typeof(a) for a in args)
+    dispatcher.compile(sig)
+    return dispatcher.overloads[sig].entry_point
+
+
+class Scalars:
+    """Fast reads and writes of an engine's scalars: views of the record array (compiled), or
+    the Python mirror's attributes (uncompiled)."""
+
+    def __init__(self, st, array: np.ndarray | None):
+        self.mirror = st.s if isinstance(st.s, ScalarsMirror) else None
+        if self.mirror is None:
+            self.f = array.view(np.float64)
+            self.i = array.view(np.int64)
+
+    def get_f(self, name: str) -> float:
+        return getattr(self.mirror, name) if self.mirror is not None else float(self.f[_IDX[name]])
+
+    def get_i(self, name: str) -> int:
+        return getattr(self.mirror, name) if self.mirror is not None else int(self.i[_IDX[name]])
+
+    def set_f(self, name: str, v: float) -> None:
+        if self.mirror is not None:
+            setattr(self.mirror, name, float(v))
+        else:
+            self.f[_IDX[name]] = v
+
+    def set_i(self, name: str, v: int) -> None:
+        if self.mirror is not None:
+            setattr(self.mirror, name, int(v))
+        else:
+            self.i[_IDX[name]] = v
+
+
+class Engine:
+    """One kernel instance of a fleet (a replica, or a virtual engine of a pipeline replica)."""
+
+    def __init__(self, rep, index: int, replica: int):
+        self.rep, self.index, self.replica = rep, index, replica
+        self.s = Scalars(rep.st, getattr(rep, "scalars", None))
+        args = (rep.cfg, rep.kst)
+        if rep.path == "compiled":
+            self._advance = entry_point(K.advance, *args, rep.kv, rep.tab, 0.0)
+            self._route = entry_point(K.route_in, *args, 0)
+            self._work = entry_point(K.outstanding_work, *args, 0.0)
+        else:
+            self._advance = rep._advance
+            self._route = pure(K.route_in)
+            self._work = pure(K.outstanding_work)
+        self.in_next = rep.st.in_next
+        self.routed = 0
+
+    def advance(self, until: float) -> int:
+        rep = self.rep
+        code = self._advance(rep.cfg, rep.kst, rep.kv, rep.tab, until)
+        if code == K.FLUSH or code == K.PROGRESS:
+            rep._drain()
+        elif code == K.ERROR:
+            rep._drain()
+            rep.raise_error()
+        return code
+
+    def route_in(self, rid: int) -> None:
+        self._route(self.rep.cfg, self.rep.kst, rid)
+        self.routed += 1
+
+    def work(self, t: float) -> int:
+        return int(self._work(self.rep.cfg, self.rep.kst, t))
+
+    def outstanding(self) -> int:
+        return self.routed - self.s.get_i("ended")
+
+    def take_ended(self) -> list[int]:
+        """Requests ended since the last look (routed with report_ended), in the order they ended."""
+        s = self.s
+        r = s.get_i("end_head")
+        if r < 0:
+            return []
+        out = []
+        nxt = self.in_next
+        while r >= 0:
+            out.append(r)
+            r = int(nxt[r])
+        s.set_i("end_head", -1)
+        s.set_i("end_tail", -1)
+        return out
+
+    def next_key(self, code: int) -> float:
+        """When this engine next needs a call: its iteration's end, its idle wake-up, or now
+        (a boundary it has not planned yet)."""
+        s = self.s
+        if s.get_i("inflight"):
+            return s.get_f("t_end")
+        if code == K.UNTIL:
+            return s.get_f("wake")
+        return s.get_f("now")
+
+    def finish(self) -> None:
+        self.rep._drain()
+        self.rep._finish()
+
+
+class FleetInbox:
+    """The fleet's arrivals: the lone replica's inbox kernels (``next_arrival``, ``due_arrivals``,
+    ``request_ended``) on a state of the fleet's own (open-loop cursor, closed-loop heap, cap)."""
+
+    def __init__(self, cfg, st, scalars: np.ndarray, compiled: bool):
+        self.cfg = cfg
+        self.st = st
+        if compiled:
+            self.kst = compiled_state(st)
+            self._next = entry_point(K.next_arrival, cfg, self.kst)
+            self._due = entry_point(K.due_arrivals, cfg, self.kst, 0.0)
+            self._ended = entry_point(K.request_ended, cfg, self.kst, 0, 0.0)
+            self.s = Scalars(st, scalars)
+        else:
+            st = st._replace(s=ScalarsMirror(st.s))
+            self.st = self.kst = st
+            self._next, self._due, self._ended = pure(K.next_arrival), pure(K.due_arrivals), pure(K.request_ended)
+            self.s = Scalars(st, None)
+
+    def next(self) -> float:
+        return float(self._next(self.cfg, self.kst))
+
+    def due(self, t: float) -> np.ndarray:
+        return self._due(self.cfg, self.kst, t)
+
+    def ended(self, rid: int, t: float) -> None:
+        self._ended(self.cfg, self.kst, rid, t)
+
+    def exhausted(self) -> bool:
+        """Nothing will ever arrive again: the cap was reached, or every open-loop row was sent
+        and every closed loop has sent its last row."""
+        s = self.s
+        if s.get_i("inbox_shut"):
+            return True
+        if s.get_i("heap_len") > 0 or s.get_i("cursor") < self.cfg.n:
+            return False
+        st = self.st
+        return bool(np.all(st.g_next >= st.g_hi)) if len(st.g_next) else True
+
+
+class Fleet:
+    """Engines, the replicas they form, the router, the inbox; ``run()`` simulates."""
+
+    def __init__(self, engines: list[Engine], replicas: list[list[int]], router: Router, inbox: FleetInbox,
+                 table, *, closed: bool, delay_in: float = 0.0, delay_out: float = 0.0, warmup_id: int = -1,
+                 progress: Callable[[int], None] | None = None):
+        self.engines, self.replicas, self.router, self.inbox = engines, replicas, router, inbox
+        self.table, self.closed = table, closed
+        self.delay_in, self.delay_out = delay_in, delay_out
+        self.warmup_id, self.progress = warmup_id, progress
+        self.replica_of = np.full(table.n, -1, dtype=np.int32)
+        self.view = LoadView(len(replicas), self._loads_requests, self._loads_tokens)
+        self._t = 0.0
+        paths = {e.rep.path for e in engines}
+        self.path = "compiled" if paths == {"compiled"} else "python"
+        whys = sorted({e.rep.why for e in engines if e.rep.why})
+        self.why = "; ".join(whys)
+        self.decisions: list | None = None  # (rid, replica, loads) per routing when recording
+
+    # -- what the router sees ---------------------------------------------------------------
+    def _loads_requests(self) -> np.ndarray:
+        return np.array([sum(self.engines[e].outstanding() for e in r) for r in self.replicas], dtype=np.int64)
+
+    def _loads_tokens(self) -> np.ndarray:
+        t = self._t
+        return np.array([sum(self.engines[e].work(t) for e in r) for r in self.replicas], dtype=np.int64)
+
+    @property
+    def now(self) -> float:
+        return max(e.s.get_f("now") for e in self.engines)
+
+    # -- routing -----------------------------------------------------------------------------
+    def _route(self, rid: int, t: float, key: list, heap: list) -> None:
+        table = self.table
+        r = self.router.choose(rid, int(table.klass[rid]), self.view)
+        if self.decisions is not None:
+            self.decisions.append((rid, r, self._loads_requests()))
+        group = self.replicas[r]
+        e = group[0]
+        if len(group) > 1:  # a pipeline replica: its virtual engine with the fewest unfinished requests
+            best = None
+            for i in group:
+                o = self.engines[i].outstanding()
+                if best is None or o < best:
+                    best, e = o, i
+        eng = self.engines[e]
+        eng.route_in(rid)
+        self.replica_of[rid] = r
+        if rid == self.warmup_id:  # inter-token gaps count from the warm-up request's arrival on
+            for other in self.engines:
+                if other is not eng:
+                    other.s.set_f("itl_from", float(table.arrival[rid]))
+        if eng.s.get_i("inflight"):
+            k = eng.s.get_f("t_end")  # (route_in may have cut its decode run)
+        elif eng.s.get_i("idle"):
+            k = min(key[e], t)  # it wakes up for this arrival, if not earlier
+        else:
+            k = key[e]  # a boundary it has yet to plan
+        if k != key[e]:
+            key[e] = k
+            heapq.heappush(heap, (k, e))
+
+    def _shut(self, key: list, heap: list, done: list) -> None:
+        """The inbox is exhausted: engines may end once drained; idle ones are woken to see it."""
+        for i, eng in enumerate(self.engines):
+            if done[i]:
+                continue
+            eng.s.set_i("inbox_shut", 1)
+            if not eng.s.get_i("inflight"):
+                k = eng.s.get_f("now")
+                if k != key[i]:
+                    key[i] = k
+                    heapq.heappush(heap, (k, i))
+
+    # -- the loop ----------------------------------------------------------------------------
+    def run(self) -> None:
+        engines, inbox = self.engines, self.inbox
+        n_eng = len(engines)
+        key = [0.0] * n_eng
+        heap = [(0.0, i) for i in range(n_eng)]
+        done = [False] * n_eng
+        n_done = 0
+        shut = False
+        back = self.delay_out + self.delay_in
+        T = inbox.next()
+        if not shut and T == INF and inbox.exhausted():
+            self._shut(key, heap, done)
+            shut = True
+        calls = 0
+
+        def top():
+            while heap:
+                k, e = heap[0]
+                if done[e] or k != key[e]:
+                    heapq.heappop(heap)
+                    continue
+                return k
+            return INF
+
+        while n_done < n_eng:
+            k_min = top()
+            if T <= k_min and T < INF:
+                self._t = T
+                for rid in inbox.due(T):
+                    self._route(int(rid), T, key, heap)
+                T = inbox.next()
+                if not shut and T == INF and inbox.exhausted():
+                    self._shut(key, heap, done)
+                    shut = True
+                continue
+            if k_min == INF:
+                raise RuntimeError("fleet stalled: no engine has anything to do and no request is left to "
+                                   "route, yet the run has not ended (a bug)")
+            _, e = heapq.heappop(heap)
+            until = T
+            if self.closed:
+                k2 = top()
+                if k2 < until:
+                    until = k2
+                    bound = until  # other engines' events at k2 may send requests at k2 or later
+                else:
+                    bound = np.nextafter(until, -INF) if until < INF else INF
+            else:
+                bound = np.nextafter(until, -INF) if until < INF else INF
+            eng = engines[e]
+            code = eng.advance(bound)
+            ended = eng.take_ended()
+            if ended:
+                t = eng.s.get_f("now") + back
+                for rid in ended:
+                    inbox.ended(rid, t)
+                T = inbox.next()
+                if not shut and T == INF and inbox.exhausted():
+                    self._shut(key, heap, done)
+                    shut = True
+            if code == K.DONE:
+                done[e] = True
+                n_done += 1
+                key[e] = INF
+                continue
+            k = eng.next_key(code)
+            key[e] = k
+            heapq.heappush(heap, (k, e))
+            calls += 1
+            if self.progress is not None and calls % 8192 == 0:
+                self.progress(sum(x.s.get_i("ended") for x in engines))
+        for eng in engines:
+            eng.finish()
+
+    def process(self, env):
+        """SimPy process: the whole fleet, then the clock catches up (as a lone replica does)."""
+        self.run()
+        yield env.timeout(max(0.0, self.now - env.now))

@@ -1,0 +1,146 @@
+"""Build a fleet for a scenario: one request table, engines per replica group, the inbox, the router.
+
+Every replica group (``Scenario.replica_groups``) is built from its own one-replica scenario,
+exactly as a lone replica is (engine/build.py), with a routed inbox. A replica with
+``pipeline_parallel_size`` ``pp > 1`` is ``pp`` engines -- vLLM's virtual engines: each has its own
+scheduler and running set and ``1/pp`` of the replica's KV blocks (vLLM divides
+``num_gpu_blocks`` by the pipeline size), and every batch traverses all stages, so its iteration
+takes the whole pipeline's time (the step-time models price all layers, plus a send/recv per
+stage boundary). ``pp`` batches are in flight at once, one per virtual engine: throughput rises
+with the stage count while a token's latency includes every stage (docs/cluster.md says what
+this leaves out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import numpy as np
+
+from servesim.engine.build import arrival_cap, build_replica, closed_groups, send_first_requests
+from servesim.engine.cluster import Engine, Fleet, FleetInbox
+from servesim.engine.router import make_router
+from servesim.memory import MemoryPlan, plan_memory
+from servesim.metrics.collect import Recorder
+from servesim.request import RequestTable, Workload
+from servesim.sched.state import new_scalars, new_state, request_arrays
+from servesim.workload.streams import stream
+
+INF = float("inf")
+
+
+@dataclass
+class EngineInfo:
+    """What the results need of one engine: its replica, group, recorder, KV plan and manager."""
+
+    replica: int
+    group: int
+    recorder: Recorder
+    plan: MemoryPlan  # this engine's KV blocks (a virtual engine: its share of the replica's)
+    kv: object
+
+
+@dataclass
+class ReplicaInfo:
+    group: str
+    gpu: str
+    tp: int
+    pp: int
+    servers: tuple[int, ...]  # server of each stage
+    engines: list[int]
+    step_model: str
+
+
+def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, bin_s: float,
+                force_python: Callable | None = None, step_model=None, on_iteration=None,
+                user: Callable | None = None, kernel_overrides: dict | None = None,
+                buffers: tuple[int, int] | None = None, stop_when_drained: bool = True,
+                progress: Callable[[int], None] | None = None):
+    """``(fleet, engine infos, replica infos)``. ``force_python(group_scenario)``: the reasons that
+    group must run uncompiled, or None; ``user(group_scenario)``: a user policy or None."""
+    from servesim.kv.factory import build_kv
+    from servesim.perf.build import build_step_model
+
+    n = table.n
+    groups = closed_groups(sc, table, workload, seed)  # (may copy the arrival column: first)
+    closed = bool(groups)
+    delay_in, delay_out = sc.cluster.delay_in_s, sc.cluster.delay_out_s
+    if delay_in:
+        open_rows = np.isfinite(table.arrival)
+        table.arrival = np.where(open_rows, table.arrival + delay_in, table.arrival)
+    object_kv = any(force_python(g.scenario) is not None or g.scenario.engine.enable_prefix_caching
+                    for g in sc.replica_groups)
+    shared = request_arrays(n, object_kv=True if object_kv else False, routed=True)
+    placement = sc.placement
+    engines: list[Engine] = []
+    infos: list[EngineInfo] = []
+    replicas: list[ReplicaInfo] = []
+    members: list[list[int]] = []
+    r = 0
+    for gi, g in enumerate(sc.replica_groups):
+        gsc = g.scenario
+        plan = plan_memory(gsc)
+        pp = gsc.pp
+        ve_plan = replace(plan, num_blocks=plan.num_blocks // pp,
+                          kv_bytes=plan.kv_bytes // pp) if pp > 1 else plan
+        why = force_python(gsc)
+        u = user(gsc) if user is not None else None
+        models: dict[int, object] = {}
+        for _ in range(g.replicas):
+            hops = placement.cross_hops(r)
+            if step_model is not None:
+                model = step_model
+            elif hops not in models:
+                model = models[hops] = build_step_model(gsc, hops)
+            else:
+                model = models[hops]
+            ids = []
+            for _v in range(pp):
+                kv = build_kv(gsc, ve_plan, table, workload, env)
+                rec = Recorder(bin_s)
+                rep = build_replica(gsc, table, kv, model, rec, seed, workload=workload, on_iteration=on_iteration,
+                                    kv_bytes_per_token=plan.kv_bytes_per_token, force_python=why,
+                                    spec=u.spec if u else None,
+                                    user_parts={**(u.overrides if u else {}), **(kernel_overrides or {})},
+                                    buffers=buffers, stop_when_drained=stop_when_drained, routed=True,
+                                    report_ended=closed, shared=shared)
+                ids.append(len(engines))
+                engines.append(Engine(rep, len(engines), r))
+                infos.append(EngineInfo(r, gi, rec, ve_plan, kv))
+            members.append(ids)
+            replicas.append(ReplicaInfo(g.name, gsc.hardware.gpu, gsc.tp, pp, placement.stages[r], ids,
+                                        model.describe()))
+            r += 1
+    inbox = fleet_inbox(sc, table, workload, groups, engines[0].rep.cfg, delay_in,
+                        compiled=all(e.rep.path == "compiled" for e in engines))
+    router = make_router(sc.cluster, len(members), workload, stream(seed, "router"))
+    warmup = sc.stop.warmup_requests
+    fleet = Fleet(engines, members, router, inbox, table, closed=closed, delay_in=delay_in, delay_out=delay_out,
+                  warmup_id=warmup if 0 < warmup < n else -1, progress=progress)
+    return fleet, infos, replicas
+
+
+def fleet_inbox(sc, table: RequestTable, workload: Workload, groups: tuple, cfg0, delay_in: float, *,
+                compiled: bool) -> FleetInbox:
+    """The fleet's arrivals as a lone replica's inbox: open-loop cursor, closed loops, the cap."""
+    n = table.n
+    closed = bool(groups)
+    cfg = cfg0._replace(routed=False, report_ended=False, closed=closed,
+                        max_arrivals=arrival_cap(sc, workload, n), warmup_id=-1, n=n)
+    s = new_scalars()
+    think = np.zeros(0)
+    group_of = np.zeros(0, dtype=np.int16)
+    if groups:
+        think = np.zeros(n)
+        group_of = np.full(n, -1, dtype=np.int16)
+        for gi, g in enumerate(groups):
+            think[g.lo:g.hi] = g.think_s
+            group_of[g.lo:g.hi] = gi
+    st = new_state(table, s=s[0], run_cap=1, object_kv=False, heap_cap=sum(g.clients for g in groups) + 1,
+                   think=think, group_of=group_of, g_next=np.array([g.lo for g in groups], dtype=np.int64),
+                   g_hi=np.array([g.hi for g in groups], dtype=np.int64), class_slots=np.zeros(7, dtype=np.int64),
+                   run_steps=1, step_buffer=4, shared=request_arrays(0, False, False))
+    send_first_requests(st, s[0], table, groups, delay_in)
+    return FleetInbox(cfg, st, s, compiled)
+

@@ -1,0 +1,211 @@
+"""Routers: which replica a request goes to, from what the router can see at its arrival.
+
+A router is asked once per request, in arrival order, at the instant the request reaches the
+fleet (engine/cluster.py advances every replica to that instant first). It sees each replica's
+*load* through a :class:`LoadView`, computed only when asked:
+
+``requests(r)``   outstanding requests: sent to replica ``r`` and not yet finished or rejected
+``tokens(r)``     outstanding work in tokens: ``prompt + output - computed`` summed over those
+                  requests (prefill and decode work left; servesim.engine.kernel.outstanding_work)
+
+Policies (``cluster.router``):
+
+==================  =================================================================================
+round-robin         replica ``i mod N`` for the ``i``-th request
+random              uniform, from the run's own ``router`` random stream
+least-requests      fewest outstanding requests
+least-tokens        least outstanding work in tokens (prefill + decode)
+affinity            the replica its key (session, or prefix hash) went to before, unless that replica
+                    is full (bounded-load consistent hashing: ``load >= ceil(cap * (total + 1) / N)``);
+                    a new key, a keyless request or a full replica: fewest outstanding requests (a new
+                    key is bound to where it went; an overflow leaves the binding as it was)
+priority            class P0 to the replica with the least outstanding work; other classes round robin
+==================  =================================================================================
+
+Ties among least-loaded replicas go to the first one at or after a pointer that moves past each
+choice, so equal loads are served round robin (never all to replica 0).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+
+class LoadView:
+    """Per-replica loads at the current arrival instant, computed on demand, cached per request."""
+
+    def __init__(self, n: int, requests: Callable[[], np.ndarray], tokens: Callable[[], np.ndarray]):
+        self.n = n
+        self._requests, self._tokens = requests, tokens
+
+    def requests(self) -> np.ndarray:
+        return self._requests()
+
+    def tokens(self) -> np.ndarray:
+        return self._tokens()
+
+
+class Router:
+    """Base: ``choose(rid, klass, view) -> replica``; ``n`` replicas."""
+
+    name = ""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.ptr = 0
+
+    def choose(self, rid: int, klass: int, view: LoadView) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def least(self, loads) -> int:
+        """The least-loaded replica; ties: the first at or after the pointer, which then moves on."""
+        n, p = self.n, self.ptr
+        best, best_load = p, loads[p]
+        for j in range(1, n):
+            i = p + j
+            if i >= n:
+                i -= n
+            if loads[i] < best_load:
+                best, best_load = i, loads[i]
+        self.ptr = best + 1 if best + 1 < n else 0
+        return best
+
+    def next_rr(self) -> int:
+        i = self.ptr
+        self.ptr = i + 1 if i + 1 < self.n else 0
+        return i
+
+
+class RoundRobin(Router):
+    name = "round-robin"
+
+    def choose(self, rid, klass, view):
+        return self.next_rr()
+
+
+class RandomRouter(Router):
+    name = "random"
+
+    def __init__(self, n: int, rng: np.random.Generator, block: int = 4096):
+        super().__init__(n)
+        self.rng, self.block = rng, block
+        self._buf = np.empty(0, dtype=np.int64)
+        self._i = 0
+
+    def choose(self, rid, klass, view):
+        if self._i >= len(self._buf):  # draws in blocks: the sequence is the same whatever the block
+            self._buf = self.rng.integers(0, self.n, self.block)
+            self._i = 0
+        r = int(self._buf[self._i])
+        self._i += 1
+        return r
+
+
+class LeastRequests(Router):
+    name = "least-requests"
+
+    def choose(self, rid, klass, view):
+        return self.least(view.requests())
+
+
+class LeastTokens(Router):
+    name = "least-tokens"
+
+    def choose(self, rid, klass, view):
+        return self.least(view.tokens())
+
+
+class Affinity(Router):
+    """Same key, same replica, within a load cap (see the module docstring)."""
+
+    name = "affinity"
+
+    def __init__(self, n: int, keys: np.ndarray, has_key: np.ndarray, load_cap: float):
+        super().__init__(n)
+        self.keys, self.has_key, self.load_cap = keys, has_key, load_cap
+        self.bound: dict[int, int] = {}
+        self.overflows = 0  # requests whose replica was full
+        self.hits = 0  # requests sent to their key's replica
+
+    def cap(self, loads) -> int:
+        return math.ceil(self.load_cap * (int(np.sum(loads)) + 1) / self.n)
+
+    def choose(self, rid, klass, view):
+        loads = view.requests()
+        if not self.has_key[rid]:
+            return self.least(loads)
+        key = int(self.keys[rid])
+        r = self.bound.get(key)
+        if r is not None:
+            if loads[r] < self.cap(loads):
+                self.hits += 1
+                return r
+            self.overflows += 1
+            return self.least(loads)
+        r = self.least(loads)
+        self.bound[key] = r
+        return r
+
+
+class PriorityRouter(Router):
+    """P0 to the least outstanding work; other classes round robin (their own pointer)."""
+
+    name = "priority"
+
+    def __init__(self, n: int):
+        super().__init__(n)
+        self.rr = 0
+
+    def choose(self, rid, klass, view):
+        if klass == 0:
+            return self.least(view.tokens())
+        i = self.rr
+        self.rr = i + 1 if i + 1 < self.n else 0
+        return i
+
+
+def affinity_keys(workload, key: str, prefix_blocks: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """``(keys, has_key, what)`` per request: its session id, or the chained hash of its first
+    ``prefix_blocks`` prompt blocks (fewer if the prompt has fewer); ``what`` says which.
+    ValueError when the workload carries neither."""
+    n = len(workload)
+    sessions = workload.session
+    has_sessions = sessions is not None and bool(np.any(sessions >= 0))
+    if key == "session" or (key == "auto" and has_sessions):
+        if not has_sessions:
+            raise ValueError("cluster.affinity.key 'session': the workload has no sessions "
+                             "(workload.sessions, or a trace with session ids)")
+        return sessions.astype(np.int64), sessions >= 0, "session"
+    if not workload.has_prefixes:
+        raise ValueError(f"cluster.affinity.key {key!r}: the workload has neither sessions nor prefix hashes "
+                         f"(a trace with hash ids, or workload.sessions)")
+    off = workload.prefix_offsets
+    counts = np.diff(off)
+    has = counts > 0
+    take = np.minimum(counts, prefix_blocks) - 1
+    idx = np.where(has, off[:-1] + np.maximum(take, 0), 0)
+    keys = np.where(has, workload.prefix_hashes[idx] if len(workload.prefix_hashes) else 0, -1).astype(np.int64)
+    assert len(keys) == n
+    return keys, has, "prefix"
+
+
+def make_router(cfg, n: int, workload, rng: np.random.Generator) -> Router:
+    """The router ``cfg`` (a ClusterConfig) names, over ``n`` replicas."""
+    name = cfg.router
+    if name == "round-robin":
+        return RoundRobin(n)
+    if name == "random":
+        return RandomRouter(n, rng)
+    if name == "least-requests":
+        return LeastRequests(n)
+    if name == "least-tokens":
+        return LeastTokens(n)
+    if name == "priority":
+        return PriorityRouter(n)
+    if name == "affinity":
+        keys, has, _ = affinity_keys(workload, cfg.affinity.key, cfg.affinity.prefix_blocks)
+        return Affinity(n, keys, has, cfg.affinity.load_cap)
+    raise ValueError(f"cluster.router {name!r}: unknown")  # pragma: no cover - the config's Literal

@@ -1,0 +1,160 @@
+"""A fleet's results: fleet-wide recorder, client-side times, the summary's ``cluster`` block.
+
+Fleet-wide latency blocks come from the shared request table (every request, whichever replica
+served it). The engines' recorders are merged for the fleet-wide ``engine``, ``kv`` and time
+series: counts and time integrals add up exactly; a bin's peak is the sum of the engines' peaks
+in that bin (an upper bound of the fleet's instantaneous peak: the engines peak at different
+instants of the bin); inter-token gaps are pooled. ``engine.busy_fraction`` of a fleet is the
+mean over engines.
+
+``cluster`` (summary.json)::
+
+    "cluster": {
+      "replicas": 24, "router": "least-tokens", "router_overhead_s": 0.0, "network_delay_s": 0.0,
+      "servers_used": 3,
+      "per_replica": [{"replica", "group", "gpu", "tp", "pp", "servers", "requests", "completed",
+                       "rejected", "busy_share", "mean_batch", "kv_peak", "kv_mean",
+                       "tokens", "prefix_hit_rate"?}, ...],
+      "balance": {"requests": {"max", "mean", "max_over_mean", "cv"}, "busy_share": {...},
+                  "tokens": {...}},
+      "affinity": {"hits", "overflows"}?    (the affinity router)
+    }
+
+Per replica: ``requests`` routed to it; ``busy_share`` its GPUs' busy time over the run (a
+pipeline replica: the mean over its virtual engines -- the stage utilization of an ideal
+pipeline); ``mean_batch`` running requests per iteration; ``kv_peak`` / ``kv_mean`` its KV
+blocks in use over its blocks (a pipeline replica: the worst virtual engine's peak);
+``tokens`` prompt + output tokens of the requests it completed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from servesim.metrics.collect import BinnedSeries, Recorder
+from servesim.request import FINISHED, REJECTED
+
+
+def merge_recorders(recs: list[Recorder]) -> Recorder:
+    """One recorder holding every engine's: sums, pooled inter-token gaps, summed time bins."""
+    for r in recs:
+        r.flush()
+    out = Recorder(recs[0].series.bin_s if recs else 1.0)
+    out.itl_from = min((r.itl_from for r in recs), default=0.0)
+    bin_s = max(r.series.bin_s for r in recs)
+    series = BinnedSeries(recs[0].series.bin_s, recs[0].series.max_bins)
+    while series.bin_s < bin_s:
+        series._coarsen()
+    width = 0
+    parts = []
+    for r in recs:
+        out.iterations += r.iterations
+        out.busy_s += r.busy_s
+        out.batch_seqs_sum += r.batch_seqs_sum
+        out.batch_tokens_sum += r.batch_tokens_sum
+        out.cpu_s += r.cpu_s
+        out.extra_s += r.extra_s
+        for v, w in r.itl.parts():
+            out.itl.add(np.asarray(v), np.asarray(w))
+        s = r.series
+        integ, peak = s.integral, s.peak
+        b = s.bin_s
+        while b < bin_s:  # coarsen a copy to the common width (integrals add, peaks max)
+            cap = integ.shape[1] + integ.shape[1] % 2
+            pad = lambda a: np.concatenate([a, np.zeros((a.shape[0], cap - a.shape[1]))], axis=1)  # noqa: E731
+            integ, peak = pad(integ), pad(peak)
+            integ = integ[:, 0::2] + integ[:, 1::2]
+            peak = np.maximum(peak[:, 0::2], peak[:, 1::2])
+            b *= 2
+        parts.append((integ, peak))
+        width = max(width, integ.shape[1])
+        series.t_end = max(series.t_end, s.t_end)
+    series.integral = np.zeros((len(BinnedSeries.SIGNALS), max(width, 1)))
+    series.peak = np.zeros_like(series.integral)
+    for integ, peak in parts:
+        series.integral[:, : integ.shape[1]] += integ
+        series.peak[:, : peak.shape[1]] += peak
+    series._cap = series.integral.shape[1]
+    out.series = series
+    return out
+
+
+def restore_client_times(table, delay_in: float, delay_out: float) -> None:
+    """Requests reached their replica ``delay_in`` after their client sent them, and tokens reach
+    clients ``delay_out`` after the replica made them: the table gets the client's times."""
+    if delay_in:
+        table.arrival = table.arrival - delay_in
+    if delay_out:
+        for name in ("t_first_token", "t_last_token", "t_finish"):
+            setattr(table, name, getattr(table, name) + delay_out)
+
+
+def _spread(x: np.ndarray) -> dict:
+    x = np.asarray(x, dtype=np.float64)
+    mean = float(x.mean()) if len(x) else 0.0
+    return {"max": float(x.max()) if len(x) else 0.0, "mean": mean,
+            "max_over_mean": float(x.max() / mean) if mean > 0 else None,
+            "cv": float(x.std() / mean) if mean > 0 else None}
+
+
+def cluster_summary(sc, fleet, engines, replicas, table, sim_time: float) -> dict:
+    """The ``cluster`` block (module docstring)."""
+    t = max(sim_time, 1e-300)
+    rep_of = fleet.replica_of
+    n_rep = len(replicas)
+    routed = np.bincount(rep_of[rep_of >= 0], minlength=n_rep)
+    done = table.status == FINISHED
+    completed = np.bincount(rep_of[done & (rep_of >= 0)], minlength=n_rep)
+    rejected = np.bincount(rep_of[(table.status == REJECTED) & (rep_of >= 0)], minlength=n_rep)
+    work = (table.prompt.astype(np.int64) + table.output.astype(np.int64))
+    tokens = np.bincount(rep_of[done & (rep_of >= 0)], weights=work[done & (rep_of >= 0)], minlength=n_rep)
+    rows = []
+    busy = np.zeros(n_rep)
+    for r, info in enumerate(replicas):
+        es = [engines[i] for i in info.engines]
+        recs = [e.recorder for e in es]
+        for rec in recs:
+            rec.flush()
+        iters = sum(x.iterations for x in recs)
+        busy[r] = sum(x.busy_s for x in recs) / t / len(recs)
+        peaks, integ = [], 0.0
+        blocks = sum(e.plan.num_blocks for e in es)
+        for e, rec in zip(es, recs):
+            s = rec.series
+            nb = s.nbins()
+            peaks.append(float(s.peak[0, :nb].max() / e.plan.num_blocks) if nb else 0.0)
+            integ += float(s.integral[0, :nb].sum())
+        row = {
+            "replica": r, "group": info.group, "gpu": info.gpu, "tp": info.tp, "pp": info.pp,
+            "servers": list(info.servers), "requests": int(routed[r]), "completed": int(completed[r]),
+            "rejected": int(rejected[r]), "busy_share": float(busy[r]),
+            "mean_batch": float(sum(x.batch_seqs_sum for x in recs) / iters) if iters else 0.0,
+            "kv_blocks": int(blocks), "kv_peak": max(peaks), "kv_mean": integ / t / blocks,
+            "tokens": int(tokens[r]),
+        }
+        hit = _prefix_hits([e.kv for e in es])
+        if hit is not None:
+            row["prefix_hit_rate"] = hit
+        rows.append(row)
+    c = sc.cluster
+    out = {
+        "replicas": n_rep, "engines": len(engines), "router": c.router,
+        "router_overhead_s": c.router_overhead_s, "network_delay_s": c.network_delay_s,
+        "servers_used": int(sc.placement.servers_used), "gpus_per_server": int(sc.hardware.gpus_per_server),
+        "per_replica": rows,
+        "balance": {"requests": _spread(routed), "busy_share": _spread(busy), "tokens": _spread(tokens)},
+    }
+    router = fleet.router
+    if hasattr(router, "overflows"):
+        out["affinity"] = {"hits": int(router.hits), "overflows": int(router.overflows),
+                           "keys": len(router.bound)}
+    return out
+
+
+def _prefix_hits(kvs) -> float | None:
+    """Token hit rate of a replica's prefix caches (None without prefix caching)."""
+    if not all(hasattr(kv, "hit_tokens") for kv in kvs):
+        return None
+    q = sum(int(kv.query_tokens.sum()) for kv in kvs)
+    h = sum(int(kv.hit_tokens.sum()) for kv in kvs)
+    return float(h / q) if q else None
