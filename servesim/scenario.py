@@ -534,9 +534,9 @@ class Scenario(Frozen):
 
     def _group_scenario(self, i: int, g) -> "Scenario":
         """Group ``i``'s replica as a scenario: the scenario with the group's fields over it."""
-        data = self.model_dump(mode="python")
+        data = self.model_dump(mode="python", exclude_unset=True)  # what the user gave, validated again
         data["cluster"] = {}
-        e = dict(data["engine"])
+        e = dict(data.get("engine", {}))
         e["tensor_parallel_size"], e["pipeline_parallel_size"] = self.tp, self.pp
         for k, v in g.engine.items():
             if k == "options" or not (isinstance(v, dict) and isinstance(e.get(k), dict)):
@@ -544,9 +544,10 @@ class Scenario(Frozen):
             else:
                 e[k] = {**e[k], **v}
         data["engine"] = e
-        top = data["hardware"]
+        link = self.hardware.inter_server_link
         data["hardware"] = {"gpu": g.gpu if g.gpu is not None else self.hardware.gpu,
-                            "gpus_per_server": top["gpus_per_server"], "inter_server_link": top["inter_server_link"]}
+                            "gpus_per_server": self.hardware.gpus_per_server,
+                            "inter_server_link": link.model_dump() if link is not None else None}
         if g.model is not None:
             data["model"] = g.model
         if g.step_time is not None:

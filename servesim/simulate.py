@@ -169,7 +169,6 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
     for small runs)."""
     # the engine (numba kernels) loads here, not when servesim is imported
     from servesim.engine.build import build_replica
-    from servesim.engine.warm import compiled_ready, warm_in_background
     from servesim.fields import MAX_SEED
     from servesim.kv.factory import build_kv
     from servesim.perf.base import KernelModel
@@ -201,19 +200,8 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
             user = load_user_policy(sc.engine.scheduler)
         except ValueError as exc:
             raise ScenarioError(str(exc)) from None
-    why = engine_reasons(sc, custom_model=not isinstance(model, KernelModel), on_iteration=on_iteration is not None,
-                         user_policy=user is not None)
-    if sc.sim.engine == "compiled" and why:
-        raise ScenarioError(f"sim.engine = 'compiled': this run needs the Python engine ({'; '.join(why)}); "
-                            f"use sim.engine: auto or python")
-    if kernel_overrides:
-        why.append("kernels bound to Python callables")
-    if sc.sim.engine == "python":
-        why.append("sim.engine: python")
-    elif not why and sc.sim.engine == "auto" and cold == "python" and not compiled_ready():
-        building = warm_in_background()
-        why.append("the compiled engine is not built on this machine yet"
-                   + ("; building it in the background for the next runs" if building else ""))
+    why = python_reasons(sc, custom_model=not isinstance(model, KernelModel), on_iteration=on_iteration is not None,
+                         user=user, kernel_overrides=kernel_overrides, cold=cold)
     # both limits: when every one of stop.requests has arrived, the run ends once they have all
     # ended (the request limit came first); when fewer arrived before duration_s, the clock runs
     # on to duration_s (no arrival falls in that idle time: it is part of the observed window)
@@ -377,6 +365,14 @@ def _fleet_result(b: Built, seed: int | None, wall: float) -> Result:
         named_streams=sc.workload.streams is not None or len(specs) > 1,
     )
     summary["engine"]["busy_fraction"] = float(rec.busy_s / max(sim_time, 1e-300) / len(b.fleet.engines))
+    if any(g.scenario.engine.enable_prefix_caching for g in sc.replica_groups):
+        from servesim.metrics.cluster import fleet_kv_report
+        from servesim.metrics.summary import latency_column, measured_mask
+
+        meas = np.flatnonzero(measured_mask(b.table, sc.stop.warmup_requests))
+        ttft = np.full(b.table.n, np.nan)
+        ttft[meas] = latency_column(b.table, meas, "ttft")
+        summary["kv"].update(fleet_kv_report([e.kv for e in b.fleet.engines], ttft))
     summary["cluster"] = cluster_summary(sc, fleet, b.fleet.engines, b.fleet.replicas, b.table, sim_time)
     resolved_text, summary["resolved_scenario"] = resolved_info(sc, seed)
     memory = replace(b.memory, num_blocks=blocks)

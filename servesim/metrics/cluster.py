@@ -158,3 +158,41 @@ def _prefix_hits(kvs) -> float | None:
     q = sum(int(kv.query_tokens.sum()) for kv in kvs)
     h = sum(int(kv.hit_tokens.sum()) for kv in kvs)
     return float(h / q) if q else None
+
+
+def fleet_kv_report(kvs: list, ttft: np.ndarray) -> dict:
+    """The prefix-cache entries of ``summary.kv`` for a fleet: one engine's own report, or every
+    engine's counters pooled (hit rates over all lookups; tiers: hit blocks and rates per level,
+    fetch waits; a link's traffic stays per engine, not reported)."""
+    from servesim.kv.report import _rate, kv_report, ttft_effect
+    from servesim.request import CLASS_NAMES, NUM_CLASSES
+
+    if not kvs or not all(hasattr(kv, "hit_tokens") for kv in kvs):
+        return {}
+    if len(kvs) == 1:
+        return kv_report(kvs[0], ttft)
+    qt = sum(kv.query_tokens for kv in kvs)
+    ht = sum(kv.hit_tokens for kv in kvs)
+    qb = sum(kv.query_blocks for kv in kvs)
+    hb = sum(kv.hit_blocks for kv in kvs)
+    by_class = {CLASS_NAMES[g]: {"tokens": _rate(ht[g], qt[g]), "blocks": _rate(hb[g], qb[g])}
+                for g in range(NUM_CLASSES) if qt[g]}
+    tiers: dict = {}
+    names = ["L1"] + ([t.name for t in kvs[0].tiers.tiers] if kvs[0].tiers is not None else [])
+    for i, name in enumerate(names):
+        hits = sum(kv.tier_hit_blocks[i] for kv in kvs)
+        tiers[name] = {"hit_blocks": int(hits.sum()), "hit_rate": _rate(hits.sum(), qb.sum()),
+                       "by_class": {CLASS_NAMES[g]: _rate(hits[g], qb[g]) for g in range(NUM_CLASSES) if qb[g]}}
+    wait = sum(kv.fetch_wait_s for kv in kvs)
+    waits = sum(kv.fetch_waits for kv in kvs)
+    tiers["fetch_wait_s"] = {"total": float(wait.sum()), "mean": float(wait.sum() / waits.sum()) if waits.sum() else None}
+    return {
+        "prefix_hit_rate": {"tokens": _rate(int(ht.sum()), int(qt.sum())), "blocks": _rate(int(hb.sum()), int(qb.sum())),
+                            "by_class": by_class},
+        "prefix_cache": {"query_tokens": int(qt.sum()), "hit_tokens": int(ht.sum()), "query_blocks": int(qb.sum()),
+                         "hit_blocks": int(hb.sum()), "evictions": int(sum(kv.evictions for kv in kvs)),
+                         "stale_hits": int(sum(kv.stale_hits for kv in kvs)),
+                         "cached_blocks": int(sum(kv.cached_blocks() for kv in kvs))},
+        "tiers": tiers,
+        "ttft_effect": ttft_effect(np.asarray(ttft, dtype=np.float64), sum(kv.hit_tokens_of for kv in kvs)),
+    }

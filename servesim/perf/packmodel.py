@@ -141,18 +141,25 @@ class PackStepModel(KernelModel):
         self._cpu = np.where(n > 0, self.curves["cpu_floor"](n), 0.0)
 
     # -- construction helpers (numpy; the kernels continue the tables beyond their ends) --------
-    def _lin_ms(self, tokens: np.ndarray) -> np.ndarray:
+    def _lin_ms(self, tokens: np.ndarray, hops: bool = True) -> np.ndarray:
         c = self.curves
         per_layer = sum(c[op](tokens) for op in LAYER_TOKEN_OPS) + c["residual_add"](tokens)
         out = self.layers * per_layer + c["embed"](tokens)
         msg = tokens * self._msg_bytes_per_token
         if self.tp > 1:
             out = out + 2 * self.layers * c["all_reduce"](msg)
-        if self.pp > 1:
-            out = out + (self.pp - 1 - self.cross_hops) * c["send_recv"](msg)
-            if self.cross_hops > 0:
-                out = out + self.cross_hops * (self.link_latency_s + msg / self.link_bytes_per_s) * 1e3
+        if hops and self.pp > 1:
+            out = out + self._hops_ms(tokens)
         return np.where(tokens > 0, out, 0.0)
+
+    def _hops_ms(self, tokens: np.ndarray) -> np.ndarray:
+        """The activations' trips between pipeline stages: send/recv within a server, the
+        inter-server link's latency + bytes / bandwidth between servers."""
+        msg = tokens * self._msg_bytes_per_token
+        out = (self.pp - 1 - self.cross_hops) * self.curves["send_recv"](msg)
+        if self.cross_hops > 0:
+            out = out + self.cross_hops * (self.link_latency_s + msg / self.link_bytes_per_s) * 1e3
+        return out
 
     def _monotone_lin_table(self, n: np.ndarray) -> np.ndarray:
         """``lin`` at every integer token count, made non-decreasing by PAV on the raw sum.
@@ -161,15 +168,21 @@ class PackStepModel(KernelModel):
         evaluated there, fitted by PAV (the least-squares monotone fit: measured GEMM timings dip
         at well-aligned sizes and with noise) and interpolated back -- exact where the sum is
         already monotone.
+
+        The stage hops of pipeline parallelism are added after the fit (their curves are monotone
+        already): fitted together with the compute, they would move the fit's pools, and a
+        pipeline's iteration could come out faster than one GPU's at some token counts.
         """
         pts = [self.curves[op].x for op in LAYER_TOKEN_OPS + ("embed",)]
-        for op, on in (("all_reduce", self.tp > 1), ("send_recv", self.pp > 1)):
-            if on:
-                pts.append(self.curves[op].x / self._msg_bytes_per_token)
+        if self.tp > 1:
+            pts.append(self.curves["all_reduce"].x / self._msg_bytes_per_token)
         grid = np.unique(np.concatenate(pts))
         grid = grid[(grid >= 1) & (grid <= self.n_table)]
-        mono = isotonic(self._lin_ms(grid))
-        return np.where(n > 0, np.interp(n, grid, mono), 0.0)
+        mono = isotonic(self._lin_ms(grid, hops=False))
+        table = np.where(n > 0, np.interp(n, grid, mono), 0.0)
+        if self.pp > 1:
+            table = table + np.where(n > 0, self._hops_ms(n), 0.0)
+        return table
 
     def _per_seq_ms(self, seqs: np.ndarray) -> np.ndarray:
         """LM head and final norm on one row per sequence, plus the GPU-side gaps of a forward.

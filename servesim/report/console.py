@@ -26,9 +26,11 @@ def print_header(console: Console, built) -> None:
     console.rule(f"[bold]servesim[/] · {escape(sc.name)}")
     say(f"model     {shape.name}: {shape.num_layers} layers, hidden {shape.hidden_size}, "
                   f"heads {shape.num_heads}/{shape.num_kv_heads} kv, {shape.num_params() / 1e9:.2f} B params")
-    say(f"hardware  {hw.replicas} x replica of {hw.gpus_per_replica} x {hw.gpu} "
-                  f"(tp {hw.tensor_parallel}, pp {hw.pp})")
-    say(f"KV cache  {built.memory.describe()}")
+    if sc.is_fleet:
+        _fleet_header(say, built)
+    else:
+        say(f"hardware  1 replica of {sc.gpus_per_replica} x {hw.gpu} (tp {sc.tp}, pp {sc.pp})")
+        say(f"KV cache  {built.memory.describe()}")
     chunk = "chunked prefill" if e.enable_chunked_prefill else "no chunked prefill"
     say(f"engine    {e.scheduler}: max_num_seqs {e.max_num_seqs}, max_num_batched_tokens "
                   f"{e.max_num_batched_tokens}, {chunk}, block {e.block_size}, preemption {e.preemption}, "
@@ -54,6 +56,27 @@ def print_header(console: Console, built) -> None:
     say(f"workload  {len(w):,} requests; {source}; {lengths}")
     for note in w.notes:
         say(f"          {note}")
+
+
+def _fleet_header(say, built) -> None:
+    """Servers, groups (GPU, parallelism, count, KV per GPU), the router."""
+    from servesim.memory import plan_memory
+
+    sc = built.scenario
+    hw, c = sc.hardware, sc.cluster
+    gpus = sum(g.replicas * g.scenario.gpus_per_replica for g in sc.replica_groups)
+    servers = f"{hw.servers} servers" if hw.servers is not None else "servers as needed"
+    say(f"hardware  {sc.num_replicas} replicas, {gpus} GPUs on {sc.placement.servers_used} of {servers} "
+        f"x {hw.gpus_per_server} GPUs" + (f"; inter-server link {hw.inter_server_link.bandwidth_gb_s:g} GB/s, "
+                                         f"{hw.inter_server_link.latency_s * 1e6:g} us" if hw.inter_server_link else ""))
+    for g in sc.replica_groups:
+        gs = g.scenario
+        ve = f", {gs.pp} virtual engines of {plan_memory(gs).num_blocks // gs.pp:,} blocks" if gs.pp > 1 else ""
+        say(f"  group   {g.name}: {g.replicas} x {gs.hardware.gpu} tp {gs.tp} x pp {gs.pp}, {gs.model_shape.name}, "
+            f"{gs.engine.scheduler}{ve}")
+        say(f"          KV per GPU: {plan_memory(gs).describe()}")
+    say(f"router    {c.router}; overhead {c.router_overhead_s * 1e3:g} ms, network {c.network_delay_s * 1e3:g} ms "
+        f"each way")
 
 
 class ProgressReporter:
@@ -122,6 +145,36 @@ def print_classes(console: Console, by_class: dict) -> None:
     console.print(table)
 
 
+MAX_REPLICA_ROWS = 48
+
+
+def print_cluster(console: Console, c: dict) -> None:
+    """One row per replica (the first MAX_REPLICA_ROWS), then the load balance."""
+    table = Table(title=f"replicas ({c['router']} router)", show_edge=False, header_style="bold", pad_edge=False)
+    for col in ("#", "group", "tp x pp", "server", "sent", "done", "rej", "busy", "batch", "KV peak"):
+        table.add_column(col, justify="left" if col in ("group", "server") else "right")
+    rows = c["per_replica"]
+    for r in rows[:MAX_REPLICA_ROWS]:
+        servers = ",".join(str(x) for x in dict.fromkeys(r["servers"]))
+        table.add_row(str(r["replica"]), r["group"], f"{r['tp']}x{r['pp']}", servers,
+                      f"{r['requests']:,}", f"{r['completed']:,}", f"{r['rejected']:,}", f"{r['busy_share']:.0%}",
+                      f"{r['mean_batch']:.1f}", f"{r['kv_peak']:.0%}")
+    console.print(table)
+    if len(rows) > MAX_REPLICA_ROWS:
+        console.print(f"          ... {len(rows) - MAX_REPLICA_ROWS} more replicas in summary.json (cluster.per_replica)")
+    b = c["balance"]
+
+    def ratio(x):
+        return "-" if x["max_over_mean"] is None else f"{x['max_over_mean']:.2f}"
+
+    line = (f"balance   max/mean: requests {ratio(b['requests'])}, busy {ratio(b['busy_share'])}, "
+            f"tokens {ratio(b['tokens'])}")
+    if "affinity" in c:
+        a = c["affinity"]
+        line += f"; affinity: {a['hits']:,} to their key's replica, {a['overflows']:,} overflowed (load cap)"
+    console.print(line)
+
+
 def print_summary(console: Console, res) -> None:
     s = res.summary
     r = s["requests"]
@@ -168,5 +221,7 @@ def print_summary(console: Console, res) -> None:
         if e.get("cpu_overhead_s") else ""
     console.print(f"engine    {e['iterations']:,} iterations, busy {e['busy_fraction']:.1%}{cpu}, "
                   f"mean {e['mean_running']:.1f} running, {e['mean_batch_tokens']:.0f} tokens/iteration")
+    if "cluster" in s:
+        print_cluster(console, s["cluster"])
     console.print(f"simulated {s['sim_time_s']:,.1f} s in {s['wall_s']:.2f} s wall "
                   f"({r['arrived'] / max(s['wall_s'], 1e-9):,.0f} requests/s)")

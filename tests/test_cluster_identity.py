@@ -1,0 +1,153 @@
+"""A fleet is the lone replica, routed: exactness of the fleet loop (servesim/engine/cluster.py).
+
+1. A fleet of one replica (``cluster.groups: [{replicas: 1}]``) gives exactly the lone replica's
+   results -- every request's timestamps, blocked seconds and preemptions, and every summary
+   value -- on random scenarios over every policy x KV allocator x open / closed loops (think
+   times, several closed-loop streams with ramp-up, the arrival cap), warm-up, durations,
+   multi-step and prefix caching. The router path (routed inbox, decode runs cut at routed
+   arrivals, the fleet's closed loops) thus changes nothing a lone replica would do.
+2. Compiled = uncompiled for fleets of several replicas (any router but affinity, pipeline
+   replicas), as for one replica (tests/test_compiled_engine.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from servesim import scenario_from_dict
+from servesim.simulate import build, run_built
+from tests.conftest import BASE, merge
+from tests.test_compiled_engine import scenarios
+from tests.test_fastpath_exact import TS_COLS
+
+ONE = {"cluster": {"groups": [{"replicas": 1}]}}
+
+
+def run(raw, engine=None, fleet=False):
+    if engine is not None:
+        raw = merge(raw, {"sim": {"engine": engine}})
+    if fleet:
+        raw = merge(raw, ONE)
+    b = build(scenario_from_dict(raw))
+    if engine is not None:
+        assert b.replica.path == engine
+    return run_built(b)
+
+
+def assert_identical(a, b, *, fleet_keys=("cluster",)):
+    fa, fb = a.requests, b.requests
+    assert fa.status.tolist() == fb.status.tolist()
+    assert fa.preemptions.tolist() == fb.preemptions.tolist()
+    for col in TS_COLS + [c for c in fa.columns if c.startswith("blocked_")]:
+        np.testing.assert_array_equal(fa[col].to_numpy(), fb[col].to_numpy(), err_msg=col)
+    sa, sb = dict(a.summary), dict(b.summary)
+    for s in (sa, sb):
+        for k in ("wall_s", "resolved_scenario") + tuple(fleet_keys):
+            s.pop(k, None)
+    assert sa == sb, [k for k in sa if sa[k] != sb.get(k)]
+
+
+def test_a_fleet_of_one_runs_through_the_router():
+    b = build(scenario_from_dict(merge(BASE, ONE)))
+    assert b.fleet is not None and len(b.fleet.engines) == 1
+    res = run_built(b)
+    assert res.summary["cluster"]["replicas"] == 1
+    assert (res.requests["replica"] == 0).all()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_fleet_of_one_equals_lone_replica_compiled(raw):
+    assert_identical(run(raw, "compiled"), run(raw, "compiled", fleet=True))
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_fleet_of_one_equals_lone_replica_python(raw):
+    assert_identical(run(raw, "python"), run(raw, "python", fleet=True))
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_fleet_of_one_equals_lone_replica_many(raw):
+    assert_identical(run(raw, "compiled"), run(raw, "compiled", fleet=True))
+
+
+def _streams(requests=300, warmup=0):
+    raw = merge(BASE, {"stop": {"requests": requests, "warmup_requests": warmup}, "engine": {"max_num_seqs": 16},
+                       "step_time": {"model": "roofline"}})
+    lengths = {"prompt": {"dist": "uniform", "min": 8, "max": 200}, "output": {"dist": "uniform", "min": 2, "max": 60}}
+    raw["workload"] = {"streams": [
+        {"name": "agents", "class": "P1", "arrival": {"process": "closed", "clients": 3, "think_s": 0.0}, **lengths},
+        {"name": "batch", "class": "P3", "arrival": {"process": "closed", "clients": 5, "ramp_up_s": 0.5,
+                                                      "think_s": 0.02}, **lengths},
+        {"name": "web", "class": "P0", "arrival": {"process": "poisson", "rate": 30.0}, **lengths}]}
+    return raw
+
+
+@pytest.mark.parametrize("case", ["streams", "streams-duration", "multi-step", "prefix-sessions", "priority-aging",
+                                  "static-micro"])
+def test_fleet_of_one_named_cases(case):
+    if case.startswith("streams"):
+        raw = _streams()
+        if case == "streams-duration":
+            raw = merge(raw, {"stop": {"duration_s": 2.0}})
+    elif case == "multi-step":
+        raw = merge(BASE, {"stop": {"requests": 300}, "engine": {"num_scheduler_steps": 4, "max_num_seqs": 16},
+                           "step_time": {"model": "roofline"},
+                           "workload": {"arrival": {"process": "poisson", "rate": 40.0},
+                                        "output": {"dist": "uniform", "min": 1, "max": 50}}})
+    elif case == "prefix-sessions":
+        raw = merge(BASE, {"stop": {"requests": 200}, "engine": {"enable_prefix_caching": True, "max_num_seqs": 16},
+                           "step_time": {"model": "roofline"}})
+        raw["workload"] = {"arrival": {"process": "poisson", "rate": 5.0},
+                           "sessions": {"turns": {"dist": "geometric", "mean": 3, "max": 6},
+                                        "think_s": 0.5, "new_input": {"dist": "fixed", "value": 40},
+                                        "output": {"dist": "fixed", "value": 20}, "system_prompt_tokens": 64}}
+    elif case == "priority-aging":
+        raw = merge(BASE, {"stop": {"requests": 400, "warmup_requests": 20},
+                           "engine": {"scheduler": "priority", "max_num_seqs": 8, "num_gpu_blocks_override": 40,
+                                      "options": {"aging_s": 0.05}},
+                           "workload": {"arrival": {"process": "gamma", "rate": 80.0, "cv": 3.0},
+                                        "prompt": {"dist": "uniform", "min": 1, "max": 100},
+                                        "output": {"dist": "uniform", "min": 1, "max": 40},
+                                        "classes": {"weights": [1, 1, 1, 1, 1]}}})
+    else:
+        raw = merge(BASE, {"stop": {"requests": 300}, "engine": {"scheduler": "static-fifo", "max_batch_size": 6,
+                                                                 "options": {"micro_batch_size": 2}},
+                           "workload": {"arrival": {"process": "closed", "clients": 9, "think_s": 0.0}}})
+    assert_identical(run(raw), run(raw, fleet=True))
+
+
+# ------------------------------------------------------------------------ compiled = python
+@st.composite
+def fleets(draw):
+    raw = draw(scenarios())
+    groups = [{"replicas": draw(st.integers(1, 3))}]
+    if draw(st.booleans()):
+        groups.append({"replicas": draw(st.integers(1, 2)),
+                       "engine": {"pipeline_parallel_size": 2, "max_num_seqs": draw(st.integers(1, 8))}})
+    router = draw(st.sampled_from(["round-robin", "random", "least-requests", "least-tokens", "priority"]))
+    delay = draw(st.sampled_from([0.0, 0.003]))
+    raw["engine"]["num_gpu_blocks_override"] = 2 * raw["engine"]["num_gpu_blocks_override"]  # (pp 2 halves it)
+    return merge(raw, {"cluster": {"router": router, "groups": groups, "network_delay_s": delay,
+                                   "router_overhead_s": delay / 3}})
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets())
+def test_fleet_compiled_equals_python(raw):
+    a, b = run(raw, "python"), run(raw, "compiled")
+    assert_identical(a, b, fleet_keys=())
+    np.testing.assert_array_equal(a.requests["replica"].to_numpy(), b.requests["replica"].to_numpy())
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets())
+def test_fleet_compiled_equals_python_many(raw):
+    test_fleet_compiled_equals_python.hypothesis.inner_test(raw)
