@@ -40,6 +40,10 @@ def resolved_dict(sc: Scenario, seed: int | None = None) -> dict:
     if "contaminate" in work:
         work["contaminate"] = _without_none(work["contaminate"])
     data["workload"] = work
+    # parallelism resolved in both spellings (engine's vLLM names, hardware's older ones), so
+    # they agree when the file is read again
+    data["engine"]["tensor_parallel_size"], data["engine"]["pipeline_parallel_size"] = sc.tp, sc.pp
+    data["hardware"].update(tp=sc.tp, pp=sc.pp, gpus_per_replica=sc.gpus_per_replica)
     if seed is not None:
         data["seed"] = seed
     return _variant_first(data)

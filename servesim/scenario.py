@@ -560,7 +560,8 @@ class Scenario(Frozen):
         except ValueError as err:
             line = str(err)
         line = re.sub(r"^hardware\.gpu\b", "gpu", line)
-        if re.match(r"^[A-Za-z_][\w.\[\]]* (=|:)", line):  # a field path: name it under the group
+        if re.match(r"^[A-Za-z_][\w.\[\]]* (=|:)", line) or re.match(r"^(engine|step_time|model)\b", line):
+            # a field path: name it under the group
             raise ValueError(f"{where}.{line}")
         raise ValueError(f"{where}: {line}")
 

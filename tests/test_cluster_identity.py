@@ -151,3 +151,26 @@ def test_fleet_compiled_equals_python(raw):
 @given(fleets())
 def test_fleet_compiled_equals_python_many(raw):
     test_fleet_compiled_equals_python.hypothesis.inner_test(raw)
+
+
+# --------------------------------------------------------- routing first = the event loop
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets(), st.sampled_from(["compiled", "python"]))
+def test_prerouted_fleet_equals_the_event_loop(raw, engine):
+    """Open loop and a router that reads no load: routing every request first and running each
+    replica alone gives what the event loop gives."""
+    import servesim.engine.fleet_build as fb
+
+    raw = merge(raw, {"cluster": {"router": "round-robin" if raw["seed"] % 2 else "random"}})
+    raw["cluster"]["groups"] = [{"replicas": g["replicas"]} for g in raw["cluster"]["groups"]]
+    a_b = build(scenario_from_dict(merge(raw, {"sim": {"engine": engine}})))
+    fb.PREROUTE = False
+    try:
+        e_b = build(scenario_from_dict(merge(raw, {"sim": {"engine": engine}})))
+    finally:
+        fb.PREROUTE = True
+    closed = raw["workload"]["arrival"]["process"] == "closed"
+    assert a_b.replica.prerouted == (not closed) and not e_b.replica.prerouted
+    a, e = run_built(a_b), run_built(e_b)
+    assert_identical(a, e, fleet_keys=())
+    np.testing.assert_array_equal(a.requests["replica"].to_numpy(), e.requests["replica"].to_numpy())

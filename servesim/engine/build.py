@@ -57,7 +57,7 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", 
                   kv_bytes_per_token: int = 0, force_python: str | None = None, spec=None,
                   user_parts: dict | None = None, buffers: tuple[int, int] | None = None,
                   stop_when_drained: bool = True, routed: bool = False, report_ended: bool = False,
-                  shared=None) -> Replica:
+                  shared=None, scalars: np.ndarray | None = None) -> Replica:
     """One replica over ``table``. ``routed``: a fleet's replica (its requests come from the
     router, closed loops are the fleet's; ``report_ended`` lists ended requests for them),
     ``shared``: the fleet's per-request working arrays (servesim.sched.state.request_arrays)."""
@@ -83,7 +83,7 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", 
         warmup_id=warmup_id, stop_time=sc.stop.duration_s if sc.stop.duration_s is not None else INF,
         check=sc.sim.check_invariants, n=n, stop_when_drained=stop_when_drained,
         kv_tokens=int(kv_obj.num_blocks) * int(kv_obj.block_size), routed=routed, report_ended=report_ended)
-    s = new_scalars()
+    s = new_scalars() if scalars is None else scalars  # (a fleet: this engine's row of the fleet's array)
     heap_cap = sum(g.clients for g in groups) + 1
     think = np.zeros(0)
     group_of = np.zeros(0, dtype=np.int16)

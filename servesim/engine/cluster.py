@@ -34,6 +34,7 @@ load-reading routers (benchmarks/RESULTS.md).
 from __future__ import annotations
 
 import heapq
+import math
 from typing import Callable
 
 import numpy as np
@@ -41,6 +42,7 @@ import numpy as np
 from servesim.engine import kernel as K
 from servesim.engine.router import LoadView, Router
 from servesim.jit import pure
+from servesim.request import PENDING
 from servesim.sched.state import SCALARS, ScalarsMirror, compiled_state
 
 INF = float("inf")
@@ -63,9 +65,10 @@ class Scalars:
 
     def __init__(self, st, array: np.ndarray | None):
         self.mirror = st.s if isinstance(st.s, ScalarsMirror) else None
-        if self.mirror is None:
-            self.f = array.view(np.float64)
-            self.i = array.view(np.int64)
+        if self.mirror is None:  # (a plain ndarray view: a recarray's indexing is ~1 us)
+            plain = array.view(np.ndarray)
+            self.f = plain.view(np.float64)
+            self.i = plain.view(np.int64)
 
     def get_f(self, name: str) -> float:
         return getattr(self.mirror, name) if self.mirror is not None else float(self.f[_IDX[name]])
@@ -92,21 +95,27 @@ class Engine:
     def __init__(self, rep, index: int, replica: int):
         self.rep, self.index, self.replica = rep, index, replica
         self.s = Scalars(rep.st, getattr(rep, "scalars", None))
-        args = (rep.cfg, rep.kst)
-        if rep.path == "compiled":
-            self._advance = entry_point(K.advance, *args, rep.kv, rep.tab, 0.0)
-            self._route = entry_point(K.route_in, *args, 0)
-            self._work = entry_point(K.outstanding_work, *args, 0.0)
+        if rep.path == "compiled":  # one pointer per call (kernel.EngineRef)
+            ref = K.make_engine_ref(rep.cfg, rep.kst, rep.kv, rep.tab)
+            adv = entry_point(K.advance_ref, ref, 0.0)
+            route = entry_point(K.route_in_ref, ref, 0)
+            work = entry_point(K.outstanding_work_ref, ref, 0.0)
+            self._advance = lambda until: adv(ref, until)
+            self._route = lambda rid: route(ref, rid)
+            self._work = lambda t: work(ref, t)
+            self._ref = ref
         else:
-            self._advance = rep._advance
-            self._route = pure(K.route_in)
-            self._work = pure(K.outstanding_work)
+            cfg, kst, kv, tab = rep.cfg, rep.kst, rep.kv, rep.tab
+            adv, route, work = rep._advance, pure(K.route_in), pure(K.outstanding_work)
+            self._advance = lambda until: adv(cfg, kst, kv, tab, until)
+            self._route = lambda rid: route(cfg, kst, rid)
+            self._work = lambda t: work(cfg, kst, t)
         self.in_next = rep.st.in_next
         self.routed = 0
 
     def advance(self, until: float) -> int:
         rep = self.rep
-        code = self._advance(rep.cfg, rep.kst, rep.kv, rep.tab, until)
+        code = self._advance(until)
         if code == K.FLUSH or code == K.PROGRESS:
             rep._drain()
         elif code == K.ERROR:
@@ -115,11 +124,23 @@ class Engine:
         return code
 
     def route_in(self, rid: int) -> None:
-        self._route(self.rep.cfg, self.rep.kst, rid)
+        self._route(rid)
         self.routed += 1
 
+    def append_inbox(self, ids: np.ndarray) -> None:
+        """Send ``ids`` (in arrival order) to an engine that has not started: its inbox list."""
+        if not len(ids):
+            return
+        assert not self.s.get_i("inflight") and self.s.get_i("in_head") < 0
+        nxt = self.in_next
+        nxt[ids[:-1]] = ids[1:]
+        nxt[ids[-1]] = -1
+        self.s.set_i("in_head", int(ids[0]))
+        self.s.set_i("in_tail", int(ids[-1]))
+        self.routed += len(ids)
+
     def work(self, t: float) -> int:
-        return int(self._work(self.rep.cfg, self.rep.kst, t))
+        return int(self._work(t))
 
     def outstanding(self) -> int:
         return self.routed - self.s.get_i("ended")
@@ -195,11 +216,14 @@ class FleetInbox:
 
 
 class Fleet:
-    """Engines, the replicas they form, the router, the inbox; ``run()`` simulates."""
+    """Engines, the replicas they form, the router, the inbox; ``run()`` simulates.
+
+    ``scalars``: every engine's scalar record in one array (compiled engines), so the router's
+    loads are read in one vectorized step; engines of a replica are consecutive."""
 
     def __init__(self, engines: list[Engine], replicas: list[list[int]], router: Router, inbox: FleetInbox,
                  table, *, closed: bool, delay_in: float = 0.0, delay_out: float = 0.0, warmup_id: int = -1,
-                 progress: Callable[[int], None] | None = None):
+                 progress: Callable[[int], None] | None = None, scalars: np.ndarray | None = None):
         self.engines, self.replicas, self.router, self.inbox = engines, replicas, router, inbox
         self.table, self.closed = table, closed
         self.delay_in, self.delay_out = delay_in, delay_out
@@ -212,14 +236,35 @@ class Fleet:
         whys = sorted({e.rep.why for e in engines if e.rep.why})
         self.why = "; ".join(whys)
         self.decisions: list | None = None  # (rid, replica, loads) per routing when recording
+        self.routed = np.zeros(len(engines), dtype=np.int64)
+        self._starts = np.array([r[0] for r in replicas], dtype=np.int64)
+        self._vector = None
+        if self.path == "compiled" and scalars is not None:
+            from numba.typed import List
+
+            self._vector = scalars.view(np.ndarray).view(np.int64).reshape(len(engines), -1)
+            refs = List()
+            for e in engines:
+                refs.append(e._ref)
+            self._work_out = np.zeros(len(engines), dtype=np.int64)
+            self._refs = refs
+            self._fleet_work = entry_point(K.fleet_work, refs, 0.0, self._work_out)
 
     # -- what the router sees ---------------------------------------------------------------
+    def _per_replica(self, x: np.ndarray) -> np.ndarray:
+        return x if len(x) == len(self._starts) else np.add.reduceat(x, self._starts)
+
     def _loads_requests(self) -> np.ndarray:
-        return np.array([sum(self.engines[e].outstanding() for e in r) for r in self.replicas], dtype=np.int64)
+        if self._vector is not None:
+            return self._per_replica(self.routed - self._vector[:, _IDX["ended"]])
+        return self._per_replica(np.array([e.outstanding() for e in self.engines], dtype=np.int64))
 
     def _loads_tokens(self) -> np.ndarray:
         t = self._t
-        return np.array([sum(self.engines[e].work(t) for e in r) for r in self.replicas], dtype=np.int64)
+        if self._vector is not None:
+            self._fleet_work(self._refs, t, self._work_out)
+            return self._per_replica(self._work_out.copy())
+        return self._per_replica(np.array([e.work(t) for e in self.engines], dtype=np.int64))
 
     @property
     def now(self) -> float:
@@ -241,6 +286,7 @@ class Fleet:
                     best, e = o, i
         eng = self.engines[e]
         eng.route_in(rid)
+        self.routed[e] += 1
         self.replica_of[rid] = r
         if rid == self.warmup_id:  # inter-token gaps count from the warm-up request's arrival on
             for other in self.engines:
@@ -270,7 +316,46 @@ class Fleet:
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> None:
-        engines, inbox = self.engines, self.inbox
+        if self.prerouted:
+            self._run_prerouted()
+        else:
+            self._run_events()
+        for eng in self.engines:
+            eng.finish()
+        # a request the router sent that never reached its replica (the run ended first) was
+        # served by none: the same in both loops, whichever requests each sent beyond the end
+        self.replica_of[self.table.status == PENDING] = -1
+
+    prerouted = False
+
+    def _run_prerouted(self) -> None:
+        """Open loop, a router that reads no load, one engine per replica: the routes do not
+        depend on the replicas, so every request is routed first and each engine then runs
+        alone to its end -- the same results as the event loop (tests/test_cluster_identity.py)
+        at a lone replica's cost per request."""
+        ids = self.inbox.due(INF)  # every request, in (time, id) order
+        choice = self.router.choose_many(len(ids))
+        self.replica_of[ids] = choice
+        w = self.warmup_id
+        for r, members in enumerate(self.replicas):
+            eng = self.engines[members[0]]
+            mine = ids[choice == r]
+            eng.append_inbox(mine)
+            self.routed[eng.index] += len(mine)
+            if w >= 0 and self.replica_of[w] != r:  # (the replica it reached sets its own at the pull)
+                eng.s.set_f("itl_from", float(self.table.arrival[w]))
+        for eng in self.engines:
+            eng.s.set_i("inbox_shut", 1)
+        done = 0
+        for eng in self.engines:
+            while eng.advance(INF) != K.DONE:
+                pass
+            done += eng.s.get_i("ended")
+            if self.progress is not None:
+                self.progress(done)
+
+    def _run_events(self) -> None:
+        engines, inbox, closed = self.engines, self.inbox, self.closed
         n_eng = len(engines)
         key = [0.0] * n_eng
         heap = [(0.0, i) for i in range(n_eng)]
@@ -308,19 +393,14 @@ class Fleet:
                 raise RuntimeError("fleet stalled: no engine has anything to do and no request is left to "
                                    "route, yet the run has not ended (a bug)")
             _, e = heapq.heappop(heap)
-            until = T
-            if self.closed:
+            bound = math.nextafter(T, -INF) if T < INF else INF  # arrivals at T are routed first
+            if closed:
                 k2 = top()
-                if k2 < until:
-                    until = k2
-                    bound = until  # other engines' events at k2 may send requests at k2 or later
-                else:
-                    bound = np.nextafter(until, -INF) if until < INF else INF
-            else:
-                bound = np.nextafter(until, -INF) if until < INF else INF
+                if k2 < T:
+                    bound = k2  # other engines' events at k2 may send requests at k2 or later
             eng = engines[e]
             code = eng.advance(bound)
-            ended = eng.take_ended()
+            ended = eng.take_ended() if closed else None
             if ended:
                 t = eng.s.get_f("now") + back
                 for rid in ended:
@@ -340,8 +420,6 @@ class Fleet:
             calls += 1
             if self.progress is not None and calls % 8192 == 0:
                 self.progress(sum(x.s.get_i("ended") for x in engines))
-        for eng in engines:
-            eng.finish()
 
     def process(self, env):
         """SimPy process: the whole fleet, then the clock catches up (as a lone replica does)."""

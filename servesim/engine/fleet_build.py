@@ -28,6 +28,8 @@ from servesim.sched.state import new_scalars, new_state, request_arrays
 from servesim.workload.streams import stream
 
 INF = float("inf")
+PREROUTE = True  # route everything first when the routes cannot depend on the replicas (Fleet.prerouted)
+STATELESS = ("round-robin", "random")
 
 
 @dataclass
@@ -72,6 +74,8 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     object_kv = any(force_python(g.scenario) is not None or g.scenario.engine.enable_prefix_caching
                     for g in sc.replica_groups)
     shared = request_arrays(n, object_kv=True if object_kv else False, routed=True)
+    n_engines = sum(g.replicas * g.scenario.pp for g in sc.replica_groups)
+    scalars = np.concatenate([new_scalars() for _ in range(n_engines)]).view(np.recarray)  # one row each
     placement = sc.placement
     engines: list[Engine] = []
     infos: list[EngineInfo] = []
@@ -104,7 +108,8 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
                                     spec=u.spec if u else None,
                                     user_parts={**(u.overrides if u else {}), **(kernel_overrides or {})},
                                     buffers=buffers, stop_when_drained=stop_when_drained, routed=True,
-                                    report_ended=closed, shared=shared)
+                                    report_ended=closed, shared=shared,
+                                    scalars=scalars[len(engines):len(engines) + 1])
                 ids.append(len(engines))
                 engines.append(Engine(rep, len(engines), r))
                 infos.append(EngineInfo(r, gi, rec, ve_plan, kv))
@@ -117,7 +122,9 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     router = make_router(sc.cluster, len(members), workload, stream(seed, "router"))
     warmup = sc.stop.warmup_requests
     fleet = Fleet(engines, members, router, inbox, table, closed=closed, delay_in=delay_in, delay_out=delay_out,
-                  warmup_id=warmup if 0 < warmup < n else -1, progress=progress)
+                  warmup_id=warmup if 0 < warmup < n else -1, progress=progress, scalars=scalars)
+    fleet.prerouted = (PREROUTE and not closed and sc.cluster.router in STATELESS
+                       and all(len(m) == 1 for m in members))
     return fleet, infos, replicas
 
 

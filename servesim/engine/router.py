@@ -60,17 +60,20 @@ class Router:
     def choose(self, rid: int, klass: int, view: LoadView) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def choose_many(self, m: int) -> np.ndarray:
+        """The next ``m`` choices at once (routers that read no load): what ``m`` calls of
+        ``choose`` would return."""
+        raise NotImplementedError(f"router {self.name} reads loads: it routes one request at a time")
+
     def least(self, loads) -> int:
         """The least-loaded replica; ties: the first at or after the pointer, which then moves on."""
-        n, p = self.n, self.ptr
-        best, best_load = p, loads[p]
-        for j in range(1, n):
-            i = p + j
-            if i >= n:
-                i -= n
-            if loads[i] < best_load:
-                best, best_load = i, loads[i]
-        self.ptr = best + 1 if best + 1 < n else 0
+        values = loads.tolist() if isinstance(loads, np.ndarray) else list(loads)
+        low = min(values)
+        try:
+            best = values.index(low, self.ptr)
+        except ValueError:  # none at or after the pointer: the first from the start
+            best = values.index(low)
+        self.ptr = best + 1 if best + 1 < self.n else 0
         return best
 
     def next_rr(self) -> int:
@@ -84,6 +87,11 @@ class RoundRobin(Router):
 
     def choose(self, rid, klass, view):
         return self.next_rr()
+
+    def choose_many(self, m):
+        out = (self.ptr + np.arange(m, dtype=np.int64)) % self.n
+        self.ptr = int((self.ptr + m) % self.n)
+        return out
 
 
 class RandomRouter(Router):
@@ -102,6 +110,19 @@ class RandomRouter(Router):
         r = int(self._buf[self._i])
         self._i += 1
         return r
+
+    def choose_many(self, m):
+        out = np.empty(m, dtype=np.int64)
+        k = 0
+        while k < m:
+            if self._i >= len(self._buf):
+                self._buf = self.rng.integers(0, self.n, self.block)
+                self._i = 0
+            take = min(m - k, len(self._buf) - self._i)
+            out[k:k + take] = self._buf[self._i:self._i + take]
+            self._i += take
+            k += take
+        return out
 
 
 class LeastRequests(Router):
