@@ -274,15 +274,15 @@ def _build_fleet(sc: Scenario, seed: int, workload, step_model, on_iteration, pr
     drained = sc.stop.requests is not None and len(wl) >= sc.stop.requests
     try:
         fleet, engines, replicas = build_fleet(
-            sc, table, wl, seed, env, bin_s=sc.metrics.timeseries_bin_s, force_python=force_python,
+            sc, table, wl, seed, env, new_recorder=lambda: Recorder(sc.metrics.timeseries_bin_s),
+            force_python=force_python,
             step_model=step_model, on_iteration=on_iteration, user=user, kernel_overrides=kernel_overrides,
             buffers=buffers, stop_when_drained=drained, progress=progress)
-    except ValueError as exc:  # (a router that needs what the workload lacks)
-        raise ScenarioError(str(exc)) from None
+    except ValueError as exc:  # a model that does not fit, a router that needs what the workload lacks
+        raise ScenarioError(f"{sc.name}: {exc}") from None
     env.process(fleet.process(env))
-    g0 = sc.replica_groups[0].scenario
     model = step_model if step_model is not None else _FleetModel(replicas)
-    return Built(sc, env, fleet, table, engines[0].recorder, plan_memory(g0), model, wl, None,
+    return Built(sc, env, fleet, table, engines[0].recorder, engines[0].plan, model, wl, None,
                  FleetParts(engines, replicas))
 
 

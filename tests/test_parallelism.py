@@ -130,13 +130,8 @@ def test_kv_capacity_follows_every_gpu_of_the_replica():
     ({"engine": {"pipeline_parallel_size": 3}}, ["engine.pipeline_parallel_size 3", "32 layers"]),
     ({"model": "qwen3-14b", "engine": {"pipeline_parallel_size": 3}}, ["pipeline_parallel_size 3", "40 layers"]),
     ({"engine": {"tensor_parallel_size": 3}}, ["engine.tensor_parallel_size 3", "attention heads"]),
-    ({"hardware": {"gpu": "a100-80g"}, "model": "qwen3-14b",
-      "engine": {"gpu_memory_utilization": 0.3, "max_model_len": 8192}}, ["does not fit"]),
     ({"cluster": {"groups": [{"replicas": 2}, {"replicas": 1, "engine": {"tensor_parallel_size": 16}}]}},
      ["cluster.groups[1]"]),
-    ({"cluster": {"groups": [{"replicas": 1, "model": "qwen3-14b",
-                              "engine": {"gpu_memory_utilization": 0.3, "max_model_len": 8192}}]}},
-     ["cluster.groups[0]", "does not fit"]),
     ({"engine": {"tensor_parallel_size": 2}, "hardware": {"tp": 4, "gpus_per_replica": 4}},
      ["engine.tensor_parallel_size 2", "hardware.tp 4"]),
     ({"hardware": {"replicas": 2}, "cluster": {"groups": [{"replicas": 1}]}}, ["hardware.replicas 2"]),
@@ -150,6 +145,28 @@ def test_impossible_placements_and_bad_fleets_fail_in_one_line(patch, words):
         scenario_from_dict(merge(BASE, patch), "f.yaml")
     msg = str(exc.value)
     assert "\n" not in msg and msg.startswith("f.yaml: ")
+    for w in words:
+        assert w in msg, msg
+
+
+@pytest.mark.parametrize("patch,words", [
+    ({"hardware": {"gpu": "a100-80g"}, "model": "qwen3-14b",
+      "engine": {"gpu_memory_utilization": 0.3, "max_model_len": 8192}}, ["does not fit"]),
+    ({"cluster": {"groups": [{"replicas": 1}, {"replicas": 1, "model": "qwen3-14b",
+                                               "engine": {"gpu_memory_utilization": 0.3, "max_model_len": 8192}}]}},
+     ["cluster.groups[1]: model qwen3-14b does not fit"]),
+    ({"hardware": {"replicas": 2}, "engine": {"pipeline_parallel_size": 4, "num_gpu_blocks_override": 3,
+                                              "max_model_len": 16, "max_num_batched_tokens": 16}},
+     ["3 KV blocks cannot be shared by pipeline_parallel_size 4"]),
+])
+def test_a_model_that_does_not_fit_fails_in_one_line_when_the_run_is_built(patch, words):
+    """Whether the model fits its GPUs is planned when the run is built (servesim/memory.py):
+    the same one line, naming the group."""
+    sc = scenario_from_dict(merge(BASE, patch), "f.yaml")
+    with pytest.raises(ScenarioError) as exc:
+        build(sc)
+    msg = str(exc.value)
+    assert "\n" not in msg
     for w in words:
         assert w in msg, msg
 

@@ -22,7 +22,6 @@ from servesim.engine.build import arrival_cap, build_replica, closed_groups, sen
 from servesim.engine.cluster import Engine, Fleet, FleetInbox
 from servesim.engine.router import make_router
 from servesim.memory import MemoryPlan, plan_memory
-from servesim.metrics.collect import Recorder
 from servesim.request import RequestTable, Workload
 from servesim.sched.state import new_scalars, new_state, request_arrays
 from servesim.workload.streams import stream
@@ -38,7 +37,7 @@ class EngineInfo:
 
     replica: int
     group: int
-    recorder: Recorder
+    recorder: object  # servesim.metrics.collect.Recorder
     plan: MemoryPlan  # this engine's KV blocks (a virtual engine: its share of the replica's)
     kv: object
 
@@ -54,13 +53,15 @@ class ReplicaInfo:
     step_model: str
 
 
-def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, bin_s: float,
+def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, new_recorder: Callable,
                 force_python: Callable | None = None, step_model=None, on_iteration=None,
                 user: Callable | None = None, kernel_overrides: dict | None = None,
                 buffers: tuple[int, int] | None = None, stop_when_drained: bool = True,
                 progress: Callable[[int], None] | None = None):
-    """``(fleet, engine infos, replica infos)``. ``force_python(group_scenario)``: the reasons that
-    group must run uncompiled, or None; ``user(group_scenario)``: a user policy or None."""
+    """``(fleet, engine infos, replica infos)``. ``new_recorder()``: an engine's recorder (the
+    metrics floor's, handed down); ``force_python(group_scenario)``: the reasons that group must
+    run uncompiled, or None; ``user(group_scenario)``: a user policy or None. ValueError (one
+    line, naming the group) when a group's model does not fit its GPUs."""
     from servesim.kv.factory import build_kv
     from servesim.perf.build import build_step_model
 
@@ -84,8 +85,15 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     r = 0
     for gi, g in enumerate(sc.replica_groups):
         gsc = g.scenario
-        plan = plan_memory(gsc)
+        where = "" if sc.cluster.groups is None else f"{g.label}: "
+        try:
+            plan = plan_memory(gsc)
+        except ValueError as exc:  # the model does not fit
+            raise ValueError(f"{where}{exc}") from None
         pp = gsc.pp
+        if plan.num_blocks // pp < 1:
+            raise ValueError(f"{where}{plan.num_blocks} KV blocks cannot be shared by pipeline_parallel_size {pp} "
+                             f"virtual engines (each gets blocks // {pp}); give the replica more KV memory")
         ve_plan = replace(plan, num_blocks=plan.num_blocks // pp,
                           kv_bytes=plan.kv_bytes // pp) if pp > 1 else plan
         why = force_python(gsc)
@@ -102,7 +110,7 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
             ids = []
             for _v in range(pp):
                 kv = build_kv(gsc, ve_plan, table, workload, env)
-                rec = Recorder(bin_s)
+                rec = new_recorder()
                 rep = build_replica(gsc, table, kv, model, rec, seed, workload=workload, on_iteration=on_iteration,
                                     kv_bytes_per_token=plan.kv_bytes_per_token, force_python=why,
                                     spec=u.spec if u else None,
