@@ -11,5 +11,7 @@ from servesim.version import __version__  # noqa: F401
 from servesim.errors import ServesimError
 from servesim.scenario import Scenario, load_scenario, scenario_from_dict
 from servesim.simulate import Result, simulate
+from servesim.sweep.many import simulate_many
 
-__all__ = ["Result", "Scenario", "ServesimError", "load_scenario", "scenario_from_dict", "simulate"]
+__all__ = ["Result", "Scenario", "ServesimError", "load_scenario", "scenario_from_dict", "simulate",
+           "simulate_many"]

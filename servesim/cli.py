@@ -77,6 +77,9 @@ def run(
     report: bool = typer.Option(False, "--report", help="also write report.html (charts) into the output folder"),
     format_: Optional[List[str]] = typer.Option(None, "--format", help="with --report: html (default), png, svg; "
                                                 "several as html,png (png/svg go to charts/)"),
+    seeds: Optional[int] = typer.Option(None, "--seeds", help="independent replications (seeds seed..seed+N-1): "
+                                        "every figure with a confidence interval (default: stop.replications)"),
+    workers: int = typer.Option(1, "--workers", help="with --seeds: run replications on this many local processes"),
 ) -> None:
     """Run one scenario; write requests.parquet, timeseries.parquet, summary.json and
     scenario.resolved.yaml (the scenario as run: re-running it reproduces summary.json)."""
@@ -93,6 +96,12 @@ def run(
         sc = load_scenario(scenario, set_ or [])
         out_dir = out if out is not None else Path("out") / sc.name
         _check_out(out_dir, force)  # before the run: a bad folder must not cost a whole run
+        n = sc.stop.replications if seeds is None else seeds
+        if n < 1:
+            _fail(f"--seeds {n}: must be at least 1")
+        if n > 1:
+            _run_replicated(sc, seed, n, out_dir, quiet, workers)
+            return
         reporter = ProgressReporter(console, total=None, enabled=not quiet)
         built = build(sc, seed=seed, progress=reporter.update, cold="python")
         reporter.total = len(built.workload)
@@ -187,6 +196,27 @@ def compare(
     console.print(_written_line(written), markup=False)
 
 
+def _run_replicated(sc, seed: Optional[int], n: int, out_dir: Path, quiet: bool, workers: Optional[int]) -> None:
+    from servesim.report.console import PointsProgress, print_header, print_replicated_summary
+    from servesim.simulate import build
+    from servesim.sweep.executor import make_executor
+    from servesim.sweep.replicate import replicate, replication_seeds
+
+    seeds = replication_seeds(sc.seed if seed is None else seed, n)
+    if not quiet:
+        print_header(console, build(sc, seed=seeds[0]))
+    with make_executor(workers, None, local_default=True) as ex, \
+            PointsProgress(console, "replications", "runs", enabled=not quiet) as bar:
+        rep = replicate(sc, seeds, executor=ex, out_dir=out_dir / "seeds", progress=bar)
+    rep.write(out_dir)
+    if quiet:
+        console.print(str(out_dir))
+        return
+    print_replicated_summary(console, rep.summary)
+    console.print(f"wrote {out_dir}/summary.json (intervals), replications.parquet, "
+                  f"seeds/seed-<seed>/ (each run's files)")
+
+
 @app.command()
 def check(
     scenario: Path = typer.Argument(..., help="scenario YAML file"),
@@ -218,6 +248,97 @@ def warm() -> None:
         return
     console.print("building the compiled engine (numba; about a minute on two cores, once)...")
     console.print(f"done in {build_engine():.0f} s")
+
+
+@app.command()
+def sweep(
+    spec: Path = typer.Argument(..., help="sweep spec YAML (docs/sweeps.md)"),
+    out: Path = typer.Option(..., "--out", help="folder for the results (re-running resumes there)"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="local worker processes (default: one per core)"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="a dask scheduler, tcp://HOST:PORT"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar; print only the folder"),
+) -> None:
+    """Run many configurations (a grid or a sampled design) x seeds on Dask; rows go to parquet in
+    OUT as they finish; re-running skips what is there."""
+    from servesim.report.console import PointsProgress
+    from servesim.sweep.executor import make_executor
+    from servesim.sweep.runner import raise_errors, run_sweep
+    from servesim.sweep.spec import load_spec
+
+    try:
+        sp = load_spec(spec)
+        tasks = sum(len(sp.seeds_of(p)) for p in sp.points)
+        if not quiet:
+            extra = "".join([f", {sp.duplicates} repeated configurations run once" if sp.duplicates else "",
+                             f", {len(sp.invalid_points)} invalid points skipped (see invalid.csv)"
+                             if sp.invalid_points else ""])
+            console.print(f"sweep {sp.name}: {len(sp.points):,} points ({sp.design}) x seeds = {tasks:,} runs{extra}")
+        with make_executor(workers, scheduler) as ex:
+            if not quiet:
+                console.print(f"on {ex.description}")
+            with PointsProgress(console, "sweep", "runs", enabled=not quiet) as bar:
+                try:
+                    res = run_sweep(sp, out, ex, progress=bar, spec_text=spec.read_text())
+                except KeyboardInterrupt:
+                    err_console.print(f"interrupted: finished runs are stored in {out}; "
+                                      f"run the same command again to resume")
+                    raise typer.Exit(130)
+        raise_errors(res.report)
+    except ServesimError as exc:
+        _fail(str(exc))
+        return
+    r = res.report
+    if quiet:
+        console.print(str(out))
+        return
+    console.print(f"{r.ran:,} runs now, {r.skipped:,} already stored; {len(res.frame):,} rows "
+                  f"in {out}/rows (servesim.sweep.load_results('{out}'))")
+
+
+@app.command()
+def capacity(
+    scenario: Path = typer.Argument(..., help="scenario YAML file"),
+    slo: List[str] = typer.Option(..., "--slo", help="METRIC=VALUE (at most) or METRIC>=VALUE; repeat for several"),
+    find: str = typer.Option("max-rate", "--find", help="max-rate | min-replicas"),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help="override a field: dotted.path=YAML value"),
+    seeds: int = typer.Option(5, "--seeds", help="replications per probe to start with (and to add while open)"),
+    max_seeds: int = typer.Option(30, "--max-seeds", help="replications per probe at most"),
+    confidence: float = typer.Option(0.95, "--confidence", help="confidence of the intervals"),
+    tol: float = typer.Option(0.05, "--tol", help="max-rate: stop when pass and fail rates are this close (relative)"),
+    workers: int = typer.Option(1, "--workers", help="run each probe's replications on this many local processes"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="a dask scheduler, tcp://HOST:PORT"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write the search as JSON to this file"),
+) -> None:
+    """The largest rate (or the fewest replicas) meeting every SLO, decided with replications and
+    confidence intervals; refuses to answer when the SLO is within the noise at its budget."""
+    import json
+
+    from servesim.report.console import print_capacity
+    from servesim.scenario import load_scenario
+    from servesim.sweep.capacity import Budget, CapacityError, find_max_rate, find_min_replicas, parse_slo
+    from servesim.sweep.executor import make_executor
+
+    try:
+        if find not in ("max-rate", "min-replicas"):
+            raise CapacityError(f"--find {find!r}: allowed: max-rate, min-replicas")
+        slos = [parse_slo(t) for t in slo]
+        sc = load_scenario(scenario, set_ or [])
+        budget = Budget(seeds, max_seeds, confidence)
+        budget.check()
+        with make_executor(workers, scheduler, local_default=True) as ex:
+            if find == "max-rate":
+                res = find_max_rate(sc, slos, budget, tol=tol, executor=ex)
+            else:
+                res = find_min_replicas(sc, slos, budget, executor=ex)
+    except ServesimError as exc:
+        _fail(str(exc))
+        return
+    print_capacity(console, res)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res.to_dict(), indent=2) + "\n")
+    if not res.answered:
+        raise typer.Exit(3)
 
 
 def _mount_optional() -> None:

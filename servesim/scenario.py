@@ -13,6 +13,7 @@ Engine knob names follow the real engines (vLLM's ``max_num_seqs``, ``max_num_ba
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -84,6 +85,8 @@ class StopConfig(Frozen):
     requests: RequestCount | None = None  # this many requests arrive; the run drains until each ends
     duration_s: Seconds | None = None  # arrivals and the clock stop here (unfinished: in flight)
     warmup_requests: RequestCount0 = 0  # the first N (arrival order) are left out of the results
+    # independent runs (seeds seed, seed+1, ...) for confidence intervals (servesim run --seeds)
+    replications: Annotated[int, Field(ge=1, le=10_000)] = 1
 
     @model_validator(mode="after")
     def _one_limit(self) -> "StopConfig":
@@ -309,6 +312,34 @@ class Scenario(Frozen):
     cluster: ClusterConfig = ClusterConfig()
     # folder the scenario file was read from; relative paths in it resolve against this
     base_dir: str = "."
+
+    @model_validator(mode="before")
+    @classmethod
+    def _revalidate_nested(cls, data: Any) -> Any:
+        """Nested configs given as objects are validated again, as if given as mappings.
+
+        pydantic accepts an already-built sub-model as it is, and ``model_copy(update=...)`` never
+        validates, so ``Scenario(engine=sc.engine.model_copy(update={"max_num_seqs": -5}))``
+        would slip an invalid engine through. Dumping every nested object back to the fields it
+        was given closes that door for every sub-config, whichever module defines it."""
+        return _as_raw(data) if isinstance(data, dict) else data
+
+    def override(self, updates: Mapping[str, Any], source: str = "override") -> "Scenario":
+        """A copy with fields changed by dotted path, validated like a scenario file.
+
+        ``sc.override({"engine.max_num_seqs": 64, "workload.arrival.rate": 8.0})``. Values are
+        Python values (not YAML text); a mapping replaces the whole sub-config, as ``--set`` does.
+        Any mistake raises :class:`ScenarioError` with the same one line as the CLI."""
+        if not isinstance(updates, Mapping):
+            raise ScenarioError(f"{source}: expected a mapping of dotted paths to values, got {type(updates).__name__}")
+        return scenario_from_dict(self.model_dump(exclude_unset=True), source, dict(updates), defaults=self)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> "Scenario":
+        """pydantic's copy, except that an ``update`` goes through :meth:`override` and is
+        validated (pydantic's own ``model_copy`` trusts updates blindly). Keys may be dotted."""
+        if update:
+            return self.override(update, source="model_copy")
+        return super().model_copy(deep=deep)
 
     @property
     def load_notes(self) -> tuple[str, ...]:
@@ -642,21 +673,53 @@ def _apply_override(raw: dict, path: str, value_text: str, source: str) -> None:
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{source}: --set {path}: value {value_text!r} is not valid YAML "
                             f"({getattr(exc, 'problem', None) or exc})") from None
+    _set_path(raw, path, value, source, "--set")
+
+
+def _set_path(raw: dict, path: str, value: Any, source: str, label: str, obj: Any = None) -> None:
+    """Set ``raw[k1][k2]...[kn] = value`` for ``path = "k1.k2...kn"``, creating mappings on the way.
+
+    ``obj`` is the validated object ``raw`` was dumped from (with only the fields that were
+    given): a sub-config missing from ``raw`` because it kept its default is filled in from it, so
+    ``workload.arrival.rate`` keeps the default arrival's ``process``."""
     keys = path.split(".")
+    where = f"{label} {path}" if label else path
     if not all(keys):
-        raise ScenarioError(f"{source}: --set {path!r}: empty key in dotted path")
+        raise ScenarioError(f"{source}: {where!r}: empty key in dotted path")
     node: Any = raw
     for i, k in enumerate(keys[:-1]):
+        obj = _child(obj, k)
         nxt = node.get(k) if isinstance(node, dict) else None
         if nxt is None:
-            nxt = {}
+            nxt = _as_raw(obj) if isinstance(obj, (BaseModel, dict)) else {}
             node[k] = nxt
         if not isinstance(nxt, dict):
             raise ScenarioError(
-                f"{source}: --set {path}: {'.'.join(keys[: i + 1])} is {nxt!r}, not a mapping"
+                f"{source}: {where}: {'.'.join(keys[: i + 1])} is {nxt!r}, not a mapping"
             )
         node = nxt
     node[keys[-1]] = value
+
+
+def _child(obj: Any, key: str) -> Any:
+    if isinstance(obj, BaseModel):
+        return getattr(obj, key, None) if key in type(obj).model_fields else None
+    if isinstance(obj, dict):
+        return obj.get(key)
+    return None
+
+
+def _as_raw(x: Any) -> Any:
+    """Plain data for validation: pydantic objects become the mappings of the fields they were
+    given (defaults stay defaults, so validators that look at which fields were given still
+    work); containers are copied."""
+    if isinstance(x, BaseModel):
+        return _as_raw(x.model_dump(exclude_unset=True))
+    if isinstance(x, Mapping):
+        return {k: _as_raw(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_as_raw(v) for v in x]
+    return x
 
 
 def parse_overrides(items: list[str] | None) -> list[tuple[str, str]]:
@@ -669,9 +732,14 @@ def parse_overrides(items: list[str] | None) -> list[tuple[str, str]]:
     return out
 
 
-def scenario_from_dict(raw: dict, source: str = "scenario", overrides: list[tuple[str, str]] | None = None,
-                       base_dir: str | Path | None = None) -> Scenario:
-    """Validate a raw mapping (plus overrides) into a :class:`Scenario`, or raise one clear line."""
+def scenario_from_dict(raw: dict, source: str = "scenario",
+                       overrides: list[tuple[str, str]] | Mapping[str, Any] | None = None,
+                       base_dir: str | Path | None = None, defaults: "Scenario | None" = None) -> Scenario:
+    """Validate a raw mapping (plus overrides) into a :class:`Scenario`, or raise one clear line.
+
+    ``overrides``: ``(dotted.path, YAML text)`` pairs as ``--set`` gives them, or a mapping of
+    dotted paths to Python values. ``defaults``: the scenario ``raw`` was dumped from (with only
+    its given fields), whose defaulted sub-configs a mapping override may reach into."""
     if not isinstance(raw, dict):
         raise ScenarioError(f"{source}: the scenario must be a YAML mapping, got {type(raw).__name__}")
     if RESULT_KEYS <= raw.keys():
@@ -679,9 +747,16 @@ def scenario_from_dict(raw: dict, source: str = "scenario", overrides: list[tupl
                             f"scenario; give the scenario YAML the run was made from")
     raw = _deep_copy(raw)
     before = _deep_copy(raw)
+    if isinstance(overrides, Mapping):  # Python values by dotted path
+        for path, value in overrides.items():
+            _set_path(raw, str(path), _as_raw(value), source, "", defaults)
+        paths = [str(p) for p in overrides]
+        overrides = None
+    else:
+        paths = [p for p, _ in overrides or []]
     for path, value in overrides or []:
         _apply_override(raw, path, value, source)
-    notes = _drop_foreign_options(before, raw, [p for p, _ in overrides or []])
+    notes = _drop_foreign_options(before, raw, paths)
     if base_dir is not None:
         raw["base_dir"] = str(base_dir)
     try:
@@ -697,8 +772,12 @@ def scenario_from_dict(raw: dict, source: str = "scenario", overrides: list[tupl
 RESULT_KEYS = frozenset({"scenario", "requests", "throughput", "latency_s"})  # of a summary.json
 
 
-def load_scenario(path: str | Path, overrides: list[str] | list[tuple[str, str]] | None = None) -> Scenario:
-    """Load a YAML scenario file, apply ``KEY=VALUE`` overrides, validate."""
+def load_scenario(path: str | Path,
+                  overrides: list[str] | list[tuple[str, str]] | Mapping[str, Any] | None = None) -> Scenario:
+    """Load a YAML scenario file, apply overrides, validate.
+
+    ``overrides``: ``["engine.max_num_seqs=64"]`` (YAML values, as ``--set``), or a mapping of
+    dotted paths to Python values, ``{"engine.max_num_seqs": 64}``."""
     p = Path(path)
     source = str(path)
     if not p.is_file():
@@ -721,8 +800,11 @@ def load_scenario(path: str | Path, overrides: list[str] | list[tuple[str, str]]
     if raw is None:
         raise ScenarioError(f"{source}: the file is empty")
     pairs = overrides
-    if overrides and isinstance(overrides[0], str):
+    if isinstance(overrides, (list, tuple)) and overrides and isinstance(overrides[0], str):
         pairs = parse_overrides(overrides)  # type: ignore[arg-type]
+    elif overrides is not None and not isinstance(overrides, (Mapping, list, tuple)):
+        raise ScenarioError(f"{source}: overrides must be a list of 'KEY=VALUE' strings or a mapping "
+                            f"of dotted paths to values, got {type(overrides).__name__}")
     return scenario_from_dict(raw, source, pairs, base_dir=p.resolve().parent)  # type: ignore[arg-type]
 
 

@@ -15,6 +15,7 @@ import simpy
 from servesim.errors import ScenarioError
 from servesim.memory import MemoryPlan, plan_memory
 from servesim.metrics.collect import Recorder
+from servesim.metrics.flat import flat_metrics
 from servesim.metrics.output import latency_sketches, write_columns_parquet, write_requests_parquet
 from servesim.metrics.sketch import LogSketch
 from servesim.metrics.summary import Labels, build_summary, request_frame, request_labels, timeseries_columns, timeseries_frame
@@ -59,6 +60,14 @@ class Result:
     def sketches(self) -> dict[str, LogSketch]:
         """Mergeable quantile sketches (1 % relative error) of the measured latencies, for sweeps."""
         return latency_sketches(self.table, self.recorder, self.scenario.stop.warmup_requests)
+
+    def summary_frame(self) -> "pd.DataFrame":
+        """The summary as one row of flat metrics (``ttft_p99``, ``req_per_s``, ... see
+        :mod:`servesim.metrics.flat`), the row format of sweeps and ``simulate_many``."""
+        import pandas as pd
+
+        return pd.DataFrame([{"scenario": self.scenario.name, "seed": self.summary["seed"],
+                              **flat_metrics(self.summary), "wall_s": self.summary["wall_s"]}])
 
     def write(self, out_dir: str | Path) -> Path:
         """Write the run's files into ``out_dir`` (created if needed). Files of an earlier run

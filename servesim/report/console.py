@@ -225,3 +225,177 @@ def print_summary(console: Console, res) -> None:
         print_cluster(console, s["cluster"])
     console.print(f"simulated {s['sim_time_s']:,.1f} s in {s['wall_s']:.2f} s wall "
                   f"({r['arrived'] / max(s['wall_s'], 1e-9):,.0f} requests/s)")
+
+
+# ------------------------------------------------------------------------- replicated runs
+def _decimals(half_width: float) -> int:
+    """Decimals that show a half-width with one significant digit (two when it starts with 1)."""
+    import math
+
+    if not math.isfinite(half_width) or half_width < 0:
+        return 3
+    if half_width == 0:
+        return 0
+    lead = math.floor(math.log10(half_width))
+    d = -lead + (1 if f"{half_width:e}"[0] == "1" else 0)
+    return min(max(d, 0), 6)
+
+
+def pm(estimate, half_width, unit: str = "") -> str:
+    """``1.23 ± 0.05`` (the estimate rounded like its half-width); ``n=1`` runs show no ±."""
+    import math
+
+    if estimate is None or not math.isfinite(estimate):
+        return "-"
+    u = f" {unit}" if unit else ""
+    if half_width is None or not math.isfinite(half_width):
+        return f"{estimate:.3g}{u}"
+    if half_width <= 1e-9 * abs(estimate):  # identical in every run (up to float rounding)
+        half_width = 0.0
+    d = _decimals(half_width)
+    if half_width == 0:
+        return (f"{estimate:,.0f}" if estimate == int(estimate) else f"{estimate:.4g}") + f"{u} ± 0"
+    return f"{estimate:,.{d}f}{u} ± {half_width:,.{d}f}"
+
+
+def pm_seconds(estimate, half_width) -> str:
+    """A latency with its interval in the unit that suits it: ``1.23 s ± 0.05``, ``41.2 ms ± 0.9``."""
+    import math
+
+    if estimate is None or not math.isfinite(estimate):
+        return "-"
+    scale, unit = ((1.0, "s") if abs(estimate) >= 1 else (1e3, "ms") if abs(estimate) >= 1e-3 or estimate == 0
+                   else (1e6, "µs"))
+    hw = None if half_width is None else half_width * scale
+    return pm(estimate * scale, hw, unit)
+
+
+def print_replicated_summary(console: Console, summary: dict) -> None:
+    """The summary of ``servesim run --seeds N``: every figure with its confidence interval."""
+    iv = summary["intervals"]
+    reps = summary["replications"]
+
+    def get(name):
+        d = iv.get(name) or {}
+        return d.get("estimate"), d.get("half_width")
+
+    def pct(name):
+        est, hw = get(name)
+        return pm(None if est is None else est * 100, None if hw is None else hw * 100, "%")
+
+    seeds = reps["seeds"]
+    console.rule(f"summary over {reps['n']} replications (seeds {seeds[0]}..{seeds[-1]}), "
+                 f"{reps['confidence']:.0%} intervals")
+    console.print(f"requests  {pm(*get('completed'))} completed, {pm(*get('rejected'))} rejected, "
+                  f"{pm(*get('preemptions'))} preemptions per run")
+    console.print(f"throughput {pm(*get('req_per_s'), 'req/s')}, {pm(*get('output_tok_per_s'), 'output tok/s')}; "
+                  f"goodput {pm(*get('goodput_req_per_s'), 'req/s')} (SLO TTFT <= {summary['slo']['ttft_s']} s, "
+                  f"TPOT <= {summary['slo']['tpot_s']} s: "
+                  f"{pct('slo_attainment')} met)")
+    from rich import box
+
+    names = ("ttft", "tpot", "itl", "e2e", "queue")
+    table = Table(title="latency", box=box.SIMPLE_HEAD, show_edge=False, header_style="bold", pad_edge=False,
+                  collapse_padding=True)
+    table.add_column("", no_wrap=True, min_width=5)
+    for name in names:
+        table.add_column(name.upper() if name != "queue" else "queue", justify="right", no_wrap=True)
+    for k in ("mean",) + PCT_KEYS:
+        table.add_row(k.replace("p999", "p99.9"), *(pm_seconds(*get(f"{name}_{k}")) for name in names))
+    console.print(table)
+    console.print(f"KV        peak {pct('kv_peak_usage')}, time-mean {pct('kv_mean_usage')}")
+    console.print(f"engine    busy {pm(*get('busy_fraction'))}, {pm(*get('iterations'))} iterations per run")
+    console.print(f"simulated {reps['n']} runs in {summary['wall_s']:.2f} s wall")
+
+
+# ------------------------------------------------------------------------------ many points
+class PointsProgress:
+    """A progress bar over tasks (points x seeds): done/total, rate per minute, elapsed, ETA.
+    Call it as ``progress(done, total)``; tasks found done on resume count as done from the start
+    and do not inflate the rate."""
+
+    def __init__(self, console: Console, label: str = "sweep", unit: str = "runs", enabled: bool = True):
+        self.console, self.label, self.unit, self.enabled = console, label, unit, enabled
+        self._progress: Progress | None = None
+        self._task = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._progress is not None:
+            self._progress.stop()
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self._progress is None:
+            from rich.progress import ProgressColumn, TimeRemainingColumn
+            from rich.text import Text
+
+            unit = self.unit
+
+            class Rate(ProgressColumn):
+                def render(self, task) -> Text:
+                    return Text("-" if not task.speed else f"{task.speed * 60:,.1f} {unit}/min")
+
+            self._progress = Progress(TextColumn(self.label), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
+                                      Rate(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                      console=self.console, transient=False)
+            self._progress.start()
+            self._task = self._progress.add_task(self.label, total=total, completed=done)
+            return
+        self._progress.update(self._task, completed=done, total=total)
+
+
+# ------------------------------------------------------------------------------ capacity
+def _metric_pm(name: str, iv) -> str:
+    est, hw = iv.estimate, iv.half_width
+    if name.split("_")[0] in ("ttft", "tpot", "itl", "e2e", "queue") or name.endswith("_s"):
+        return pm_seconds(est, hw)
+    return pm(est, hw)
+
+
+def print_capacity(console: Console, search) -> None:
+    """The search path (one line per probe: configuration, replications, each SLO metric with its
+    interval and verdict), then the answer with its margins, or why there is none."""
+    what = "rate" if search.kind == "max-rate" else "replicas"
+    console.rule(f"capacity: {search.kind} subject to " + ", ".join(str(s) for s in search.slos))
+    table = Table(show_edge=False, header_style="bold")
+    table.add_column("#", justify="right")
+    table.add_column(what, justify="right")
+    table.add_column("runs", justify="right")
+    for s in search.slos:
+        table.add_column(str(s), justify="right")
+    table.add_column("verdict")
+    style = {"pass": "green", "fail": "red", "open": "yellow"}
+    for i, p in enumerate(search.path, 1):
+        if search.kind == "max-rate":
+            r = search.rate(p)
+            label = f"{r:.4g} req/s" if r is not None else f"x{p.x:.4g}"
+        else:
+            label = f"{int(p.x)}"
+        cells = [f"[{style[v]}]{_metric_pm(s.metric, iv)}[/]" for s, iv, v in p.checks]
+        table.add_row(str(i), label, str(p.n), *cells, f"[{style[p.verdict]}]{p.verdict}[/]")
+    console.print(table)
+    if not search.answered:
+        console.print(f"[bold yellow]{search.refused}[/]", soft_wrap=True)
+        return
+    b = search.best
+    if search.kind == "max-rate":
+        r = search.rate(b)
+        head = f"{r:.4g} req/s (x{b.x:.4g} the scenario's rate)" if r is not None else f"rate scale x{b.x:.4g}"
+        if search.bound is not None:
+            rb = search.rate(search.bound)
+            nxt = f"{rb:.4g} req/s" if rb is not None else f"x{search.bound.x:.4g}"
+            gap = search.bound.x / b.x - 1
+            head += f"; {nxt} fails ({gap:.1%} above, within --tol {search.tol:.0%})"
+        console.print(f"[bold]largest rate meeting every SLO:[/] {head}")
+    else:
+        head = f"{int(b.x)} replicas"
+        if search.bound is not None:
+            head += f"; {int(search.bound.x)} fail"
+        console.print(f"[bold]fewest replicas meeting every SLO:[/] {head}")
+    for s, iv, room in search.margins():
+        console.print(f"  {s}: {_metric_pm(s.metric, iv)} over {b.n} runs ({iv.confidence:.0%}); "
+                      f"headroom {room:.1%} of the bound")

@@ -1,0 +1,95 @@
+"""Confidence intervals over independent replications.
+
+Why a t interval across replications (the method of independent replications), not a bootstrap:
+
+* Requests of one run are not independent: queues carry congestion from one request to the next,
+  so a bootstrap that resamples requests within a run treats a few long busy periods as thousands
+  of independent observations and gives intervals far too narrow for P99 and P99.9.
+* Replications (same scenario, seeds ``seed, seed+1, ...``) *are* independent and identically
+  distributed, so each run's P99 is one iid draw of the estimator, and its mean over ``n`` runs has
+  the Student-t interval ``mean +/- t_{n-1, (1+c)/2} * s / sqrt(n)``. Per-run percentiles average
+  many requests, so their distribution is close to normal and the interval is near its nominal
+  coverage from five or so replications (tests/test_intervals.py measures it).
+* A bootstrap over replications would need many more of them: with 5-10 runs it under-covers
+  (it cannot see beyond the observed spread); the t interval accounts for the small count.
+
+What the interval covers: the expected value of the per-run estimate at this run length. A P99.9
+from a 2,000-request run is biased upwards against the infinite-horizon P99.9 (it rests on two
+samples); more requests per run, not more runs, shrink that bias. Docs: docs/sweeps.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+DEFAULT_CONFIDENCE = 0.95
+METHOD = "t interval over independent replications"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """``estimate +/- half_width`` at ``confidence``; ``half_width`` is NaN with fewer than two
+    finite values (no spread to measure)."""
+
+    estimate: float
+    half_width: float
+    n: int
+    confidence: float = DEFAULT_CONFIDENCE
+
+    @property
+    def lo(self) -> float:
+        return self.estimate - self.half_width
+
+    @property
+    def hi(self) -> float:
+        return self.estimate + self.half_width
+
+    def to_dict(self) -> dict:
+        f = lambda x: None if not math.isfinite(x) else float(x)  # noqa: E731 (JSON has no NaN)
+        return {"estimate": f(self.estimate), "half_width": f(self.half_width), "lo": f(self.lo),
+                "hi": f(self.hi), "n": self.n, "confidence": self.confidence}
+
+
+def t_interval(values, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
+    """Student-t interval for the mean of iid ``values`` (NaNs, i.e. runs without the metric,
+    left out and counted out of ``n``)."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence {confidence!r} must be between 0 and 1")
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    n = len(x)
+    if n == 0:
+        return Interval(math.nan, math.nan, 0, confidence)
+    mean = float(x.mean())
+    if n == 1:
+        return Interval(mean, math.nan, 1, confidence)
+    sd = float(x.std(ddof=1))
+    hw = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * sd / math.sqrt(n)
+    return Interval(mean, hw, n, confidence)
+
+
+def intervals(rows: list[dict[str, float]], confidence: float = DEFAULT_CONFIDENCE) -> dict[str, Interval]:
+    """One interval per metric name over rows of flat metrics (one row per replication)."""
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    return {k: t_interval([r.get(k, math.nan) for r in rows], confidence) for k in names}
+
+
+def mean_summary(summaries: list[dict]) -> dict:
+    """The summaries' shape with every number the mean over replications (counts included, as
+    floats), strings and other leaves from the first; a leaf missing or None in some runs is the
+    mean of the others (None if none has it)."""
+    first = summaries[0]
+    if isinstance(first, dict):
+        keys = list(dict.fromkeys(k for s in summaries if isinstance(s, dict) for k in s))
+        return {k: mean_summary([s[k] for s in summaries if isinstance(s, dict) and k in s]) for k in keys}
+    nums = [s for s in summaries if isinstance(s, (int, float)) and not isinstance(s, bool)]
+    if nums and len(nums) == len([s for s in summaries if s is not None]):
+        return float(np.mean(nums))
+    for s in summaries:
+        if s is not None:
+            return s
+    return None

@@ -1,0 +1,368 @@
+"""Capacity answers: the largest rate (or the fewest replicas) that meets every SLO, with
+replications behind each step so the answer is not a lucky seed.
+
+A *probe* runs one configuration for seeds ``seed, seed+1, ...`` (the same seeds at every probe:
+common random numbers, so two probes differ by their configuration, not their luck) and puts a
+t interval (servesim/metrics/intervals.py) around each SLO metric. An SLO ``ttft_p99 <= 0.8``
+
+    passes      when the whole interval is below 0.8,
+    fails       when the whole interval is above it (or the metric has no value: nothing measured),
+    is open     when the interval straddles 0.8: the probe adds replications (``seeds`` at a time)
+                until it is decided or ``max_seeds`` are spent.
+
+A probe passes when every SLO passes, fails when any fails. The max-rate search multiplies the
+scenario's rate (one function: servesim/sweep/ratescale.py) by 2 (or 1/2) until it has a passing and
+a failing scale, then bisects on the log scale until the two are within ``tol`` of each other::
+
+    x1 pass ──► x2 pass ──► x4 fail ──► x2.83 pass ──► x3.36 fail ──► ... ──► answer: highest pass
+
+The answer is the highest rate *verified* to pass; the margin is how far the first verified
+failure lies above it and how much room each SLO's interval leaves at the answer. When a probe is
+still open with its budget spent, the search stops and refuses to answer: the SLO is within the
+noise of the budget at that rate, and it says so, with what it did establish.
+
+The min-replicas search is the same on integers over ``hardware.replicas`` (doubling, then
+bisection); it needs an engine that simulates several replicas, and says so when it does not.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+from servesim.errors import ServesimError
+from servesim.metrics.flat import check_metric_name, flat_metrics
+from servesim.metrics.intervals import DEFAULT_CONFIDENCE, Interval, intervals
+from servesim.scenario import Scenario
+from servesim.sweep.executor import SerialExecutor
+from servesim.sweep.ratescale import base_rate, scale_rate
+from servesim.sweep.runner import Progress, raise_errors, run_tasks
+from servesim.sweep.spec import Point, scenario_key
+from servesim.sweep.task import Task
+
+Verdict = Literal["pass", "fail", "open"]
+
+
+class CapacityError(ServesimError):
+    """A capacity question that cannot be asked as given (bad SLO, unsupported search)."""
+
+
+# ---------------------------------------------------------------------------------------- SLOs
+@dataclass(frozen=True)
+class SLO:
+    """``metric <= bound`` (``upper``) or ``metric >= bound``."""
+
+    metric: str
+    bound: float
+    upper: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.metric} {'<=' if self.upper else '>='} {self.bound:g}"
+
+    def judge(self, iv: Interval) -> Verdict:
+        if not math.isfinite(iv.estimate):
+            return "fail"  # nothing measured: a rate that completes no request meets no SLO
+        if not math.isfinite(iv.half_width):
+            return "open"
+        if self.upper:
+            return "pass" if iv.hi <= self.bound else "fail" if iv.lo > self.bound else "open"
+        return "pass" if iv.lo >= self.bound else "fail" if iv.hi < self.bound else "open"
+
+    def headroom(self, iv: Interval) -> float:
+        """Room left at the interval's unfavourable end, as a share of the bound (negative: over)."""
+        if not math.isfinite(iv.estimate):
+            return math.nan
+        end = iv.hi if self.upper else iv.lo
+        if not math.isfinite(end):
+            end = iv.estimate
+        return (self.bound - end) / abs(self.bound) if self.upper else (end - self.bound) / abs(self.bound)
+
+
+_SLO_RE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|>=|=)\s*([^\s]+)\s*$")
+
+
+def parse_slo(text: str) -> SLO:
+    """``ttft_p99=0.8`` or ``ttft_p99<=0.8`` (at most), ``slo_attainment>=0.99`` (at least)."""
+    m = _SLO_RE.match(text)
+    if not m:
+        raise CapacityError(f"--slo {text!r}: expected METRIC=VALUE (at most) or METRIC>=VALUE, e.g. ttft_p99=0.8")
+    name, op, value = m.groups()
+    why = check_metric_name(name)
+    if why:
+        raise CapacityError(f"--slo {text!r}: {why}")
+    try:
+        bound = float(value)
+    except ValueError:
+        raise CapacityError(f"--slo {text!r}: {value!r} is not a number") from None
+    if not math.isfinite(bound):
+        raise CapacityError(f"--slo {text!r}: the bound must be a finite number")
+    return SLO(name, bound, upper=op != ">=")
+
+
+# -------------------------------------------------------------------------------------- probes
+@dataclass
+class Probe:
+    x: float  # rate scale, or replica count
+    scenario: Scenario
+    n: int  # replications run
+    checks: list[tuple[SLO, Interval, Verdict]]
+
+    @property
+    def verdict(self) -> Verdict:
+        vs = [v for _, _, v in self.checks]
+        return "fail" if "fail" in vs else "pass" if all(v == "pass" for v in vs) else "open"
+
+
+@dataclass
+class Budget:
+    seeds: int = 5  # replications of a probe to begin with (and to add while one is open)
+    max_seeds: int = 30
+    confidence: float = DEFAULT_CONFIDENCE
+
+    def check(self) -> None:
+        if self.seeds < 2:
+            raise CapacityError(f"--seeds {self.seeds}: intervals need at least 2 replications per probe")
+        if self.max_seeds < self.seeds:
+            raise CapacityError(f"--max-seeds {self.max_seeds}: must be at least --seeds {self.seeds}")
+        if not 0.5 <= self.confidence < 1:
+            raise CapacityError(f"--confidence {self.confidence}: must be in [0.5, 1)")
+
+
+class Prober:
+    """Runs a probe: replications of ``make(x)`` until every SLO is decided or the budget is
+    spent (an SLO already failed decides the probe: no more runs)."""
+
+    def __init__(self, make: Callable[[float], Scenario], slos: list[SLO], budget: Budget, executor=None,
+                 progress: Callable[[str], None] | None = None, run_progress: Progress | None = None):
+        self.make, self.slos, self.budget = make, slos, budget
+        self.executor = executor or SerialExecutor()
+        self.progress = progress
+        self.run_progress = run_progress
+        self.runs = 0
+
+    def __call__(self, x: float) -> Probe:
+        sc = self.make(x)
+        key = scenario_key(sc)
+        point = Point(0, {}, sc, key)
+        rows: list[dict] = []
+        n = 0
+        while True:
+            add = self.budget.seeds if n == 0 else min(self.budget.seeds, self.budget.max_seeds - n)
+            tasks = [Task(key, sc.seed + r, r, sc) for r in range(n, n + add)]
+            got: dict[int, dict] = {}
+            rep = run_tasks([point], tasks, self.executor, metrics=(), progress=self.run_progress,
+                            on_summary=lambda t, s: got.__setitem__(t.seed, s))
+            raise_errors(rep)
+            names = tuple(dict.fromkeys(s.metric for s in self.slos))
+            rows += [flat_metrics(got[t.seed], names) for t in tasks]
+            n += add
+            self.runs += add
+            ivs = intervals(rows, self.budget.confidence)
+            checks = [(s, ivs[s.metric], s.judge(ivs[s.metric])) for s in self.slos]
+            probe = Probe(x, sc, n, checks)
+            if probe.verdict != "open" or n >= self.budget.max_seeds:
+                if self.progress:
+                    self.progress(f"probe {x:.4g}: {probe.verdict} after {n} replications")
+                return probe
+
+
+# ------------------------------------------------------------------------------------ searches
+@dataclass
+class Search:
+    kind: str  # "max-rate" | "min-replicas"
+    slos: list[SLO]
+    path: list[Probe] = field(default_factory=list)
+    best: Probe | None = None  # highest passing scale / fewest passing replicas
+    bound: Probe | None = None  # lowest failing scale / most failing replicas next to it
+    refused: str | None = None
+    base_rate: float | None = None  # req/s at scale 1 (max-rate, synthetic arrivals)
+    tol: float = 0.0
+
+    @property
+    def answered(self) -> bool:
+        return self.refused is None and self.best is not None
+
+    def rate(self, p: Probe | None) -> float | None:
+        return None if p is None or self.base_rate is None else self.base_rate * p.x
+
+    def margins(self) -> list[tuple[SLO, Interval, float]]:
+        if self.best is None:
+            return []
+        return [(s, iv, s.headroom(iv)) for s, iv, _ in self.best.checks]
+
+    def to_dict(self) -> dict:
+        def probe(p: Probe) -> dict:
+            return {"x": p.x, "rate_req_per_s": self.rate(p) if self.kind == "max-rate" else None,
+                    "replications": p.n, "verdict": p.verdict,
+                    "slos": {str(s): {**iv.to_dict(), "verdict": v} for s, iv, v in p.checks}}
+
+        return {"find": self.kind, "slos": [str(s) for s in self.slos], "answered": self.answered,
+                "refused": self.refused, "tol": self.tol, "base_rate_req_per_s": self.base_rate,
+                "answer": None if self.best is None or self.refused else probe(self.best),
+                "first_failure": None if self.bound is None else probe(self.bound),
+                "path": [probe(p) for p in self.path]}
+
+
+def _open_reason(p: Probe, what: str) -> str:
+    s, iv, _ = next(c for c in p.checks if c[2] == "open")
+    return (f"at {what} the {s.metric} interval {iv.estimate:.4g} ± {iv.half_width:.2g} "
+            f"({iv.confidence:.0%}) straddles the SLO {s} after {p.n} replications, the budget (--max-seeds)")
+
+
+def search_max_rate(probe: Callable[[float], Probe], slos: list[SLO], *, tol: float = 0.05, grow: float = 2.0,
+                    max_doublings: int = 12, describe: Callable[[float], str] = lambda x: f"rate x{x:.4g}",
+                    base: float | None = None) -> Search:
+    """Largest passing rate scale, bracketed by doubling/halving from 1, then bisected (log scale)
+    until the passing and failing scales are within ``tol`` (relative).
+
+    A probe left open (its interval straddles an SLO at the budget) says the frontier is near it.
+    The search then tries just below and just above it (``x / sqrt(1 + tol)`` and
+    ``x * sqrt(1 + tol)``: a pass and a fail there are an answer within ``tol``); when one of those
+    is open too, the SLO sits within the noise over a range wider than ``tol``, and the search
+    refuses to answer."""
+    if not 0 < tol < 1:
+        raise CapacityError(f"--tol {tol}: must be between 0 and 1 (a relative precision, e.g. 0.05)")
+    out = Search("max-rate", slos, base_rate=base, tol=tol)
+    r = math.sqrt(1 + tol)
+
+    def run(x: float) -> Probe:
+        p = probe(x)
+        out.path.append(p)
+        if p.verdict == "pass" and (out.best is None or x > out.best.x):
+            out.best = p
+        elif p.verdict == "fail" and (out.bound is None or x < out.bound.x):
+            out.bound = p
+        return p
+
+    def known() -> str:
+        k = []
+        if out.best is not None:
+            k.append(f"{describe(out.best.x)} meets every SLO")
+        if out.bound is not None:
+            k.append(f"{describe(out.bound.x)} does not")
+        return "; ".join(k) + "; " if k else ""
+
+    def settle(p: Probe) -> bool:
+        """Around an open probe; False (and a refusal) when a neighbour is open too."""
+        for y in (p.x / r, p.x * r):
+            if (out.best is not None and y <= out.best.x) or (out.bound is not None and y >= out.bound.x):
+                continue
+            q = run(y)
+            if q.verdict == "open":
+                out.refused = (f"no answer: {_open_reason(p, describe(p.x))}, and {describe(y)}, within --tol "
+                               f"{tol:.1%} of it, is undecided too: the SLO is within the noise of "
+                               f"{q.n} replications over a range wider than the precision asked; {known()}"
+                               f"raise --max-seeds, loosen --tol, or make runs longer (stop.requests)")
+                return False
+        return True
+
+    def step(x: float) -> bool:
+        p = run(x)
+        return p.verdict != "open" or settle(p)
+
+    if not step(1.0):
+        return out
+    for _ in range(max_doublings):
+        if out.best is not None and out.bound is not None:
+            break
+        if not step(out.best.x * grow if out.best is not None else out.bound.x / grow):
+            return out
+    if out.bound is None:
+        out.refused = (f"no answer: every SLO is met even at {describe(out.best.x)} (the largest scale tried); "
+                       f"nothing binds in this range")
+        return out
+    if out.best is None:
+        fails = "; ".join(f"{s} measured {iv.estimate:.4g}" for s, iv, v in out.bound.checks if v == "fail")
+        out.refused = (f"no answer: the SLOs are not met even at {describe(out.bound.x)} "
+                       f"(the smallest scale tried): {fails}")
+        return out
+    while out.bound.x / out.best.x - 1 > tol:
+        if not step(math.sqrt(out.best.x * out.bound.x)):
+            return out
+    if out.best.x >= out.bound.x:
+        out.refused = (f"no answer: {describe(out.best.x)} meets every SLO but {describe(out.bound.x)}, a lower "
+                       f"rate, does not: the SLO metric is not monotone in the rate at this noise level; "
+                       f"raise --seeds or make runs longer")
+    return out
+
+
+def search_min_replicas(probe: Callable[[float], Probe], slos: list[SLO], *, start: int = 1, limit: int = 4096,
+                        describe: Callable[[float], str] = lambda n: f"{int(n)} replicas") -> Search:
+    """Fewest replicas meeting every SLO: double from ``start`` until one passes, then bisect on
+    the integers between the last failure and that pass."""
+    out = Search("min-replicas", slos)
+
+    def step(n: int) -> Probe | None:
+        p = probe(n)
+        out.path.append(p)
+        if p.verdict == "open":
+            out.refused = (f"no answer: {_open_reason(p, describe(n))}; raise --max-seeds or make runs longer")
+            return None
+        if p.verdict == "pass":
+            out.best = p
+        else:
+            out.bound = p
+        return p
+
+    n = start
+    while True:
+        p = step(n)
+        if p is None:
+            return out
+        if p.verdict == "pass" or n >= limit:
+            break
+        n = min(n * 2, limit)
+    if out.best is None:
+        out.refused = f"no answer: the SLOs are not met even with {describe(n)} (hardware.replicas allows at most {limit})"
+        return out
+    lo = int(out.bound.x) if out.bound is not None else start - 1
+    hi = int(out.best.x)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        p = step(mid)
+        if p is None:
+            return out
+        if p.verdict == "pass":
+            hi = mid
+        else:
+            lo = mid
+    return out
+
+
+# ---------------------------------------------------------------------------------- the verbs
+def find_max_rate(sc: Scenario, slos: list[SLO], budget: Budget, *, tol: float = 0.05, executor=None,
+                  progress: Callable[[str], None] | None = None) -> Search:
+    budget.check()
+    scale_rate(sc, 1.0)  # refuses workloads without a rate (closed loop) before any run
+    base = base_rate(sc)
+    prober = Prober(lambda x: scale_rate(sc, x), slos, budget, executor, progress)
+
+    def describe(x: float) -> str:
+        return f"{base * x:.4g} req/s (x{x:.4g})" if base is not None else f"rate scale x{x:.4g}"
+
+    return search_max_rate(prober, slos, tol=tol, describe=describe, base=base)
+
+
+def replicas_unsupported(sc: Scenario) -> str | None:
+    """Why this engine cannot simulate more than one replica of ``sc`` (None when it can)."""
+    from servesim.simulate import build
+
+    try:
+        build(sc.override({"hardware.replicas": max(2, sc.hardware.replicas)}, source="--find min-replicas"))
+    except ServesimError as exc:
+        return str(exc)
+    return None
+
+
+def find_min_replicas(sc: Scenario, slos: list[SLO], budget: Budget, *, executor=None,
+                      progress: Callable[[str], None] | None = None) -> Search:
+    budget.check()
+    why = replicas_unsupported(sc)
+    if why is not None:
+        raise CapacityError(f"--find min-replicas needs simulations of several replicas behind a router, "
+                            f"which this version does not run yet (cluster work, issue 13): {why}")
+    prober = Prober(lambda n: sc.override({"hardware.replicas": int(n)}, source="--find min-replicas"),
+                    slos, budget, executor, progress)
+    return search_min_replicas(prober, slos)

@@ -1,0 +1,167 @@
+"""Run many tasks and turn their summaries into rows: the loop behind sweeps, ``simulate_many``,
+replications and capacity searches.
+
+::
+
+    points ──► tasks (key, seed) ──► executor (this process | Dask) ──► summaries
+                 │  minus the tasks the store already holds (resume)          │
+                 ▼                                                            ▼
+            progress(done, total)                     rows ──► store (parquet parts, dedupe)
+
+A row is ``point, key, seed, replication``, the point's axis values, the kept metrics and
+``wall_s`` (the only column that depends on the machine). Identical configurations (same key)
+run once and share their rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import pandas as pd
+
+from servesim.errors import ServesimError
+from servesim.metrics.flat import flat_metrics
+from servesim.sweep.spec import Point, SweepSpec
+from servesim.sweep.store import SweepStore, axis_columns
+from servesim.sweep.task import Task, run_task
+
+Progress = Callable[[int, int], None]
+
+
+class TaskError(ServesimError):
+    """Tasks failed on bad input found only when they ran (a missing file on a worker, ...)."""
+
+
+@dataclass
+class RunReport:
+    """What a call ran: tasks in the design, already stored (skipped), run now, failed."""
+
+    total: int = 0
+    skipped: int = 0
+    ran: int = 0
+    errors: list[tuple[Task, str]] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)
+
+
+def tasks_for(points: list[Point], seeds_of: Callable[[Point], list[int]], out_dir: str | None = None) -> list[Task]:
+    """One task per distinct (key, seed); points that share a key share their tasks."""
+    seen: set[tuple[str, int]] = set()
+    tasks = []
+    for p in points:
+        for r, s in enumerate(seeds_of(p)):
+            if (p.key, s) in seen:
+                continue
+            seen.add((p.key, s))
+            where = None if out_dir is None else str(Path(out_dir) / f"seed-{s}")
+            tasks.append(Task(p.key, s, r, p.scenario, where))
+    return tasks
+
+
+def make_row(point: Point, task: Task, summary: dict, metrics: Iterable[str] | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"point": point.index, "key": task.key, "seed": task.seed, "replication": task.replication}
+    row.update(axis_columns(point.values))
+    row.update(flat_metrics(summary, None if metrics is None else tuple(metrics)))
+    row["wall_s"] = float(summary.get("wall_s", float("nan")))
+    return row
+
+
+def run_tasks(points: list[Point], tasks: list[Task], executor, *, metrics: Iterable[str] | None = None,
+              store: SweepStore | None = None, progress: Progress | None = None,
+              on_summary: Callable[[Task, dict], None] | None = None) -> RunReport:
+    """Run ``tasks`` (skipping those ``store`` holds), keep rows in ``store`` as they arrive (or in
+    the report when there is no store), call ``progress(done, total)`` and ``on_summary``."""
+    first_point = {}
+    for p in points:
+        first_point.setdefault(p.key, p)
+    rep = RunReport(total=len(tasks))
+    todo = [t for t in tasks if store is None or not store.holds(t.key, t.seed)]
+    rep.skipped = len(tasks) - len(todo)
+    done = rep.skipped
+    if progress:
+        progress(done, rep.total)
+    try:
+        for task, out in executor.map_unordered(run_task, todo, key=lambda t: f"{t.key}-{t.seed}"):
+            done += 1
+            if "error" in out:
+                rep.errors.append((task, out["error"]))
+            else:
+                rep.ran += 1
+                row = make_row(first_point[task.key], task, out["summary"], metrics)
+                if store is not None:
+                    store.add(row)
+                else:
+                    rep.rows.append(row)
+                if on_summary is not None:
+                    on_summary(task, out["summary"])
+            if progress:
+                progress(done, rep.total)
+    finally:
+        if store is not None:
+            store.flush()
+    return rep
+
+
+def raise_errors(rep: RunReport) -> None:
+    if rep.errors:
+        task, msg = rep.errors[0]
+        more = f" (and {len(rep.errors) - 1} more tasks failed)" if len(rep.errors) > 1 else ""
+        raise TaskError(f"{msg}{more}")
+
+
+def design_frame(points: list[Point]) -> pd.DataFrame:
+    return pd.DataFrame([{"point": p.index, "key": p.key, **axis_columns(p.values)}
+                         for p in points])
+
+
+def expand_rows(points: list[Point], rows: pd.DataFrame, seeds_of: Callable[[Point], list[int]]) -> pd.DataFrame:
+    """One row per point and seed (a point sharing another's key gets a copy of its rows), in
+    design order."""
+    if rows.empty:
+        return rows
+    by_task = {(k, int(s)): i for i, (k, s) in enumerate(zip(rows["key"], rows["seed"]))}
+    out = []
+    axis_cols = list(dict.fromkeys(k for p in points for k in axis_columns(p.values)))
+    for p in points:
+        for s in seeds_of(p):
+            i = by_task.get((p.key, s))
+            if i is None:
+                continue
+            r = rows.iloc[i].to_dict()
+            r["point"] = p.index
+            r.update(axis_columns(p.values))
+            out.append(r)
+    df = pd.DataFrame(out)
+    lead = ["point", "key", "seed", "replication"] + axis_cols
+    return df[lead + [c for c in df.columns if c not in lead]]
+
+
+@dataclass
+class SweepOutcome:
+    frame: pd.DataFrame
+    report: RunReport
+    spec: SweepSpec
+    out: Path
+
+
+def run_sweep(spec: SweepSpec, out: str | Path, executor, *, progress: Progress | None = None,
+              spec_text: str | None = None) -> SweepOutcome:
+    """Run a spec into folder ``out``: the design is written first, then rows as they arrive;
+    tasks already stored are skipped (resume). Failed tasks are reported, not stored, so a re-run
+    tries them again."""
+    out = Path(out)
+    store = SweepStore(out)
+    store.write_design(design_frame(spec.points), spec_text)
+    if spec.invalid_points:
+        pd.DataFrame([{"point": i, **axis_columns(v), "error": e}
+                      for i, v, e in spec.invalid_points]).to_csv(out / "invalid.csv", index=False)
+    tasks = tasks_for(spec.points, spec.seeds_of)
+    try:
+        rep = run_tasks(spec.points, tasks, executor, metrics=spec.metrics, store=store, progress=progress)
+    finally:
+        store.flush()
+    store.compact()
+    rows = store.read()
+    frame = expand_rows(spec.points, rows, spec.seeds_of)
+    return SweepOutcome(frame, rep, spec, out)

@@ -1,0 +1,197 @@
+"""Capacity searches: the search logic on synthetic probes with known answers, then the whole
+thing on a queue whose answer is known in closed form (M/D/1, Pollaczek-Khinchine)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from servesim.cli import app
+from servesim.errors import ScenarioError
+from servesim.scenario import scenario_from_dict
+from servesim.metrics.intervals import Interval
+from servesim.sweep.capacity import (SLO, Budget, CapacityError, Probe, find_max_rate, find_min_replicas,
+                                     parse_slo, search_max_rate, search_min_replicas)
+from servesim.sweep.ratescale import scale_rate
+from tests.conftest import BASE, scenario
+
+
+# ---------------------------------------------------------------------------------------- SLOs
+def test_parse_slo():
+    assert parse_slo("ttft_p99=0.8") == SLO("ttft_p99", 0.8, True)
+    assert parse_slo("tpot_p99 <= 0.1") == SLO("tpot_p99", 0.1, True)
+    assert parse_slo("slo_attainment>=0.99") == SLO("slo_attainment", 0.99, False)
+    for bad, needle in (("ttft_p99", "METRIC=VALUE"), ("ttft_p98=1", "not a metric"), ("ttft_p99=fast", "not a number"),
+                        ("ttft_p99=inf", "finite")):
+        with pytest.raises(CapacityError, match=needle):
+            parse_slo(bad)
+
+
+def test_slo_judges_the_whole_interval():
+    s = SLO("ttft_p99", 1.0)
+    assert s.judge(Interval(0.8, 0.1, 5)) == "pass"
+    assert s.judge(Interval(1.2, 0.1, 5)) == "fail"
+    assert s.judge(Interval(0.95, 0.1, 5)) == "open"
+    assert s.judge(Interval(math.nan, math.nan, 0)) == "fail"  # nothing measured
+    assert s.judge(Interval(0.5, math.nan, 1)) == "open"  # one run: no interval yet
+    at_least = SLO("slo_attainment", 0.9, upper=False)
+    assert at_least.judge(Interval(0.95, 0.01, 5)) == "pass" and at_least.judge(Interval(0.85, 0.01, 5)) == "fail"
+    assert s.headroom(Interval(0.8, 0.1, 5)) == pytest.approx(0.1)
+
+
+# ------------------------------------------------------------------------- synthetic probes
+def fake(metric, half_width=lambda x: 0.001, slo=SLO("m", 0.5)):
+    """A probe whose SLO metric at x is metric(x) +/- half_width(x), with a count of calls."""
+    calls = []
+
+    def probe(x):
+        calls.append(x)
+        iv = Interval(metric(x), half_width(x), 5)
+        return Probe(x, None, 5, [(slo, iv, slo.judge(iv))])
+
+    return probe, calls
+
+
+def test_max_rate_brackets_then_bisects_to_the_known_answer():
+    probe, calls = fake(lambda x: 0.1 * x)  # metric <= 0.5 until x = 5
+    s = search_max_rate(probe, [SLO("m", 0.5)], tol=0.02)
+    assert s.answered and calls[:4] == [1, 2, 4, 8]
+    assert s.best.x <= 5.0 * (1 - 0.001 / 0.5) and s.bound.x > 5.0  # the interval's width counts
+    assert s.bound.x / s.best.x - 1 <= 0.02
+    assert all(p.verdict == ("pass" if p.x < 5 else "fail") for p in s.path)
+
+
+def test_max_rate_halves_when_the_base_rate_fails():
+    slo = SLO("m", 0.045)  # answer x = 0.45
+    probe, calls = fake(lambda x: 0.1 * x, half_width=lambda x: 1e-5, slo=slo)
+    s = search_max_rate(probe, [slo], tol=0.05)
+    assert calls[:3] == [1, 0.5, 0.25]
+    assert s.best.x <= 0.45 < s.bound.x and s.bound.x / s.best.x - 1 <= 0.05
+
+
+def test_max_rate_refuses_when_the_interval_straddles_at_its_budget():
+    probe, _ = fake(lambda x: 0.1 * x, half_width=lambda x: 0.08)  # undecidable within 0.08 of 0.5
+    s = search_max_rate(probe, [SLO("m", 0.5)], tol=0.01)
+    assert not s.answered and "straddles the SLO m <= 0.5" in s.refused and s.path[-1].verdict == "open"
+    assert "meets every SLO" in s.refused and "raise --max-seeds" in s.refused
+
+
+def test_max_rate_refuses_when_nothing_binds_or_nothing_passes():
+    probe, _ = fake(lambda x: 0.0)
+    s = search_max_rate(probe, [SLO("m", 0.5)], max_doublings=5)
+    assert not s.answered and "met even at" in s.refused and s.path[-1].x == 32
+    probe, _ = fake(lambda x: 1.0)
+    s = search_max_rate(probe, [SLO("m", 0.5)], max_doublings=5)
+    assert not s.answered and "not met even at" in s.refused
+
+
+def test_min_replicas_integer_search():
+    slo = SLO("m", 1.3)
+    probe, calls = fake(lambda n: 10.0 / n, slo=slo)  # 10/8 = 1.25 passes, 10/7 = 1.43 fails
+    s = search_min_replicas(probe, [slo])
+    assert s.answered and s.best.x == 8 and s.bound.x == 7
+    assert calls == [1, 2, 4, 8, 6, 7]
+
+
+# ------------------------------------------------------------------------------ rate scaling
+def test_scale_rate_per_workload_kind():
+    sc = scenario()
+    assert scale_rate(sc, 2.5).workload.arrival.rate == 25.0
+    tr = scenario_from_dict({**BASE, "workload": {"trace": {"file": "x.csv", "format": "azure", "rate_scale": 2.0}}})
+    assert scale_rate(tr, 3.0).workload.trace.rate_scale == 6.0
+    closed = scenario_from_dict({**BASE, "workload": {"arrival": {"process": "closed", "clients": 4}}})
+    with pytest.raises(ScenarioError, match="closed loop has no arrival rate"):
+        scale_rate(closed, 2.0)
+    with pytest.raises(ScenarioError, match="must be a finite number > 0"):
+        scale_rate(sc, 0.0)
+
+
+# --------------------------------------------------------------------------------- M/D/1
+S = 0.01  # service time: one 10 ms iteration per request (1-token prompt and output, one slot)
+W = 0.01  # SLO on the mean wait in queue
+
+
+def md1(n: int, rate: float = 40.0):
+    return scenario(stop={"requests": n, "warmup_requests": n // 10}, engine={"max_num_seqs": 1},
+                    step_time={"model": "constant", "seconds": S},
+                    workload={"arrival": {"process": "poisson", "rate": rate},
+                              "prompt": {"dist": "fixed", "value": 1}, "output": {"dist": "fixed", "value": 1}})
+
+
+def pk_max_rate(s: float, w: float) -> float:
+    """Largest rate with Wq = rate s^2 / (2 (1 - rate s)) <= w."""
+    return 2 * w / (s * (s + 2 * w))
+
+
+def test_md1_max_rate_matches_pollaczek_khinchine():
+    """λ* = 2W / (s (s + 2W)) = 66.7 req/s. The search's verified pass and fail rates must
+    bracket it (a few % of slack: finite runs and the interval's own error), within --tol."""
+    truth = pk_max_rate(S, W)
+    s = find_max_rate(md1(1500), [SLO("queue_mean", W)], Budget(seeds=4, max_seeds=12), tol=0.08)
+    assert s.answered, s.refused
+    lo, hi = s.rate(s.best), s.rate(s.bound)
+    assert hi / lo - 1 <= 0.08
+    assert lo <= truth * 1.03 and hi >= truth * 0.97, (lo, truth, hi)
+    assert [p.verdict for p in s.path][:2] == ["pass", "fail"]  # 40 passes, 80 fails (rho 0.8: Wq 20 ms)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("w", [0.005, 0.02])
+def test_md1_max_rate_other_slos(w):
+    truth = pk_max_rate(S, w)
+    s = find_max_rate(md1(20000), [SLO("queue_mean", w)], Budget(seeds=5, max_seeds=30), tol=0.03)
+    assert s.answered, s.refused
+    assert s.rate(s.best) <= truth * 1.02 and s.rate(s.bound) >= truth * 0.98
+
+
+def _write(tmp_path, sc) -> str:
+    f = tmp_path / "md1.yaml"
+    f.write_text(yaml.safe_dump(sc.model_dump(mode="json", exclude={"base_dir"})))
+    return str(f)
+
+
+def test_capacity_cli_answers_and_writes_the_path(tmp_path):
+    res = CliRunner().invoke(app, ["capacity", _write(tmp_path, md1(1500)), "--slo", "queue_mean=0.01",
+                                   "--seeds", "3", "--max-seeds", "9", "--tol", "0.1",
+                                   "--out", str(tmp_path / "cap.json")])
+    assert res.exit_code == 0, res.stdout + res.stderr
+    assert "largest rate meeting every SLO" in res.stdout and "headroom" in res.stdout
+    d = json.loads((tmp_path / "cap.json").read_text())
+    assert d["answered"] and d["path"][0]["rate_req_per_s"] == 40.0
+    assert d["answer"]["verdict"] == "pass" and d["first_failure"]["verdict"] == "fail"
+
+
+def test_capacity_cli_refuses_when_the_budget_cannot_decide(tmp_path):
+    # a 0.5 % precision with 3 runs of 600 requests: the bisection ends up inside the noise
+    res = CliRunner().invoke(app, ["capacity", _write(tmp_path, md1(600)), "--slo", "queue_mean=0.01",
+                                   "--seeds", "3", "--max-seeds", "3", "--tol", "0.005"])
+    assert res.exit_code == 3, res.stdout + res.stderr
+    text = " ".join(res.stdout.split())
+    assert "no answer" in text and "straddles the SLO queue_mean <= 0.01 after 3 replications" in text
+
+
+def test_capacity_min_replicas_refuses_while_one_replica_is_all_there_is(tmp_path):
+    res = CliRunner().invoke(app, ["capacity", _write(tmp_path, md1(200)), "--slo", "queue_mean=0.01",
+                                   "--find", "min-replicas"])
+    assert res.exit_code == 2 and res.stderr.startswith("error:")
+    text = " ".join(res.stderr.split())
+    assert "--find min-replicas needs simulations of several replicas" in text and "hardware.replicas" in text
+    with pytest.raises(CapacityError, match="issue 13"):
+        find_min_replicas(md1(200), [SLO("queue_mean", 0.01)], Budget())
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--slo", "ttft_p98=1"], "not a metric"),
+    (["--slo", "ttft_p99=1", "--find", "min-rate"], "allowed: max-rate, min-replicas"),
+    (["--slo", "ttft_p99=1", "--seeds", "1"], "at least 2 replications"),
+    (["--slo", "ttft_p99=1", "--tol", "2"], "--tol 2.0"),
+])
+def test_capacity_bad_input_one_line(tmp_path, args, needle):
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(BASE))
+    res = CliRunner().invoke(app, ["capacity", str(f), *args])
+    assert res.exit_code == 2 and needle in res.stderr and "Traceback" not in res.stderr, res.stderr
