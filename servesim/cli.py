@@ -79,7 +79,8 @@ def run(
                                                 "several as html,png (png/svg go to charts/)"),
     seeds: Optional[int] = typer.Option(None, "--seeds", help="independent replications (seeds seed..seed+N-1): "
                                         "every figure with a confidence interval (default: stop.replications)"),
-    workers: int = typer.Option(1, "--workers", help="with --seeds: run replications on this many local processes"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="with --seeds: local processes for the "
+                                          "replications (default: one per core; 1: this process)"),
 ) -> None:
     """Run one scenario; write requests.parquet, timeseries.parquet, summary.json and
     scenario.resolved.yaml (the scenario as run: re-running it reproduces summary.json)."""
@@ -205,7 +206,7 @@ def _run_replicated(sc, seed: Optional[int], n: int, out_dir: Path, quiet: bool,
     seeds = replication_seeds(sc.seed if seed is None else seed, n)
     if not quiet:
         print_header(console, build(sc, seed=seeds[0]))
-    with make_executor(workers, None, local_default=True) as ex, \
+    with make_executor(workers) as ex, \
             PointsProgress(console, "replications", "runs", enabled=not quiet) as bar:
         rep = replicate(sc, seeds, executor=ex, out_dir=out_dir / "seeds", progress=bar)
     rep.write(out_dir)
@@ -254,7 +255,8 @@ def warm() -> None:
 def sweep(
     spec: Path = typer.Argument(..., help="sweep spec YAML (docs/sweeps.md)"),
     out: Path = typer.Option(..., "--out", help="folder for the results (re-running resumes there)"),
-    workers: Optional[int] = typer.Option(None, "--workers", help="local worker processes (default: one per core)"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="local worker processes (default: one per "
+                                          "core; 1: this process)"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="a dask scheduler, tcp://HOST:PORT"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar; print only the folder"),
 ) -> None:
@@ -305,7 +307,8 @@ def capacity(
     max_seeds: int = typer.Option(30, "--max-seeds", help="replications per probe at most"),
     confidence: float = typer.Option(0.95, "--confidence", help="confidence of the intervals"),
     tol: float = typer.Option(0.05, "--tol", help="max-rate: stop when pass and fail rates are this close (relative)"),
-    workers: int = typer.Option(1, "--workers", help="run each probe's replications on this many local processes"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="local processes for each probe's replications "
+                                          "(default: one per core; 1: this process)"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="a dask scheduler, tcp://HOST:PORT"),
     out: Optional[Path] = typer.Option(None, "--out", help="write the search as JSON to this file"),
 ) -> None:
@@ -315,7 +318,8 @@ def capacity(
 
     from servesim.report.console import print_capacity
     from servesim.scenario import load_scenario
-    from servesim.sweep.capacity import Budget, CapacityError, find_max_rate, find_min_replicas, parse_slo
+    from servesim.sweep.capacity import (Budget, CapacityError, find_max_rate, find_min_replicas, parse_slo,
+                                         preflight)
     from servesim.sweep.executor import make_executor
 
     try:
@@ -325,7 +329,8 @@ def capacity(
         sc = load_scenario(scenario, set_ or [])
         budget = Budget(seeds, max_seeds, confidence)
         budget.check()
-        with make_executor(workers, scheduler, local_default=True) as ex:
+        preflight(sc, find, tol)  # refusals that need no run come before any worker starts
+        with make_executor(workers, scheduler) as ex:
             if find == "max-rate":
                 res = find_max_rate(sc, slos, budget, tol=tol, executor=ex)
             else:

@@ -74,10 +74,35 @@ def test_max_rate_halves_when_the_base_rate_fails():
 
 
 def test_max_rate_refuses_when_the_interval_straddles_at_its_budget():
-    probe, _ = fake(lambda x: 0.1 * x, half_width=lambda x: 0.08)  # undecidable within 0.08 of 0.5
+    # undecidable for 4.2 < x < 5.8 (0.1 x within 0.08 of 0.5): a 38 % wide zone, tol 1 %
+    probe, _ = fake(lambda x: 0.1 * x, half_width=lambda x: 0.08)
     s = search_max_rate(probe, [SLO("m", 0.5)], tol=0.01)
-    assert not s.answered and "straddles the SLO m <= 0.5" in s.refused and s.path[-1].verdict == "open"
+    assert not s.answered and "straddles the SLO m <= 0.5" in s.refused and "stays within the noise" in s.refused
     assert "meets every SLO" in s.refused and "raise --max-seeds" in s.refused
+    opens = [p.x for p in s.path if p.verdict == "open"]
+    assert all(4.2 < x < 5.8 for x in opens)
+    # it stopped as soon as the open probes alone spanned more than tol
+    assert max(opens) / min(opens) >= 1.01 and s.path[-1].verdict == "open"
+    assert max(opens[:-1], default=0) / min(opens[:-1], default=1) < 1.01
+
+
+def test_max_rate_refuses_when_a_narrow_open_zone_leaves_no_room():
+    # open for 4.89 < x < 5.11 (4.5 % wide) with tol 5 %: the search narrows the gaps on both
+    # sides to a quarter of tol, finds no pass and fail within 5 %, and says what would do
+    probe, _ = fake(lambda x: 0.1 * x, half_width=lambda x: 0.011)
+    s = search_max_rate(probe, [SLO("m", 0.5)], tol=0.05)
+    assert not s.answered and "accepts that" in s.refused
+    assert s.best.x < 4.89 and s.bound.x > 5.11
+    assert 4.89 / s.best.x <= 1.05 ** 0.25 and s.bound.x / 5.11 <= 1.05 ** 0.25
+
+
+def test_max_rate_answers_around_a_narrow_open_zone():
+    # open for 4.95 < x < 5.05 (2 % wide), tol 5 %: a pass below and a fail above fit in 5 %
+    probe, _ = fake(lambda x: 0.1 * x, half_width=lambda x: 0.005)
+    s = search_max_rate(probe, [SLO("m", 0.5)], tol=0.05)
+    assert s.answered, s.refused
+    assert s.best.x <= 4.95 and s.bound.x >= 5.05 and s.bound.x / s.best.x - 1 <= 0.05
+    assert [round(p.x, 3) for p in s.path if p.verdict == "open"] == [4.967]  # bisection landed in the zone
 
 
 def test_max_rate_refuses_when_nothing_binds_or_nothing_passes():
@@ -156,7 +181,7 @@ def _write(tmp_path, sc) -> str:
 
 def test_capacity_cli_answers_and_writes_the_path(tmp_path):
     res = CliRunner().invoke(app, ["capacity", _write(tmp_path, md1(1500)), "--slo", "queue_mean=0.01",
-                                   "--seeds", "3", "--max-seeds", "9", "--tol", "0.1",
+                                   "--seeds", "3", "--max-seeds", "9", "--tol", "0.1", "--workers", "1",
                                    "--out", str(tmp_path / "cap.json")])
     assert res.exit_code == 0, res.stdout + res.stderr
     assert "largest rate meeting every SLO" in res.stdout and "headroom" in res.stdout
@@ -168,7 +193,7 @@ def test_capacity_cli_answers_and_writes_the_path(tmp_path):
 def test_capacity_cli_refuses_when_the_budget_cannot_decide(tmp_path):
     # a 0.5 % precision with 3 runs of 600 requests: the bisection ends up inside the noise
     res = CliRunner().invoke(app, ["capacity", _write(tmp_path, md1(600)), "--slo", "queue_mean=0.01",
-                                   "--seeds", "3", "--max-seeds", "3", "--tol", "0.005"])
+                                   "--seeds", "3", "--max-seeds", "3", "--tol", "0.005", "--workers", "1"])
     assert res.exit_code == 3, res.stdout + res.stderr
     text = " ".join(res.stdout.split())
     assert "no answer" in text and "straddles the SLO queue_mean <= 0.01 after 3 replications" in text

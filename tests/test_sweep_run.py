@@ -147,7 +147,7 @@ def test_dict_axis_values_are_stored_as_json(tmp_path):
 def test_run_with_seeds_prints_intervals_and_writes_them(tmp_path):
     f = tmp_path / "s.yaml"
     f.write_text(yaml.safe_dump({**BASE, "stop": {"requests": 60, "warmup_requests": 5}}))
-    res = CliRunner().invoke(app, ["run", str(f), "--seeds", "4", "--out", str(tmp_path / "o")])
+    res = CliRunner().invoke(app, ["run", str(f), "--seeds", "4", "--out", str(tmp_path / "o"), "--workers", "1"])
     assert res.exit_code == 0, res.stdout + res.stderr
     assert "4 replications" in res.stdout and "±" in res.stdout and "p99.9" in res.stdout
     s = json.loads((tmp_path / "o/summary.json").read_text())
@@ -169,7 +169,7 @@ def test_run_with_seeds_prints_intervals_and_writes_them(tmp_path):
 def test_stop_replications_in_the_scenario(tmp_path):
     f = tmp_path / "s.yaml"
     f.write_text(yaml.safe_dump({**BASE, "stop": {"requests": 30, "replications": 3}}))
-    res = CliRunner().invoke(app, ["run", str(f), "--out", str(tmp_path / "o"), "-q"])
+    res = CliRunner().invoke(app, ["run", str(f), "--out", str(tmp_path / "o"), "-q", "--workers", "1"])
     assert res.exit_code == 0, res.stderr
     assert json.loads((tmp_path / "o/summary.json").read_text())["replications"]["seeds"] == [1, 2, 3]
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 
 from servesim.metrics.stats import PCT_KEYS
-from servesim.sched.base import CAUSE_NAMES
+from servesim.request import CAUSE_NAMES
 
 LATENCIES = ("ttft", "tpot", "itl", "e2e", "queue")
 STATS = ("mean",) + PCT_KEYS + ("max",)

@@ -212,29 +212,33 @@ def _open_reason(p: Probe, what: str) -> str:
 
 
 def search_max_rate(probe: Callable[[float], Probe], slos: list[SLO], *, tol: float = 0.05, grow: float = 2.0,
-                    max_doublings: int = 12, describe: Callable[[float], str] = lambda x: f"rate x{x:.4g}",
+                    max_doublings: int = 12, max_probes: int = 40,
+                    describe: Callable[[float], str] = lambda x: f"rate x{x:.4g}",
                     base: float | None = None) -> Search:
-    """Largest passing rate scale, bracketed by doubling/halving from 1, then bisected (log scale)
-    until the passing and failing scales are within ``tol`` (relative).
+    """Largest passing rate scale: bracket by doubling/halving from 1, then bisect (log scale)
+    until a verified pass and a verified failure are within ``tol`` (relative) of each other.
 
-    A probe left open (its interval straddles an SLO at the budget) says the frontier is near it.
-    The search then tries just below and just above it (``x / sqrt(1 + tol)`` and
-    ``x * sqrt(1 + tol)``: a pass and a fail there are an answer within ``tol``); when one of those
-    is open too, the SLO sits within the noise over a range wider than ``tol``, and the search
-    refuses to answer."""
+    A probe left open (an SLO's interval straddles its bound at the budget) is neither: the
+    frontier is near it. Bisection then works on the two gaps around the open probes (highest
+    pass .. lowest open, highest open .. lowest failure), halving the wider until the answer fits
+    in ``tol``. When the open probes alone span more than ``tol``, or both gaps are down to a
+    quarter of ``tol`` and the answer still does not fit, the SLO is undecided over a range of
+    rates wider than the precision asked: the search refuses."""
     if not 0 < tol < 1:
         raise CapacityError(f"--tol {tol}: must be between 0 and 1 (a relative precision, e.g. 0.05)")
     out = Search("max-rate", slos, base_rate=base, tol=tol)
-    r = math.sqrt(1 + tol)
+    opens: list[Probe] = []
+    eps = (1 + tol) ** 0.25
 
-    def run(x: float) -> Probe:
+    def run(x: float) -> None:
         p = probe(x)
         out.path.append(p)
         if p.verdict == "pass" and (out.best is None or x > out.best.x):
             out.best = p
         elif p.verdict == "fail" and (out.bound is None or x < out.bound.x):
             out.bound = p
-        return p
+        elif p.verdict == "open":
+            opens.append(p)
 
     def known() -> str:
         k = []
@@ -244,43 +248,49 @@ def search_max_rate(probe: Callable[[float], Probe], slos: list[SLO], *, tol: fl
             k.append(f"{describe(out.bound.x)} does not")
         return "; ".join(k) + "; " if k else ""
 
-    def settle(p: Probe) -> bool:
-        """Around an open probe; False (and a refusal) when a neighbour is open too."""
-        for y in (p.x / r, p.x * r):
-            if (out.best is not None and y <= out.best.x) or (out.bound is not None and y >= out.bound.x):
-                continue
-            q = run(y)
-            if q.verdict == "open":
-                out.refused = (f"no answer: {_open_reason(p, describe(p.x))}, and {describe(y)}, within --tol "
-                               f"{tol:.1%} of it, is undecided too: the SLO is within the noise of "
-                               f"{q.n} replications over a range wider than the precision asked; {known()}"
-                               f"raise --max-seeds, loosen --tol, or make runs longer (stop.requests)")
-                return False
-        return True
-
-    def step(x: float) -> bool:
-        p = run(x)
-        return p.verdict != "open" or settle(p)
-
-    if not step(1.0):
-        return out
-    for _ in range(max_doublings):
-        if out.best is not None and out.bound is not None:
-            break
-        if not step(out.best.x * grow if out.best is not None else out.bound.x / grow):
+    advice = "raise --max-seeds, loosen --tol, or make runs longer (stop.requests)"
+    run(1.0)
+    doublings = 0
+    while out.best is None or out.bound is None:
+        xs = [p.x for p in out.path]
+        if doublings == max_doublings:
+            if out.bound is None and not opens:
+                out.refused = (f"no answer: every SLO is met even at {describe(max(xs))} (the largest scale "
+                               f"tried); nothing binds in this range")
+            elif out.best is None and not opens:
+                fails = "; ".join(f"{s} measured {iv.estimate:.4g}" for s, iv, v in out.bound.checks if v == "fail")
+                out.refused = (f"no answer: the SLOs are not met even at {describe(min(xs))} "
+                               f"(the smallest scale tried): {fails}")
+            else:
+                out.refused = (f"no answer: {_open_reason(opens[-1], describe(opens[-1].x))}, and no rate "
+                               f"{'above' if out.bound is None else 'below'} it was decided within "
+                               f"{grow:g}^{max_doublings}; {known()}{advice}")
             return out
-    if out.bound is None:
-        out.refused = (f"no answer: every SLO is met even at {describe(out.best.x)} (the largest scale tried); "
-                       f"nothing binds in this range")
-        return out
-    if out.best is None:
-        fails = "; ".join(f"{s} measured {iv.estimate:.4g}" for s, iv, v in out.bound.checks if v == "fail")
-        out.refused = (f"no answer: the SLOs are not met even at {describe(out.bound.x)} "
-                       f"(the smallest scale tried): {fails}")
-        return out
+        doublings += 1
+        run(max(xs) * grow if out.bound is None else min(xs) / grow)
     while out.bound.x / out.best.x - 1 > tol:
-        if not step(math.sqrt(out.best.x * out.bound.x)):
+        if out.best.x >= out.bound.x:
+            break
+        if len(out.path) >= max_probes:
+            out.refused = f"no answer after {max_probes} probes; {known()}{advice}"
             return out
+        inside = [p.x for p in opens if out.best.x < p.x < out.bound.x]
+        if not inside:
+            run(math.sqrt(out.best.x * out.bound.x))
+            continue
+        lo_gap, hi_gap = min(inside) / out.best.x, out.bound.x / max(inside)
+        # a pass below every open probe and a fail above them cannot be closer than the open range
+        if max(lo_gap, hi_gap) <= eps or max(inside) / min(inside) >= 1 + tol:
+            worst = max((p for p in opens if out.best.x < p.x < out.bound.x), key=lambda p: p.x)
+            out.refused = (f"no answer: {_open_reason(worst, describe(worst.x))}; the SLO stays within the noise "
+                           f"from {describe(min(inside))} to {describe(max(inside))}, a range too wide for an "
+                           f"answer within --tol {tol:.1%}; {known()}({out.bound.x / out.best.x - 1:.1%} apart: "
+                           f"--tol {math.ceil(100 * (out.bound.x / out.best.x - 1)) / 100:.2f} accepts that); {advice}")
+            return out
+        if lo_gap >= hi_gap:
+            run(math.sqrt(out.best.x * min(inside)))
+        else:
+            run(math.sqrt(max(inside) * out.bound.x))
     if out.best.x >= out.bound.x:
         out.refused = (f"no answer: {describe(out.best.x)} meets every SLO but {describe(out.bound.x)}, a lower "
                        f"rate, does not: the SLO metric is not monotone in the rate at this noise level; "
@@ -332,10 +342,24 @@ def search_min_replicas(probe: Callable[[float], Probe], slos: list[SLO], *, sta
 
 
 # ---------------------------------------------------------------------------------- the verbs
+def preflight(sc: Scenario, find: str, tol: float = 0.05) -> None:
+    """Raise what a search would refuse before its first run: a bad tolerance, a workload without
+    a rate to scale, a replica search this engine cannot simulate."""
+    if not 0 < tol < 1:
+        raise CapacityError(f"--tol {tol}: must be between 0 and 1 (a relative precision, e.g. 0.05)")
+    if find == "max-rate":
+        scale_rate(sc, 1.0)
+    else:
+        why = replicas_unsupported(sc)
+        if why is not None:
+            raise CapacityError(f"--find min-replicas needs simulations of several replicas behind a router, "
+                                f"which this version does not run yet (cluster work, issue 13): {why}")
+
+
 def find_max_rate(sc: Scenario, slos: list[SLO], budget: Budget, *, tol: float = 0.05, executor=None,
                   progress: Callable[[str], None] | None = None) -> Search:
     budget.check()
-    scale_rate(sc, 1.0)  # refuses workloads without a rate (closed loop) before any run
+    preflight(sc, "max-rate", tol)
     base = base_rate(sc)
     prober = Prober(lambda x: scale_rate(sc, x), slos, budget, executor, progress)
 
@@ -359,10 +383,7 @@ def replicas_unsupported(sc: Scenario) -> str | None:
 def find_min_replicas(sc: Scenario, slos: list[SLO], budget: Budget, *, executor=None,
                       progress: Callable[[str], None] | None = None) -> Search:
     budget.check()
-    why = replicas_unsupported(sc)
-    if why is not None:
-        raise CapacityError(f"--find min-replicas needs simulations of several replicas behind a router, "
-                            f"which this version does not run yet (cluster work, issue 13): {why}")
+    preflight(sc, "min-replicas")
     prober = Prober(lambda n: sc.override({"hardware.replicas": int(n)}, source="--find min-replicas"),
                     slos, budget, executor, progress)
     return search_min_replicas(prober, slos)

@@ -151,11 +151,12 @@ def _reachable(address: str, timeout_s: float) -> None:
                             f"({exc.strerror or type(exc).__name__})") from None
 
 
-def make_executor(workers: int | None = None, scheduler: str | None = None, local_default: bool = False):
-    """``scheduler``: Dask at that address. Else ``workers`` local processes on Dask, or, with
-    ``local_default`` and ``workers`` of None or 1, this process."""
-    if scheduler is None and local_default and (workers is None or workers == 1):
-        return SerialExecutor()
+def make_executor(workers: int | None = None, scheduler: str | None = None):
+    """``scheduler``: Dask at that address. Else ``workers`` local processes on Dask (None: one
+    per core), where one worker means this process (no cluster to start; the same rows)."""
+    if scheduler is not None:
+        return DaskExecutor(scheduler=scheduler)
     if workers is not None and workers < 1:
         raise ExecutorError(f"--workers {workers}: must be at least 1")
-    return DaskExecutor(workers=workers, scheduler=scheduler)
+    n = workers if workers is not None else (os.cpu_count() or 1)
+    return SerialExecutor() if n == 1 else DaskExecutor(workers=n)

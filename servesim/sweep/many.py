@@ -84,7 +84,7 @@ def simulate_many(scenario: Scenario, grid_or_points: Mapping[str, Any] | Sequen
         return explicit if explicit is not None else seeds_list(seeds, p.scenario.seed)
 
     tasks = tasks_for(points, seeds_of)
-    with make_executor(workers, scheduler, local_default=True) as ex:
+    with make_executor(workers, scheduler) as ex:
         rep = run_tasks(points, tasks, ex, metrics=metrics)
     raise_errors(rep)
     return expand_rows(points, pd.DataFrame(rep.rows), seeds_of)
