@@ -264,7 +264,7 @@ def sweep(
     OUT as they finish; re-running skips what is there."""
     from servesim.report.console import PointsProgress
     from servesim.sweep.executor import make_executor
-    from servesim.sweep.runner import raise_errors, run_sweep
+    from servesim.sweep.runner import pending_tasks, raise_errors, run_sweep
     from servesim.sweep.spec import load_spec
 
     try:
@@ -275,9 +275,10 @@ def sweep(
                              f", {len(sp.invalid_points)} invalid points skipped (see invalid.csv)"
                              if sp.invalid_points else ""])
             console.print(f"sweep {sp.name}: {len(sp.points):,} points ({sp.design}) x seeds = {tasks:,} runs{extra}")
-        with make_executor(workers, scheduler) as ex:
+        todo = pending_tasks(sp, out)
+        with make_executor(workers if todo else 1, scheduler if todo else None) as ex:
             if not quiet:
-                console.print(f"on {ex.description}")
+                console.print(f"{todo:,} to run on {ex.description}" if todo else "every run is stored already")
             with PointsProgress(console, "sweep", "runs", enabled=not quiet) as bar:
                 try:
                     res = run_sweep(sp, out, ex, progress=bar, spec_text=spec.read_text())

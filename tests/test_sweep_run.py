@@ -183,3 +183,18 @@ def test_pm_formats():
     assert pm_seconds(1.234, 0.013) == "1.234 s ± 0.013"
     assert pm(1000.0, 0.0) == "1,000 ± 0" and pm(2.0, float("nan")) == "2"
     assert pm_seconds(None, None) == "-"
+
+
+def test_sweep_cli_runs_then_resumes_with_nothing_to_do(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"base": BASE, "axes": {"engine.max_num_seqs": [1, 2, 4]}, "seeds": 2,
+                                    "metrics": ["ttft_p99"]}, sort_keys=False))
+    args = ["sweep", str(spec), "--out", str(tmp_path / "o"), "--workers", "1"]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.stdout + first.stderr
+    assert "3 points (grid) x seeds = 6 runs" in first.stdout and "6 runs now, 0 already stored" in first.stdout
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and "every run is stored already" in again.stdout
+    assert "0 runs now, 6 already stored" in again.stdout
+    df = load_results(tmp_path / "o")
+    assert len(df) == 6 and list(df.columns[:5]) == ["point", "key", "seed", "replication", "engine.max_num_seqs"]

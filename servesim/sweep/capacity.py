@@ -14,7 +14,7 @@ A probe passes when every SLO passes, fails when any fails. The max-rate search 
 scenario's rate (one function: servesim/sweep/ratescale.py) by 2 (or 1/2) until it has a passing and
 a failing scale, then bisects on the log scale until the two are within ``tol`` of each other::
 
-    x1 pass ──► x2 pass ──► x4 fail ──► x2.83 pass ──► x3.36 fail ──► ... ──► answer: highest pass
+    x1 pass ─► x2 pass ─► x4 fail ─► x2.83 pass ─► x3.36 fail ─► ... ─► answer: highest pass
 
 The answer is the highest rate *verified* to pass; the margin is how far the first verified
 failure lies above it and how much room each SLO's interval leaves at the answer. When a probe is
@@ -325,7 +325,8 @@ def search_min_replicas(probe: Callable[[float], Probe], slos: list[SLO], *, sta
             break
         n = min(n * 2, limit)
     if out.best is None:
-        out.refused = f"no answer: the SLOs are not met even with {describe(n)} (hardware.replicas allows at most {limit})"
+        out.refused = (f"no answer: the SLOs are not met even with {describe(n)} "
+                       f"(hardware.replicas allows at most {limit})")
         return out
     lo = int(out.bound.x) if out.bound is not None else start - 1
     hi = int(out.best.x)

@@ -124,7 +124,8 @@ def parse_axis(path: str, raw: Any, where: str) -> Axis:
     if "step" in keys:
         step = raw["step"]
         if not _num(step) or step == 0 or (stop - start) / step < 0:
-            raise SpecError(f"{where}.step = {step!r}: must be a non-zero number going from start {start} to stop {stop}")
+            raise SpecError(f"{where}.step = {step!r}: must be a non-zero number going from start {start} "
+                            f"to stop {stop}")
         if scale == "log":
             raise SpecError(f"{where}: scale: log goes with num, not step")
         count = int(math.floor((stop - start) / step + 1e-9)) + 1

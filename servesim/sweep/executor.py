@@ -108,7 +108,8 @@ class DaskExecutor:
                 try:
                     result = fut.result()
                 except FutureCancelledError:
-                    raise ExecutorError("the dask cluster cancelled a task (scheduler restarted?); re-run to resume") from None
+                    raise ExecutorError("the dask cluster cancelled a task (scheduler restarted?); "
+                                        "re-run to resume") from None
                 fut.release()
                 yield item, result
         finally:

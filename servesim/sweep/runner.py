@@ -137,6 +137,15 @@ def expand_rows(points: list[Point], rows: pd.DataFrame, seeds_of: Callable[[Poi
     return df[lead + [c for c in df.columns if c not in lead]]
 
 
+def pending_tasks(spec: SweepSpec, out: str | Path) -> int:
+    """Runs of ``spec`` that folder ``out`` does not hold yet (no need to start workers for 0)."""
+    tasks = tasks_for(spec.points, spec.seeds_of)
+    if not (Path(out) / "rows").is_dir():
+        return len(tasks)
+    store = SweepStore(out)
+    return sum(not store.holds(t.key, t.seed) for t in tasks)
+
+
 @dataclass
 class SweepOutcome:
     frame: pd.DataFrame

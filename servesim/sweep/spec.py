@@ -157,7 +157,8 @@ def _base(raw: Any, fixed: dict, source: str, base_dir: Path) -> Scenario:
     if isinstance(raw, str):
         path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
         if not path.is_file():
-            raise SpecError(f"{source}: base = {raw!r}: no such scenario file (paths are relative to the spec's folder)")
+            raise SpecError(f"{source}: base = {raw!r}: no such scenario file "
+                            f"(paths are relative to the spec's folder)")
         return load_scenario(path, fixed)
     if isinstance(raw, dict):
         return scenario_from_dict(raw, f"{source}: base", fixed, base_dir=base_dir)
@@ -177,7 +178,8 @@ def _dims(raw: dict, source: str) -> list[Dimension]:
             raise SpecError(f"{source}: zip[{g}]: {group!r} is not a mapping of dotted paths to values")
         members = tuple(parse_axis(str(k), v, f"{source}: zip[{g}].{k}") for k, v in group.items())
         if any(a.values is None for a in members):
-            raise SpecError(f"{source}: zip[{g}]: zipped axes need listed values (a list or start/stop/num), not low/high")
+            raise SpecError(f"{source}: zip[{g}]: zipped axes need listed values (a list or start/stop/num), "
+                            f"not low/high")
         sizes = {a.path: len(a.values) for a in members}
         if len(set(sizes.values())) != 1:
             raise SpecError(f"{source}: zip[{g}]: zipped axes need equally many values, got {sizes}")
