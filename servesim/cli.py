@@ -301,7 +301,10 @@ def sweep(
 @app.command()
 def capacity(
     scenario: Path = typer.Argument(..., help="scenario YAML file"),
-    slo: List[str] = typer.Option(..., "--slo", help="METRIC=VALUE (at most) or METRIC>=VALUE; repeat for several"),
+    slo: Optional[List[str]] = typer.Option(None, "--slo", help="METRIC=VALUE (at most) or METRIC>=VALUE, per class "
+                                            "METRIC@CLASS=VALUE; repeat for several"),
+    scenario_slos_: bool = typer.Option(True, "--scenario-slos/--no-scenario-slos",
+                                        help="also meet the SLOs the scenario's streams state, per class"),
     find: str = typer.Option("max-rate", "--find", help="max-rate | min-replicas"),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="override a field: dotted.path=YAML value"),
     seeds: int = typer.Option(5, "--seeds", help="replications per probe to start with (and to add while open)"),
@@ -319,15 +322,18 @@ def capacity(
 
     from servesim.report.console import print_capacity
     from servesim.scenario import load_scenario
-    from servesim.sweep.capacity import (Budget, CapacityError, find_max_rate, find_min_replicas, parse_slo,
-                                         preflight)
+    from servesim.sweep.capacity import (Budget, CapacityError, find_max_rate, find_min_replicas, merge_slos,
+                                         parse_slo, preflight, scenario_slos)
     from servesim.sweep.executor import make_executor
 
     try:
         if find not in ("max-rate", "min-replicas"):
             raise CapacityError(f"--find {find!r}: allowed: max-rate, min-replicas")
-        slos = [parse_slo(t) for t in slo]
         sc = load_scenario(scenario, set_ or [])
+        slos = merge_slos([parse_slo(t) for t in slo or []], scenario_slos(sc) if scenario_slos_ else [])
+        if not slos:
+            raise CapacityError("no SLO to meet: give --slo METRIC=VALUE (e.g. --slo ttft_p99=0.8), or "
+                                "slo targets on the scenario's streams")
         budget = Budget(seeds, max_seeds, confidence)
         budget.check()
         preflight(sc, find, tol)  # refusals that need no run come before any worker starts

@@ -13,6 +13,9 @@ os.environ.setdefault("SERVESIM_BACKGROUND_WARM", "0")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+# every bundled scenario file; scenarios/sweeps/ holds sweep specs, not scenarios
+# (tests/test_sweep_spec.py loads those)
+SCENARIO_FILES = sorted(p for p in (REPO / "scenarios").rglob("*.yaml") if "sweeps" not in p.relative_to(REPO).parts)
 
 BASE = {
     "name": "t",

@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 
 from servesim import load_scenario, simulate
-from tests.conftest import REPO, SHARED
+from tests.conftest import REPO, SCENARIO_FILES, SHARED
 
-# scenarios/sweeps/ holds sweep specs, not scenarios (tests/test_sweep_spec.py loads them)
-SCENARIOS = sorted(p for p in (REPO / "scenarios").rglob("*.yaml") if "sweeps" not in p.relative_to(REPO).parts)
+SCENARIOS = SCENARIO_FILES
 
 
 def _needs_shared(path: Path) -> bool:

@@ -16,7 +16,7 @@ from servesim.scenario import scenario_from_dict
 from servesim.metrics.intervals import Interval
 from servesim.sweep.capacity import (SLO, Budget, CapacityError, Probe, find_max_rate, find_min_replicas,
                                      parse_slo, search_max_rate, search_min_replicas)
-from servesim.sweep.ratescale import scale_rate
+from servesim.sweep.ratescale import base_rate, scale_rate
 from tests.conftest import BASE, scenario
 
 
@@ -125,11 +125,13 @@ def test_min_replicas_integer_search():
 # ------------------------------------------------------------------------------ rate scaling
 def test_scale_rate_per_workload_kind():
     sc = scenario()
-    assert scale_rate(sc, 2.5).workload.arrival.rate == 25.0
+    assert scale_rate(sc, 2.5).workload.rate_scale == 2.5 and base_rate(sc) == 10.0
+    assert scale_rate(sc, 2.5).workload.arrival.rate == 10.0  # the knob is workload.rate_scale
+    assert scale_rate(scale_rate(sc, 2.0), 1.5).workload.rate_scale == 3.0
     tr = scenario_from_dict({**BASE, "workload": {"trace": {"file": "x.csv", "format": "azure", "rate_scale": 2.0}}})
-    assert scale_rate(tr, 3.0).workload.trace.rate_scale == 6.0
+    assert scale_rate(tr, 3.0).workload.rate_scale == 3.0 and base_rate(tr) is None
     closed = scenario_from_dict({**BASE, "workload": {"arrival": {"process": "closed", "clients": 4}}})
-    with pytest.raises(ScenarioError, match="closed loop has no arrival rate"):
+    with pytest.raises(ScenarioError, match="no rate to scale"):
         scale_rate(closed, 2.0)
     with pytest.raises(ScenarioError, match="must be a finite number > 0"):
         scale_rate(sc, 0.0)
@@ -220,3 +222,45 @@ def test_capacity_bad_input_one_line(tmp_path, args, needle):
     f.write_text(yaml.safe_dump(BASE))
     res = CliRunner().invoke(app, ["capacity", str(f), *args])
     assert res.exit_code == 2 and needle in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+# ------------------------------------------------------------------------------ per class
+def two_stream_md1(n: int, rate_a: float = 16.0, rate_b: float = 24.0, slo_a=None):
+    """Two Poisson streams into one FCFS slot with 10 ms service: their superposition is M/D/1 at
+    the total rate, and each class waits like the whole (PASTA)."""
+    a = {"name": "a", "class": "A", "priority": "P0", "arrival": {"process": "poisson", "rate": rate_a},
+         "prompt": {"dist": "fixed", "value": 1}, "output": {"dist": "fixed", "value": 1}}
+    if slo_a:
+        a["slo"] = slo_a
+    b = {"name": "b", "class": "B", "priority": "P0", "arrival": {"process": "poisson", "rate": rate_b},
+         "prompt": {"dist": "fixed", "value": 1}, "output": {"dist": "fixed", "value": 1}}
+    raw = {**BASE, "stop": {"requests": n, "warmup_requests": 0}, "engine": {"max_num_seqs": 1},
+           "step_time": {"model": "constant", "seconds": S}, "workload": {"streams": [a, b]}}
+    return scenario_from_dict(raw, "two")
+
+
+def test_scenario_slos_are_per_class():
+    from servesim.sweep.capacity import merge_slos, scenario_slos
+
+    sc = two_stream_md1(100, slo_a={"ttft_p99": 0.5, "e2e_p99": 2.0})
+    assert scenario_slos(sc) == [SLO("ttft_p99@A", 0.5), SLO("e2e_p99@A", 2.0)]
+    assert merge_slos([SLO("ttft_p99@A", 0.3)], scenario_slos(sc)) == [SLO("ttft_p99@A", 0.3), SLO("e2e_p99@A", 2.0)]
+    assert scenario_slos(md1(100)) == []
+
+
+def test_per_class_slo_on_two_streams_matches_pollaczek_khinchine():
+    """The SLO bounds class A's mean wait; the answer is a total rate, which PK gives. The search
+    scales both streams at once (workload.rate_scale)."""
+    truth = pk_max_rate(S, W)
+    s = find_max_rate(two_stream_md1(1500), [SLO("queue_mean@A", W)], Budget(seeds=4, max_seeds=12), tol=0.1)
+    assert s.answered, s.refused
+    assert s.base_rate == 40.0 and s.best.scenario.workload.rate_scale == s.best.x
+    assert s.rate(s.best) <= truth * 1.03 and s.rate(s.bound) >= truth * 0.97, (s.rate(s.best), truth)
+
+
+def test_closed_loop_only_workload_has_no_rate_to_scale():
+    sc = scenario_from_dict({**BASE, "workload": {"arrival": {"process": "closed", "clients": 4},
+                                                   "prompt": {"dist": "fixed", "value": 4},
+                                                   "output": {"dist": "fixed", "value": 4}}})
+    with pytest.raises(ScenarioError, match="closed loop, which has no rate to scale"):
+        find_max_rate(sc, [SLO("ttft_p99", 1.0)], Budget())

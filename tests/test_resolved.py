@@ -13,9 +13,9 @@ from servesim.cli import app
 from servesim.resolved import resolved_yaml
 from servesim.scenario import load_scenario
 from servesim.simulate import simulate
-from tests.conftest import REPO, SHARED
+from tests.conftest import REPO, SCENARIO_FILES, SHARED
 
-SCENARIOS = sorted((REPO / "scenarios").rglob("*.yaml"))
+SCENARIOS = SCENARIO_FILES
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[str(p.relative_to(REPO / "scenarios")) for p in SCENARIOS])

@@ -198,3 +198,19 @@ def test_sweep_cli_runs_then_resumes_with_nothing_to_do(tmp_path):
     assert "0 runs now, 6 already stored" in again.stdout
     df = load_results(tmp_path / "o")
     assert len(df) == 6 and list(df.columns[:5]) == ["point", "key", "seed", "replication", "engine.max_num_seqs"]
+
+
+def test_per_class_metrics_in_rows_and_intervals():
+    from servesim.metrics.flat import check_metric_name
+    from servesim.sweep.replicate import replicate
+    from tests.test_capacity import two_stream_md1
+
+    sc = two_stream_md1(300)
+    rep = replicate(sc, [1, 2, 3])
+    vals = [s["by_class"]["A"]["latency_s"]["ttft"]["p99"] for s in rep.summaries]
+    iv = rep.summary["intervals"]["ttft_p99@A"]
+    assert iv["estimate"] == pytest.approx(sum(vals) / 3) and iv["n"] == 3
+    assert "completed@B" in rep.summary["intervals"]
+    df = servesim.simulate_many(sc, [{}], seeds=[1], metrics=["ttft_p99@A", "completed@B", "ttft_p99@Z"])
+    assert df.loc[0, "ttft_p99@A"] == vals[0] and math.isnan(df.loc[0, "ttft_p99@Z"])  # no class Z: NaN
+    assert check_metric_name("preemptions@A") and check_metric_name("ttft_p99@bad label")

@@ -18,6 +18,11 @@ number. Both use the names defined here, so ``--slo ttft_p99=0.8``, a sweep's ``
     sim_time_s          sim_time_s
     prefix_hit_rate     kv.prefix_hit_rate.tokens   (prefix caching only)
 
+Per class: ``<name>@<class label>`` reads ``by_class.<label>`` (docs/scenario.md, "Results per
+class"): ``ttft_p99@chat``, ``goodput_req_per_s@P0``, ``slo_attainment@gold``; latencies,
+throughputs, ``slo_attainment`` and the request counts (``arrived`` ... ``measured``). A class
+that did not appear in a run reads NaN.
+
 ``queue_mean`` is the mean wait in queue (arrival to first scheduled): the quantity of the
 Pollaczek-Khinchine formula for an M/G/1 replica. A value the run could not measure (no
 completed request) is NaN, never dropped.
@@ -26,6 +31,7 @@ completed request) is NaN, never dropped.
 from __future__ import annotations
 
 import math
+import re
 
 from servesim.metrics.stats import PCT_KEYS
 from servesim.request import CAUSE_NAMES
@@ -55,6 +61,27 @@ _PATHS["prefix_hit_rate"] = ("kv", "prefix_hit_rate", "tokens")
 METRIC_PATHS: dict[str, tuple[str, ...]] = dict(_PATHS)
 METRIC_NAMES: tuple[str, ...] = tuple(METRIC_PATHS)
 
+# what a by_class entry holds, by the same names
+CLASS_METRIC_PATHS: dict[str, tuple[str, ...]] = {
+    k: v for k, v in METRIC_PATHS.items()
+    if v[0] in ("latency_s", "throughput", "slo") or (v[0] == "requests" and k != "preemptions")}
+_LABEL = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:+-]{0,63}$")  # a class label (workload/stream_config.py)
+
+
+def metric_path(name: str) -> tuple[str, ...] | None:
+    """Where a metric lives in a summary; None for a name that is not a metric."""
+    if "@" in name:
+        base, label = name.split("@", 1)
+        inner = CLASS_METRIC_PATHS.get(base)
+        return None if inner is None or not _LABEL.match(label) else ("by_class", label) + inner
+    return METRIC_PATHS.get(name)
+
+
+def class_metric_names(summary: dict) -> tuple[str, ...]:
+    """``<name>@<label>`` for every class of this summary's ``by_class``."""
+    labels = list((summary.get("by_class") or {}).keys())
+    return tuple(f"{k}@{lab}" for lab in labels for k in CLASS_METRIC_PATHS)
+
 
 def _dig(d: dict, path: tuple[str, ...]):
     for k in path:
@@ -69,16 +96,20 @@ def flat_metrics(summary: dict, names: tuple[str, ...] | list[str] | None = None
     has no value (an empty percentile, a cause with no waiting, prefix caching off)."""
     out: dict[str, float] = {}
     for name in names if names is not None else METRIC_NAMES:
-        v = _dig(summary, METRIC_PATHS[name])
+        v = _dig(summary, metric_path(name) or ())
         out[name] = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
     return out
 
 
 def check_metric_name(name: str) -> str | None:
     """None if ``name`` is a metric, else a one-line explanation listing what is allowed."""
-    if name in METRIC_PATHS:
+    if metric_path(name) is not None:
         return None
-    close = [m for m in METRIC_NAMES if m.split("_")[0] == name.split("_")[0]][:8]
+    base = name.split("@", 1)[0]
+    if "@" in name and base in METRIC_PATHS:
+        return (f"{name!r}: {base} is not reported per class (per class: latencies, throughputs, "
+                f"slo_attainment, request counts), or the label is not a class label")
+    close = [m for m in METRIC_NAMES if m.split("_")[0] == base.split("_")[0]][:8]
     hint = f"; e.g. {', '.join(close)}" if close else ""
     return (f"{name!r} is not a metric (allowed: <ttft|tpot|itl|e2e|queue>_<mean|p50|p90|p95|p99|p999|max>, "
-            f"req_per_s, goodput_req_per_s, slo_attainment, ... see docs/sweeps.md{hint})")
+            f"req_per_s, goodput_req_per_s, slo_attainment, ..., per class NAME@CLASS; see docs/sweeps.md{hint})")

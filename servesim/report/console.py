@@ -303,6 +303,18 @@ def print_replicated_summary(console: Console, summary: dict) -> None:
     for k in ("mean",) + PCT_KEYS:
         table.add_row(k.replace("p999", "p99.9"), *(pm_seconds(*get(f"{name}_{k}")) for name in names))
     console.print(table)
+    classes = list(summary.get("by_class") or {})
+    if len(classes) > 1 or "by_stream" in summary:
+        ct = Table(title="per class (P99)", box=box.SIMPLE_HEAD, show_edge=False, header_style="bold",
+                   pad_edge=False, collapse_padding=True)
+        for col in ("class", "done", "TTFT", "TPOT", "E2E", "good"):
+            ct.add_column(col, justify="left" if col == "class" else "right", no_wrap=True)
+        for c in classes:
+            att = get(f"slo_attainment@{c}")
+            ct.add_row(c, pm(*get(f"completed@{c}")), pm_seconds(*get(f"ttft_p99@{c}")),
+                       pm_seconds(*get(f"tpot_p99@{c}")), pm_seconds(*get(f"e2e_p99@{c}")),
+                       pm(None if att[0] is None else att[0] * 100, None if att[1] is None else att[1] * 100, "%"))
+        console.print(ct)
     console.print(f"KV        peak {pct('kv_peak_usage')}, time-mean {pct('kv_mean_usage')}")
     console.print(f"engine    busy {pm(*get('busy_fraction'))}, {pm(*get('iterations'))} iterations per run")
     console.print(f"simulated {reps['n']} runs in {summary['wall_s']:.2f} s wall")

@@ -80,11 +80,12 @@ class SLO:
         return (self.bound - end) / abs(self.bound) if self.upper else (end - self.bound) / abs(self.bound)
 
 
-_SLO_RE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|>=|=)\s*([^\s]+)\s*$")
+_SLO_RE = re.compile(r"^\s*([A-Za-z0-9_]+(?:@[A-Za-z0-9_][A-Za-z0-9_.:+-]*)?)\s*(<=|>=|=)\s*([^\s]+)\s*$")
 
 
 def parse_slo(text: str) -> SLO:
-    """``ttft_p99=0.8`` or ``ttft_p99<=0.8`` (at most), ``slo_attainment>=0.99`` (at least)."""
+    """``ttft_p99=0.8`` or ``ttft_p99<=0.8`` (at most), ``slo_attainment>=0.99`` (at least); per
+    class ``ttft_p99@chat=0.5``."""
     m = _SLO_RE.match(text)
     if not m:
         raise CapacityError(f"--slo {text!r}: expected METRIC=VALUE (at most) or METRIC>=VALUE, e.g. ttft_p99=0.8")
@@ -99,6 +100,25 @@ def parse_slo(text: str) -> SLO:
     if not math.isfinite(bound):
         raise CapacityError(f"--slo {text!r}: the bound must be a finite number")
     return SLO(name, bound, upper=op != ">=")
+
+
+def scenario_slos(sc: Scenario) -> list[SLO]:
+    """The SLOs the scenario's streams state (``slo: {ttft_p99: 0.8}`` on a stream of class
+    ``chat``), as per-class SLOs (``ttft_p99@chat <= 0.8``): the targets ``by_class`` reports."""
+    out: list[SLO] = []
+    seen: set[str] = set()
+    for sp in sc.workload.stream_specs():
+        if sp.slo is None or sp.label is None or sp.label in seen:
+            continue
+        seen.add(sp.label)
+        out += [SLO(f"{key}@{sp.label}", float(v)) for key, v in sp.slo.targets().items()]
+    return out
+
+
+def merge_slos(given: list[SLO], from_scenario: list[SLO]) -> list[SLO]:
+    """The command line's SLOs, then the scenario's on metrics the command line does not bound."""
+    named = {s.metric for s in given}
+    return given + [s for s in from_scenario if s.metric not in named]
 
 
 # -------------------------------------------------------------------------------------- probes
@@ -248,7 +268,7 @@ def search_max_rate(probe: Callable[[float], Probe], slos: list[SLO], *, tol: fl
             k.append(f"{describe(out.bound.x)} does not")
         return "; ".join(k) + "; " if k else ""
 
-    advice = "raise --max-seeds, loosen --tol, or make runs longer (stop.requests)"
+    advice = "raise --max-seeds, loosen --tol, or make runs longer (stop.requests or stop.duration_s)"
     run(1.0)
     doublings = 0
     while out.best is None or out.bound is None:

@@ -1,15 +1,9 @@
-"""The one way searches change how much traffic arrives: a rate scale.
+"""The one way searches change how much traffic arrives: ``workload.rate_scale``.
 
-``scale_rate(sc, 2.0)`` is the scenario with twice the request rate, whatever the workload:
-
-    poisson / gamma / constant arrivals   workload.arrival.rate x factor
-    trace replay                          workload.trace.rate_scale x factor (gaps divided)
-    ServeGen fits                         workload.arrival.rate_scale x factor
-    sessions                              their start rate (workload.arrival) x factor
-    closed loop                           refused: its rate follows from clients and think time
-
-Every capacity search goes through this function, so when workloads grow a single
-``workload.rate_scale`` (every stream's rate at once), only this module changes.
+``scale_rate(sc, 2.0)`` is the scenario with ``workload.rate_scale`` doubled: every open-loop
+arrival rate of every stream twice as high (Poisson, gamma and constant rates, ServeGen fits,
+trace replays, session starts; docs/scenario.md). Closed loops keep their clients; a workload of
+closed loops only has no rate to scale, and the scenario's validation says so.
 """
 
 from __future__ import annotations
@@ -21,22 +15,43 @@ from servesim.scenario import ClosedArrival, Scenario
 
 
 def base_rate(sc: Scenario) -> float | None:
-    """Requests (or sessions) per second at scale 1, when the scenario states one."""
-    rate = getattr(sc.workload.arrival, "rate", None)
-    return float(rate) if sc.workload.trace is None and rate is not None else None
+    """Open-loop requests (or session starts) per second of ``sc`` as configured (its
+    ``rate_scale`` included), when every open-loop source states a rate; None when one does not
+    (a trace replay, ServeGen fits)."""
+    w = sc.workload
+
+    def rate_of(arr) -> float | None:
+        if isinstance(arr, ClosedArrival):
+            return 0.0
+        r = getattr(arr, "rate", None)
+        return float(r) if isinstance(r, (int, float)) else None
+
+    if w.streams is None:
+        if w.trace is not None:
+            return None
+        r = rate_of(w.arrival)
+        return None if r is None or r == 0.0 else r * w.rate_scale
+    total = 0.0
+    if any(s.share is not None for s in w.streams):
+        r = rate_of(w.arrival)
+        if r is None:
+            return None
+        total += r
+    for s in w.streams:
+        if s.trace is not None:
+            return None
+        if s.arrival is not None:
+            r = rate_of(s.arrival)
+            if r is None:
+                return None
+            total += r
+    return total * w.rate_scale if total > 0 else None
 
 
 def scale_rate(sc: Scenario, factor: float) -> Scenario:
     if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
         raise ScenarioError(f"rate scale {factor!r}: must be a finite number > 0")
-    w = sc.workload
-    if w.trace is not None:
-        return sc.override({"workload.trace.rate_scale": w.trace.rate_scale * factor}, source="rate scale")
-    arr = w.arrival
-    if isinstance(arr, ClosedArrival):
-        raise ScenarioError("workload.arrival.process = 'closed': a closed loop has no arrival rate to scale "
-                            "(its rate follows from clients and think_s); search over workload.arrival.clients "
-                            "with a sweep instead")
-    if getattr(arr, "process", None) == "servegen":
-        return sc.override({"workload.arrival.rate_scale": arr.rate_scale * factor}, source="rate scale")
-    return sc.override({"workload.arrival.rate": arr.rate * factor}, source="rate scale")
+    if not sc.workload.has_open_loop():
+        raise ScenarioError("workload: every arrival process is a closed loop, which has no rate to scale "
+                            "(its load follows from clients and think_s); sweep over the clients instead")
+    return sc.override({"workload.rate_scale": sc.workload.rate_scale * factor}, source="rate scale")

@@ -9,7 +9,8 @@ single run's (every number the mean over replications) and adds::
     "replications": {"n": 10, "seeds": [...], "confidence": 0.95, "method": "..."},
     "intervals": {"ttft_p99": {"estimate", "half_width", "lo", "hi", "n", "confidence"}, ...}
 
-keyed by the flat metric names of :mod:`servesim.metrics.flat` (the names SLOs and sweeps use).
+keyed by the flat metric names of :mod:`servesim.metrics.flat` (the names SLOs and sweeps use),
+per-class metrics included (``ttft_p99@chat``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from servesim.metrics.flat import flat_metrics
+from servesim.metrics.flat import METRIC_NAMES, class_metric_names, flat_metrics
 from servesim.metrics.intervals import DEFAULT_CONFIDENCE, METHOD, Interval, intervals, mean_summary
 from servesim.scenario import Scenario
 from servesim.simulate import summary_json
@@ -39,7 +40,8 @@ class Replicated:
 
     @cached_property
     def rows(self) -> list[dict[str, float]]:
-        return [flat_metrics(s) for s in self.summaries]
+        """Flat metrics of each run, per-class ones (``ttft_p99@P0``) included."""
+        return [flat_metrics(s, METRIC_NAMES + class_metric_names(s)) for s in self.summaries]
 
     @cached_property
     def intervals(self) -> dict[str, Interval]:
