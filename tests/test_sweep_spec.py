@@ -166,3 +166,8 @@ def test_base_file_relative_to_spec(tmp_path):
                                                      "axes": {"engine.max_num_seqs": [1, 2]}}))
     s = load_spec(tmp_path / "s.yaml")
     assert [p.scenario.stop.requests for p in s.points] == [20, 20] and s.name == "s"
+
+
+def test_seeds_default_to_the_base_replications():
+    s = spec_from_dict({"base": merge(BASE, {"stop": {"replications": 3}})}, "s.yaml", REPO)
+    assert s.seeds_of(s.points[0]) == [1, 2, 3]

@@ -12,6 +12,7 @@
       - {engine.enable_chunked_prefill: [false, true], engine.max_num_batched_tokens: [8192, 2048]}
     design: grid                      # or {kind: random | lhs | sobol, samples: 64, seed: 0}
     seeds: 3                          # replications per point, or a list of seeds
+                                      # (default: the base's stop.replications, 1 unless set)
     metrics: [ttft_p99, tpot_p99, req_per_s]   # default: every metric
     invalid: error                    # error | skip (points the scenario rejects)
 
@@ -116,7 +117,7 @@ def spec_from_dict(raw: Any, source: str = "spec", base_dir: Path | str = ".") -
     design, samples, dseed = _design(raw.get("design", "grid"), source)
     spec = SweepSpec(
         name=_name(raw.get("name"), source), base=base, dims=dims, design=design, samples=samples,
-        design_seed=dseed, seeds=_seeds(raw.get("seeds", 1), source), metrics=_metrics(raw.get("metrics"), source),
+        design_seed=dseed, seeds=_seeds(raw.get("seeds", base.stop.replications), source), metrics=_metrics(raw.get("metrics"), source),
         invalid=_invalid(raw.get("invalid", "error"), source), source=source)
     if design == "grid" and grid_size(dims) > MAX_POINTS:
         raise SpecError(f"{source}: the grid has {grid_size(dims):,} points; at most {MAX_POINTS:,} "
