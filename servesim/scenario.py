@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, Union
 
 import numpy as np
 import yaml
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from servesim.config.cluster import ClusterConfig, LinkConfig
 from servesim.errors import ScenarioError

@@ -66,12 +66,12 @@ def test_continuous_axis_maps_the_unit_interval():
 # --------------------------------------------------------------------------------- designs
 def test_grid_order_first_axis_slowest_and_zip_moves_together():
     s = spec(axes={"workload.arrival.rate": [5, 10], "engine.max_num_seqs": [2, 4, 8]},
-             zip=[{"engine.block_size": [8, 16], "engine.max_batch_size": [4, 8]}])
+             zip=[{"engine.block_size": [8, 16], "engine.gpu_memory_utilization": [0.8, 0.9]}])
     vals = [p.values for p in s.points]
     assert len(vals) == 12
     assert vals[0] == {"workload.arrival.rate": 5, "engine.max_num_seqs": 2, "engine.block_size": 8,
-                       "engine.max_batch_size": 4}
-    assert vals[1]["engine.block_size"] == 16 and vals[1]["engine.max_batch_size"] == 8
+                       "engine.gpu_memory_utilization": 0.8}
+    assert vals[1]["engine.block_size"] == 16 and vals[1]["engine.gpu_memory_utilization"] == 0.9
     assert vals[2]["engine.max_num_seqs"] == 4 and vals[-1]["workload.arrival.rate"] == 10
     assert [p.scenario.engine.block_size for p in s.points[:2]] == [8, 16]
 
