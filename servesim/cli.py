@@ -205,7 +205,7 @@ def _run_replicated(sc, seed: Optional[int], n: int, out_dir: Path, quiet: bool,
 
     seeds = replication_seeds(sc.seed if seed is None else seed, n)
     if not quiet:
-        print_header(console, build(sc, seed=seeds[0]))
+        print_header(console, build(sc, seed=seeds[0], cold="python"))  # a header: nothing to compile for
     with make_executor(workers) as ex, \
             PointsProgress(console, "replications", "runs", enabled=not quiet) as bar:
         rep = replicate(sc, seeds, executor=ex, out_dir=out_dir / "seeds", progress=bar)
