@@ -15,6 +15,7 @@ so 10,000-request runs use the Python engine).
 
 Usage:  python benchmarks/sweep.py [--points 1000] [--requests 10000] [--workers 2] [--engine auto]
         python benchmarks/sweep.py --points 40 --workers 1,2          (scaling)
+        python benchmarks/sweep.py --cpu-sample 50                     (CPU s per point, load-free)
 Prints one markdown row per worker count; append them to benchmarks/RESULTS.md with the date,
 the machine and the ``python -m timeit "sum(range(100000))"`` figure printed first.
 """
@@ -84,13 +85,42 @@ def run(points: int, requests: int, workers: int, engine: str) -> dict:
     }
 
 
+def cpu_sample(points: int, requests: int, engine: str, n: int) -> dict:
+    """CPU seconds per point of the design (``time.process_time`` around each task, in this
+    process): a figure that other processes on the machine do not inflate, unlike wall time."""
+    from servesim.sweep.runner import tasks_for
+    from servesim.sweep.spec import spec_from_dict
+    from servesim.sweep.task import run_task
+
+    sp = spec_from_dict(spec_dict(points, requests, engine), "bench-sweep", REPO)
+    tasks = tasks_for(sp.points, sp.seeds_of)
+    step = max(1, len(tasks) // n)
+    sample = tasks[::step][:n]
+    run_task(sample[0])  # engine loaded and warm before timing
+    cpu = []
+    for t in sample:
+        c0 = time.process_time()
+        run_task(t)
+        cpu.append(time.process_time() - c0)
+    return {"n": len(sample), "cpu_s_per_point": sum(cpu) / len(cpu), "max_s": max(cpu)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--points", type=int, default=1000)
     ap.add_argument("--requests", type=int, default=10_000)
     ap.add_argument("--workers", default="2", help="worker counts, comma-separated (e.g. 1,2)")
     ap.add_argument("--engine", default="auto", choices=["auto", "python", "compiled"])
+    ap.add_argument("--cpu-sample", type=int, default=0,
+                    help="instead: CPU seconds per point over N points spread over the design, in this process")
     args = ap.parse_args()
+    if args.cpu_sample:
+        r = cpu_sample(args.points, args.requests, args.engine, args.cpu_sample)
+        print(f"{time.strftime('%Y-%m-%d %H:%M')} · sim.engine {args.engine} · {r['n']} of {args.points} points x "
+              f"{args.requests:,} requests: {r['cpu_s_per_point']:.3f} CPU s per point (max {r['max_s']:.2f}); "
+              f"{args.points} points on 2 cores with nothing else running: "
+              f">= {args.points * r['cpu_s_per_point'] / 2 / 60:.1f} min")
+        return
     print(f"{time.strftime('%Y-%m-%d %H:%M')} · {platform.machine()} · {os.cpu_count()} cores · "
           f"python {platform.python_version()} · timeit sum(range(100000)): {timeit_figure()}", flush=True)
     print("| points x requests | sim.engine | workers | cluster start s | sweep s | points/min | "
