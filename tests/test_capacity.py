@@ -17,7 +17,9 @@ from servesim.metrics.intervals import Interval
 from servesim.sweep.capacity import (SLO, Budget, CapacityError, Probe, find_max_rate, find_min_replicas,
                                      parse_slo, search_max_rate, search_min_replicas)
 from servesim.sweep.ratescale import base_rate, scale_rate
-from tests.conftest import BASE, scenario
+from servesim.scenario import load_scenario
+from servesim.sweep.spec import scenario_key
+from tests.conftest import BASE, REPO, scenario
 
 
 # ---------------------------------------------------------------------------------------- SLOs
@@ -158,7 +160,9 @@ def test_md1_max_rate_matches_pollaczek_khinchine():
     """λ* = 2W / (s (s + 2W)) = 66.7 req/s. The search's verified pass and fail rates must
     bracket it (a few % of slack: finite runs and the interval's own error), within --tol."""
     truth = pk_max_rate(S, W)
-    s = find_max_rate(md1(1500), [SLO("queue_mean", W)], Budget(seeds=4, max_seeds=12), tol=0.08)
+    sc = load_scenario(REPO / "scenarios/examples/md1_queue.yaml")  # the example docs/sweeps.md shows
+    assert scenario_key(sc) == scenario_key(md1(1500).override({"name": "md1_queue"}))
+    s = find_max_rate(sc, [SLO("queue_mean", W)], Budget(seeds=4, max_seeds=12), tol=0.08)
     assert s.answered, s.refused
     lo, hi = s.rate(s.best), s.rate(s.bound)
     assert hi / lo - 1 <= 0.08

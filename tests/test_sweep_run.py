@@ -180,7 +180,7 @@ def test_pm_formats():
     assert pm_seconds(1.2345, 0.05) == "1.23 s ± 0.05"
     assert pm_seconds(0.0412, 0.0009) == "41.2 ms ± 0.9"
     assert pm_seconds(0.777, 0.163) == "777 ms ± 163"
-    assert pm_seconds(1.234, 0.013) == "1.234 s ± 0.013"
+    assert pm_seconds(1.234, 0.013) == "1.23 s ± 0.01"
     assert pm(1000.0, 0.0) == "1,000 ± 0" and pm(2.0, float("nan")) == "2"
     assert pm_seconds(None, None) == "-"
 

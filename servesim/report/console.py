@@ -229,16 +229,14 @@ def print_summary(console: Console, res) -> None:
 
 # ------------------------------------------------------------------------- replicated runs
 def _decimals(half_width: float) -> int:
-    """Decimals that show a half-width with one significant digit (two when it starts with 1)."""
+    """Decimals that show a half-width with one significant digit (the estimate is rounded alike)."""
     import math
 
     if not math.isfinite(half_width) or half_width < 0:
         return 3
     if half_width == 0:
         return 0
-    lead = math.floor(math.log10(half_width))
-    d = -lead + (1 if f"{half_width:e}"[0] == "1" else 0)
-    return min(max(d, 0), 6)
+    return min(max(-math.floor(math.log10(half_width)), 0), 6)
 
 
 def pm(estimate, half_width, unit: str = "") -> str:

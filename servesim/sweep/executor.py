@@ -73,7 +73,7 @@ class DaskExecutor:
             if n < 1:
                 raise ExecutorError(f"--workers {n}: must be at least 1")
             self._cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                         dashboard_address=None, silence_logs=logging.ERROR)
+                                         dashboard_address=None, silence_logs=logging.CRITICAL)
             self.client = Client(self._cluster)
             self.description = f"local dask cluster, {n} worker processes"
 
@@ -117,11 +117,19 @@ class DaskExecutor:
                 self.client.cancel(list(pending))
 
     def close(self) -> None:
+        """Shut down quietly: workers and connections closing in any order is normal here, and
+        Dask logs each broken heartbeat of a stopping cluster as an error with a traceback."""
+        quiet = [logging.getLogger(n) for n in ("distributed", "tornado", "asyncio")]
+        levels = [lg.level for lg in quiet]
+        for lg in quiet:
+            lg.setLevel(logging.CRITICAL)
         try:
             self.client.close()
-        finally:
             if self._cluster is not None:
                 self._cluster.close()
+        finally:
+            for lg, lv in zip(quiet, levels):
+                lg.setLevel(lv)
 
     def __enter__(self):
         return self
