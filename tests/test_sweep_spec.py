@@ -105,6 +105,11 @@ def test_every_point_is_validated_and_named():
     assert "point 1 (engine.max_num_seqs=-1)" in msg and "engine.max_num_seqs = -1" in msg and "\n" not in msg
 
 
+def test_points_that_do_not_fit_the_gpu_are_found_at_load():
+    with pytest.raises(SpecError, match=r"point 1 \(engine.gpu_memory_utilization=0.15\): model llama-3-8b does not fit"):
+        spec(axes={"engine.gpu_memory_utilization": [0.9, 0.15]})
+
+
 def test_invalid_skip_lists_points_instead_of_dropping_them():
     s = spec(axes={"engine.max_num_seqs": [4, -1, 8]}, invalid="skip")
     assert [p.index for p in s.points] == [0, 2]

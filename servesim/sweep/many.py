@@ -20,7 +20,7 @@ from servesim.scenario import Scenario
 from servesim.sweep.design import Dimension, SpecError, expand, parse_axis
 from servesim.sweep.executor import make_executor
 from servesim.sweep.runner import expand_rows, raise_errors, run_tasks, tasks_for
-from servesim.sweep.spec import Point, scenario_key
+from servesim.sweep.spec import Point, check_fits, scenario_key
 
 
 def points_of(grid_or_points: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -74,7 +74,9 @@ def simulate_many(scenario: Scenario, grid_or_points: Mapping[str, Any] | Sequen
     points = []
     for i, v in enumerate(values):
         label = ", ".join(f"{k}={x}" for k, x in v.items())
-        sc = scenario.override(v, source=f"simulate_many: point {i} ({label})")
+        where = f"simulate_many: point {i} ({label})"
+        sc = scenario.override(v, source=where)
+        check_fits(sc, where)
         points.append(Point(i, v, sc, scenario_key(sc)))
     explicit = None if isinstance(seeds, int) and not isinstance(seeds, bool) else seeds_list(seeds, 0)
     if explicit is None:

@@ -136,8 +136,10 @@ def resolve_points(spec: SweepSpec, values: list[dict[str, Any]]) -> None:
     seen: set[str] = set()
     for i, v in enumerate(values):
         label = ", ".join(f"{k}={_short(x)}" for k, x in v.items())
+        where = f"{spec.source}: point {i} ({label})"
         try:
-            sc = spec.base.override(v, source=f"{spec.source}: point {i} ({label})")
+            sc = spec.base.override(v, source=where)
+            check_fits(sc, where)
         except ScenarioError as exc:
             if spec.invalid == "skip":
                 spec.invalid_points.append((i, v, str(exc)))
@@ -147,6 +149,17 @@ def resolve_points(spec: SweepSpec, values: list[dict[str, Any]]) -> None:
         spec.duplicates += key in seen
         seen.add(key)
         spec.points.append(Point(i, v, sc, key))
+
+
+def check_fits(sc: Scenario, where: str) -> None:
+    """The model and its KV cache fit the GPU (checked when a run is built; here too, so a point
+    that cannot run is found before any point runs)."""
+    from servesim.memory import plan_memory
+
+    try:
+        plan_memory(sc)
+    except ValueError as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
 
 
 def _short(x: Any) -> str:
