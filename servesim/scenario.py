@@ -316,12 +316,11 @@ class Scenario(Frozen):
     @model_validator(mode="before")
     @classmethod
     def _revalidate_nested(cls, data: Any) -> Any:
-        """Nested configs given as objects are validated again, as if given as mappings.
-
-        pydantic accepts an already-built sub-model as it is, and ``model_copy(update=...)`` never
-        validates, so ``Scenario(engine=sc.engine.model_copy(update={"max_num_seqs": -5}))``
-        would slip an invalid engine through. Dumping every nested object back to the fields it
-        was given closes that door for every sub-config, whichever module defines it."""
+        """Sub-configs given as objects are checked like sub-configs given as mappings."""
+        # pydantic accepts an already-built sub-model as it is, and model_copy(update=...) never
+        # validates, so Scenario(engine=sc.engine.model_copy(update={"max_num_seqs": -5})) would
+        # slip an invalid engine through. Dumping every nested object back to the fields it was
+        # given closes that door for every sub-config, whichever module defines it.
         return _as_raw(data) if isinstance(data, dict) else data
 
     def override(self, updates: Mapping[str, Any], source: str = "override") -> "Scenario":
