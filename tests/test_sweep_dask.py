@@ -27,7 +27,10 @@ from servesim.sweep.spec import load_spec, spec_from_dict
 from servesim.sweep.store import SweepStore
 from tests.conftest import BASE, REPO, scenario
 
-SPEC = {"base": BASE, "axes": {"workload.arrival.rate": [5.0, 20.0, 40.0], "engine.max_num_seqs": [1, 4]},
+# the Python engine throughout: these tests are about Dask, and worker processes then never wait
+# for a first compile of the engine (a fresh machine, or kernels changed since the last build)
+PY = {"sim": {"engine": "python"}}
+SPEC = {"base": {**BASE, **PY}, "axes": {"workload.arrival.rate": [5.0, 20.0, 40.0], "engine.max_num_seqs": [1, 4]},
         "seeds": 2}
 
 
@@ -49,10 +52,10 @@ def test_local_cluster_gives_the_same_rows(tmp_path, serial_rows):
         assert ex.workers == 2
         got = run_sweep(sp, tmp_path, ex).frame
         # simulate_many on the same cluster, through its address (the --scheduler path)
-        many = servesim.simulate_many(scenario(), {"engine.max_num_seqs": [1, 4]}, seeds=2,
+        many = servesim.simulate_many(scenario(**PY), {"engine.max_num_seqs": [1, 4]}, seeds=2,
                                       scheduler=ex.client.scheduler.address)
     same_rows(serial_rows, got)
-    here = servesim.simulate_many(scenario(), {"engine.max_num_seqs": [1, 4]}, seeds=2)
+    here = servesim.simulate_many(scenario(**PY), {"engine.max_num_seqs": [1, 4]}, seeds=2)
     same_rows(here, many)
 
 
@@ -104,7 +107,7 @@ class SubprocessCluster:
                 p.terminate()
         for p in self.procs:
             try:
-                p.wait(timeout=10)
+                p.wait(timeout=3)  # no need for a graceful goodbye in a test
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
@@ -147,10 +150,11 @@ def test_bad_scheduler_address_is_one_line(tmp_path):
 
 def test_killed_worker_mid_sweep_loses_and_duplicates_nothing(tmp_path, subprocess_cluster):
     """Runs last in this module: it kills one of the module cluster's workers. Twelve runs of
-    ~0.2 s; once three are stored, the worker busy with a task is killed (SIGKILL, no goodbye)."""
-    raw = {"base": {**BASE, "stop": {"requests": 300}}, "axes": {"workload.arrival.rate": [4.0, 6.0, 8.0, 10.0,
-                                                                                           12.0, 14.0]},
-           "seeds": 2}
+    ~0.2 s; once three are stored, a worker busy with a task is killed (SIGKILL, no goodbye)."""
+    # 1,000 requests on the Python engine: ~0.2 s a run, long enough for workers to be busy when
+    # one is killed
+    raw = {"base": {**BASE, **PY, "stop": {"requests": 1000}},
+           "axes": {"workload.arrival.rate": [4.0, 6.0, 8.0, 10.0, 12.0, 14.0]}, "seeds": 2}
     sp = spec_from_dict(raw, "kill.yaml", REPO)
     killed: dict = {}
 
