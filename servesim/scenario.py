@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import numpy as np
 import yaml
@@ -211,12 +211,39 @@ class ConstantStepConfig(Frozen):
 
 
 class RooflineStepConfig(Frozen):
-    """Per op, max(FLOPs / (peak x mfu), bytes / (bandwidth x mbu)), plus a fixed overhead."""
+    """Per op, max(FLOPs / (peak x mfu), bytes / (bandwidth x mbu)), plus a fixed overhead.
+
+    ``fit: <gpu>/<model>[-tp<N>]`` takes mfu, mbu and overhead_s from that calibration pack of the
+    same GPU instead (servesim/perf/rooflinefit.py): the fallback for a model with no pack."""
 
     model: Literal["roofline"]
     mfu: Share = 0.6  # achieved share of the GPU's peak FLOP/s
     mbu: Share = 0.8  # achieved share of the GPU's memory bandwidth
     overhead_s: StepSeconds0 = 0.002  # fixed time added to every iteration
+    # fit mfu, mbu and overhead_s to a calibration pack of this GPU ("gpu/model[-tpN]")
+    fit: Optional[Annotated[str, Field(min_length=3, max_length=100)]] = None
+
+    @field_validator("fit")
+    @classmethod
+    def _fit_names_a_pack(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
+        from servesim.errors import PackError
+        from servesim.perf.rooflinefit import parse_pack_ref
+
+        try:
+            parse_pack_ref(v)
+        except PackError as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _fit_or_factors(self) -> "RooflineStepConfig":
+        given = sorted({"mfu", "mbu", "overhead_s"} & set(_set_fields(self)))
+        if self.fit is not None and given:
+            raise ValueError(f"step_time.fit {self.fit!r} fits mfu, mbu and overhead_s to that pack; "
+                             f"remove step_time.{given[0]} (or remove fit to state them)")
+        return self
 
 
 class PackStepConfig(Frozen):
@@ -420,6 +447,17 @@ class Scenario(Frozen):
             raise ValueError(f"hardware.gpus_per_replica {hw.gpus_per_replica} differs from "
                              f"engine.tensor_parallel_size {self.tp} x pipeline_parallel_size {self.pp}; "
                              f"remove hardware.gpus_per_replica (it follows from the engine's)")
+        return self
+
+    @model_validator(mode="after")
+    def _roofline_fit_same_gpu(self) -> "Scenario":
+        st = self.step_time
+        if isinstance(st, RooflineStepConfig) and st.fit is not None:
+            gpu = st.fit.split("/")[0]
+            if gpu != self.hardware.gpu:
+                raise ValueError(f"step_time.fit {st.fit!r} is a pack of {gpu}, but hardware.gpu is "
+                                 f"{self.hardware.gpu!r}: fit to a pack of the GPU simulated, "
+                                 f"e.g. fit: {self.hardware.gpu}/<model>")
         return self
 
     @model_validator(mode="after")
