@@ -32,9 +32,9 @@ def _vidur_sources(src: Path):
 
 def a100_from_vidur(src: Path, model: str, tp: int, sources=None) -> tuple[list[tuple], dict]:
     """Rows and metadata of the derived A100 pack for (model, tp)."""
-    from servesim.perf.vidur import (HeadShape, LICENSE_NOTE, MAIN_COMMIT, LEGACY_COMMIT, OVERHEAD_EAGER_MS,
-                                     OVERHEAD_GRAPH_MS, SOURCE_HEADS, overhead_note, read_attention,
-                                     read_collective, transfer_attention)
+    from servesim.perf.vidur import (LEGACY_COMMIT, LICENSE_NOTE, MAIN_COMMIT, OVERHEAD_EAGER_MS,
+                                     OVERHEAD_GRAPH_MS, SOURCE_HEADS, HeadShape, overhead_note,
+                                     read_attention, read_collective, transfer_attention)
 
     if model not in MODELS:
         raise PackError(f"unknown model '{model}'; allowed: {', '.join(sorted(MODELS))}")
@@ -46,14 +46,13 @@ def a100_from_vidur(src: Path, model: str, tp: int, sources=None) -> tuple[list[
     grid = grid_src.curves["qkv_proj"][0]
     dims = RankDims.of_shape(shape, tp)
     extra: list[tuple] = []
-    # A100 sources have no kv_write / final_norm / lm_head: the importer's rules (bytes, same kernel)
-    add = transfer.width_ms("residual_add", dims.hidden, grid)
+    # A100 sources have no kv_write / final_norm: the importer's rules (bytes; the same kernel).
+    # lm_head is a GEMM like the others (derive_token_rows).
+    kv_tokens = grid * 4 * dims.kv_heads * dims.head_dim / (3 * dims.hidden)
     extra += [("kv_write", int(m), 0, 0, 0, float(t), None)
-              for m, t in zip(grid, transfer.width_ms("residual_add", dims.hidden,
-                                                      grid * 4 * dims.kv_heads * dims.head_dim / (3 * dims.hidden)))]
+              for m, t in zip(grid, transfer.width_ms("residual_add", dims.hidden, kv_tokens))]
     extra += [("final_norm", int(m), 0, 0, 0, float(t), None)
               for m, t in zip(grid, transfer.width_ms("input_norm", dims.hidden, grid))]
-    del add
     attn = src / "profiling_legacy_acb95f6/a100/attention.csv"
     dec, pre = read_attention(attn)
     attention = transfer_attention(dec, pre, SOURCE_HEADS, HeadShape.of(shape, tp))
