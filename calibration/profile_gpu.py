@@ -1005,9 +1005,13 @@ class Batch:
         self.v_cache = torch.randn(S, rs.KVH, rs.D, generator=g, device=device, dtype=torch.bfloat16)
 
 
-def forward(m: Model, b: Batch):
+def forward(m: Model, b: Batch, all_reduce: Optional[Callable] = None):
     """embedding -> layers (norm, qkv, rope, kv_write, attention, o_proj, add, norm, gate_up, act,
-    down, add) -> final norm and lm_head on one row per sequence. Returns the logits."""
+    down, add) -> final norm and lm_head on one row per sequence. Returns the logits.
+
+    Under TP (``all_reduce`` given, one process per rank) the o_proj and down_proj outputs are
+    all-reduced in place before the residual add -- the two collectives per layer of the pack
+    model; embedding and lm_head stay on the rank's vocab slice, as in the op tables."""
     rs = m.rs
     H, KVH, D, T = rs.H, rs.KVH, rs.D, b.T
     residual = embed_op(b.ids, m.embed)
@@ -1028,9 +1032,15 @@ def forward(m: Model, b: Batch):
                 sw.use(b.decode_backend)
                 attn_decode_op(q[b.dec_tok:], b.k_cache[s:e], b.v_cache[s:e], attn[b.dec_tok:],
                                n_dec, b.dec_len)
-            residual = residual + linear_op(attn.view(T, H * D), lw["o"])
+            o = linear_op(attn.view(T, H * D), lw["o"])
+            if all_reduce is not None:
+                all_reduce(o)
+            residual = residual + o
             hn = rms_norm_op(residual, lw["post_norm"])
-            residual = residual + linear_op(act_op(linear_op(hn, lw["gu"]), rs.I), lw["down"])
+            d = linear_op(act_op(linear_op(hn, lw["gu"]), rs.I), lw["down"])
+            if all_reduce is not None:
+                all_reduce(d)
+            residual = residual + d
     rows = residual.index_select(0, b.sample_idx)
     return linear_op(rms_norm_op(rows, m.final_norm), m.lm_head)
 
@@ -1524,6 +1534,29 @@ def overhead_rows(bench: OpBench, timer: Timer, device, args, notes: dict) -> No
 
 
 # ============================================================================== mode: iterations
+def load_chooser(args, gpu: str, sdpa: Sdpa, tp: int) -> tuple[BackendChooser, str]:
+    """The attention backend choice of the (model, tp) pack under ``--backends-from`` (a pack
+    folder or a packs/ root), checked against the backends that pass here; without it, the first
+    passing backend per kind."""
+    if not args.backends_from:
+        return (BackendChooser.constant(sdpa.passing),
+                "first backend passing the float64 check per kind (no --backends-from)")
+    ymeta = Path(args.backends_from) / f"{pack_stem(args.model, tp)}.yaml"
+    if not ymeta.is_file():  # a packs/ root: the GPU's folder below it
+        ymeta = Path(args.backends_from) / gpu / f"{pack_stem(args.model, tp)}.yaml"
+    if not ymeta.is_file():
+        raise SystemExit(f"--backends-from: {ymeta} not found")
+    chooser = BackendChooser.from_meta(read_yaml(ymeta))
+    if chooser is None:
+        raise SystemExit(f"--backends-from: {ymeta} records no SDPA choice")
+    bad = {k: c.get("backend") for k, c in chooser.per_kind.items()
+           if any(b not in sdpa.passing.get(k, []) for b in _chooser_backends(c))}
+    if bad:
+        raise SystemExit(f"--backends-from {ymeta}: backends {bad} do not pass the float64 "
+                         f"check here ({sdpa.passing})")
+    return chooser, str(ymeta)
+
+
 def _chooser_backends(c: dict) -> list:
     if c.get("rule") == "per point":
         return sorted({p[2] for p in c.get("points", [])})
@@ -1531,6 +1564,8 @@ def _chooser_backends(c: dict) -> list:
 
 
 def cmd_iterations(args) -> int:
+    if args.tp > 1:
+        return cmd_iterations_tp(args)
     device, budget, info = setup(args)
     gpu = gpu_key(info, args.gpu_key)
     rs = RankShape.of(args.model, 1)
@@ -1541,24 +1576,7 @@ def cmd_iterations(args) -> int:
         timer.fwd_budget_ms = args.fwd_budget_ms
     sdpa = Sdpa(device)
     sdpa.check(rs.H, rs.KVH, rs.D, args.sdpa)
-    chooser, chooser_from = None, None
-    if args.backends_from:  # the op tables' choice, so the forwards run what the tables timed
-        ymeta = Path(args.backends_from) / f"{pack_stem(args.model, 1)}.yaml"
-        if not ymeta.is_file():  # a packs/ root: the GPU's folder below it
-            ymeta = Path(args.backends_from) / gpu / f"{pack_stem(args.model, 1)}.yaml"
-        if not ymeta.is_file():
-            raise SystemExit(f"--backends-from: {ymeta} not found")
-        chooser, chooser_from = BackendChooser.from_meta(read_yaml(ymeta)), str(ymeta)
-        if chooser is None:
-            raise SystemExit(f"--backends-from: {ymeta} records no SDPA choice")
-        bad = {k: c.get("backend") for k, c in chooser.per_kind.items()
-               if any(b not in sdpa.passing.get(k, []) for b in _chooser_backends(c))}
-        if bad:
-            raise SystemExit(f"--backends-from {ymeta}: backends {bad} do not pass the float64 "
-                             f"check here ({sdpa.passing})")
-    else:
-        chooser = BackendChooser.constant(sdpa.passing)
-        chooser_from = "first backend passing the float64 check per kind (no --backends-from)"
+    chooser, chooser_from = load_chooser(args, gpu, sdpa, 1)
     backend = chooser.summary()
     log(f"iterations: model={args.model} on {device_string(info)}; SDPA {backend} ({chooser_from})")
     comps = validation_compositions(args.model, args.quick)
@@ -1654,6 +1672,179 @@ def cmd_iterations(args) -> int:
     )
     write_yaml(path.with_suffix(".yaml"), meta)
     log(f"wrote {path} ({len(rows)} rows, {len(skipped)} compositions skipped) in {time.time() - t0:.0f}s")
+    return 0
+
+
+# ============================================================================== iterations under TP
+def _iter_tp_worker(rank: int, world: int, port: int, args, out_json: str) -> None:
+    """One TP rank: the per-rank forward with NCCL all-reduces (gloo on CPU), every composition
+    timed in lockstep with the other ranks. Each repeat lines the ranks up (a small all-reduce),
+    times one forward (or graph replay) with CUDA events, and keeps the maximum over ranks; the
+    repeat count is fixed, so every rank issues the same collectives."""
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    import torch.distributed as dist
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank)
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
+    info = device_info(device)
+    gpu = gpu_key(info, args.gpu_key)
+    rs = RankShape.of(args.model, args.tp)
+    sdpa = Sdpa(device)
+    sdpa.check(rs.H, rs.KVH, rs.D, args.sdpa)
+    chooser, chooser_from = load_chooser(args, gpu, sdpa, args.tp)
+    deadline = args.deadline_epoch or (time.time() + args.time_budget_s if args.time_budget_s else None)
+
+    def all_reduce(x):
+        if cuda:
+            dist.all_reduce(x)
+        else:  # gloo has no bf16 sum: reduce a float32 copy (logic tests only)
+            y = x.float()
+            dist.all_reduce(y)
+            x.copy_(y)
+
+    flag = torch.zeros(1, device=device)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    def timed(run) -> float:
+        dist.all_reduce(flag)  # line the ranks up
+        sync()
+        if cuda:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            run()
+            e1.record()
+            sync()
+            t = e0.elapsed_time(e1)
+        else:
+            t0 = time.perf_counter()
+            run()
+            t = (time.perf_counter() - t0) * 1e3
+        tt = torch.tensor([t], device=device)
+        dist.all_reduce(tt, op=dist.ReduceOp.MAX)
+        return float(tt.item())
+
+    n_rep = max(3, args.fwd_max_rep or (3 if args.quick else 5))
+    comps = validation_compositions(args.model, args.quick)
+    if args.every and args.every > 1:
+        comps = comps[:: args.every]
+    if args.max_compositions:
+        comps = comps[: args.max_compositions]
+    rows, skipped, used = [], [], {}
+    t0 = time.time()
+    with torch.inference_mode():
+        model = Model(rs, device, share_layers=True if args.share_layer_weights else None, seed=rank)
+        for i, c in enumerate(comps):
+            # the same decision on every rank (rank 0's clock), or the collectives would diverge
+            late = torch.tensor([1.0 if deadline and time.time() > deadline else 0.0], device=device)
+            dist.broadcast(late, 0)
+            if late.item():
+                skipped.extend(f"{x.key()}: time budget" for x in comps[i:])
+                break
+            batch = Batch(c, rs, device, chooser=chooser)
+            used[c.key()] = dict(prefill=batch.prefill_backend, decode=batch.decode_backend)
+            modes = [False] + ([True] if cuda else [])
+            if i % max(1, args.eager_every) and cuda:
+                modes = [True]
+            res = {}
+            for graph in modes:
+                fwd = (lambda: forward(model, batch, all_reduce))
+                for _ in range(2):
+                    fwd()
+                sync()
+                run, g = fwd, None
+                if graph:
+                    g = torch.cuda.CUDAGraph()
+                    st = torch.cuda.Stream(device)
+                    st.wait_stream(torch.cuda.current_stream(device))
+                    with torch.cuda.stream(st):
+                        g.capture_begin()
+                        try:
+                            fwd()
+                        finally:
+                            g.capture_end()
+                    torch.cuda.current_stream(device).wait_stream(st)
+                    run = g.replay
+                    for _ in range(2):
+                        run()
+                    sync()
+                times = [timed(run) for _ in range(n_rep)]
+                del g
+                arr = np.asarray(times)
+                med, std = float(np.median(arr)), float(arr.std(ddof=1))
+                if math.isfinite(med) and med > 0:
+                    res[graph] = med
+                    rows.append((args.model, args.tp, graph, c.n_prefill, c.prefill_len, c.prefill_ctx,
+                                 c.n_decode, c.decode_ctx, med, std))
+            del batch
+            if cuda:
+                torch.cuda.empty_cache()
+            if rank == 0:
+                log(f"  [{i + 1}/{len(comps)}] {c.key()} tokens={c.tokens}: "
+                    + ", ".join(f"{'graph' if gr else 'eager'} {v:.3f} ms" for gr, v in res.items()))
+    if rank == 0:
+        with open(out_json, "w") as fh:
+            json.dump(dict(rows=rows, skipped=skipped, used=used, gpu=gpu, info=_plain(info),
+                           chooser=chooser.to_meta(), chooser_from=chooser_from,
+                           backend=chooser.summary(), n_rep=n_rep, seconds=round(time.time() - t0, 1),
+                           shared=model.shared_layers, compositions=len(comps),
+                           nccl=(".".join(map(str, torch.cuda.nccl.version())) if cuda else None)), fh)
+    dist.destroy_process_group()
+
+
+def cmd_iterations_tp(args) -> int:
+    """Whole-iteration validation forwards at TP > 1: one process per GPU (per-rank slices, NCCL
+    all-reduces after o_proj and down_proj), eager and as a CUDA graph that holds the collectives
+    too. Rows go to validation/<gpu>/<model>-tp<N>.csv (column tp = N)."""
+    import tempfile
+    import torch.multiprocessing as mp
+    n = args.tp
+    if args.device == "cuda" and torch.cuda.device_count() < n:
+        raise SystemExit(f"iterations --tp {n} needs {n} GPUs, {torch.cuda.device_count()} visible")
+    fd, tmp = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    log(f"iterations: model={args.model} tp={n}, {n} processes, NCCL_NVLS_ENABLE="
+        f"{os.environ['NCCL_NVLS_ENABLE']}")
+    mp.spawn(_iter_tp_worker, args=(n, port, args, tmp), nprocs=n, join=True)
+    with open(tmp) as fh:
+        got = json.load(fh)
+    os.unlink(tmp)
+    path = Path(args.out) / "validation" / got["gpu"] / f"{pack_stem(args.model, n)}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(VAL_COLUMNS)
+        for r in got["rows"]:
+            _check_time(float(r[8]), str(r))
+            w.writerow([r[0], r[1], "true" if r[2] else "false", *r[3:8], f"{r[8]:.6g}",
+                        f"{max(r[9], 0.0):.6g}"])
+    rs = RankShape.of(args.model, n)
+    meta = base_meta(got["gpu"], args.model, n, got["info"], rs)
+    meta.pop("source")
+    meta.update(
+        kind="whole-iteration validation data (never read by the fit)",
+        method=(f"one process per GPU (torch.distributed, NCCL), per-rank forward with all_reduce after "
+                f"o_proj and down_proj; per repeat the ranks are lined up with a small all-reduce, "
+                f"CUDA events around one forward (eager) or graph replay (graph: the collectives "
+                f"captured too), time = max over ranks; 2 warm-up forwards, median of "
+                f"{got['n_rep']} repeats"),
+        command=args.parent_command or this_command(), nccl=got["nccl"],
+        sdpa_backend=got["backend"], sdpa_choice_from=got["chooser_from"], sdpa_choice=got["chooser"],
+        sdpa_per_composition=got["used"], shared_layer_weights=got["shared"],
+        compositions=got["compositions"], rows=len(got["rows"]), seconds=got["seconds"],
+        skipped=got["skipped"],
+        env={k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+                                        "NVSHMEM_DISABLE_NVLS")})
+    write_yaml(path.with_suffix(".yaml"), meta)
+    log(f"wrote {path} ({len(got['rows'])} rows, {len(got['skipped'])} skipped)")
     return 0
 
 
@@ -2283,7 +2474,7 @@ def _main_one(argv: list) -> int:
                     help=f"comma list: overhead calibration batches to measure (default {CALIB_BATCHES})")
     add_grid_args(sp)
     common(sp)
-    sp = sub.add_parser("iterations", help="whole-forward validation data for one model (TP 1)")
+    sp = sub.add_parser("iterations", help="whole-forward validation data for one model (TP 1, or --tp N)")
     sp.add_argument("--model", required=True, choices=models)
     sp.add_argument("--max-compositions", type=int, default=None)
     sp.add_argument("--every", type=int, default=1,
@@ -2291,6 +2482,9 @@ def _main_one(argv: list) -> int:
                          "run-to-run noise checks)")
     sp.add_argument("--share-layer-weights", action="store_true",
                     help="one set of layer weights for all layers (small GPUs)")
+    sp.add_argument("--tp", type=int, default=1,
+                    help="TP degree: > 1 runs one process per GPU with NCCL all-reduces "
+                         "(validation/<gpu>/<model>-tp<N>.csv)")
     sp.add_argument("--backends-from", default=None,
                     help="folder of packs whose YAML (sdpa.choice) gives each attention call's "
                          "backend, so the forwards run what the op tables timed")

@@ -457,3 +457,20 @@ if __name__ == "__main__":
                 failures += 1
                 print(f"FAIL {name}: {type(exc).__name__}: {exc}")
     sys.exit(1 if failures else 0)
+
+
+def test_iterations_tp2_on_gloo():
+    """`iterations --tp 2`: one process per rank, all-reduces after o_proj and down_proj, ranks in
+    lockstep; rows carry tp = 2 and go to <model>-tp2.csv."""
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run([sys.executable, str(HERE / "profile_gpu.py"), "iterations", "--model", "tiny",
+                            "--tp", "2", "--device", "cpu", "--quick", "--max-compositions", "2",
+                            "--out", d], capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        path = Path(d) / "validation" / "cpu" / "tiny-tp2.csv"
+        with path.open() as fh:
+            rows = list(csv.DictReader(fh))
+        assert len(rows) == 2 and all(v["tp"] == "2" and float(v["measured_ms"]) > 0 for v in rows)
+        import yaml
+        meta = yaml.safe_load(path.with_suffix(".yaml").read_text())
+        assert meta["tp"] == 2 and meta["rank_shape"]["num_heads"] == 2 and "all_reduce" in meta["method"]

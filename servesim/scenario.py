@@ -210,6 +210,28 @@ class ConstantStepConfig(Frozen):
     seconds: StepSeconds = 0.01  # every iteration's duration
 
 
+def pack_ref_parts(ref: str) -> tuple[str, str, int]:
+    """``gpu/model`` or ``gpu/model-tpN`` -> (gpu, model, tp), as step_time.fit names a pack;
+    ValueError naming what is allowed otherwise (the pack's existence is checked when built)."""
+    from servesim.hardware import GPUS
+
+    if not isinstance(ref, str) or ref.count("/") != 1:
+        raise ValueError(f"pack reference {ref!r} must be '<gpu>/<model>' or '<gpu>/<model>-tp<N>', "
+                         f"e.g. 'a100-80g/llama-3-8b'")
+    gpu, stem = ref.split("/")
+    model, tp = stem, 1
+    head, sep, tail = stem.rpartition("-tp")
+    if sep and tail.isdigit():
+        model, tp = head, int(tail)
+    if gpu not in GPUS:
+        raise ValueError(f"pack reference {ref!r}: unknown GPU '{gpu}'; allowed: {', '.join(sorted(GPUS))}")
+    if model not in MODELS:
+        raise ValueError(f"pack reference {ref!r}: unknown model '{model}'; allowed: {', '.join(sorted(MODELS))}")
+    if tp < 1 or tp > 64:
+        raise ValueError(f"pack reference {ref!r}: tp {tp} not allowed; allowed: 1..64")
+    return gpu, model, tp
+
+
 class RooflineStepConfig(Frozen):
     """Per op, max(FLOPs / (peak x mfu), bytes / (bandwidth x mbu)), plus a fixed overhead.
 
@@ -226,15 +248,8 @@ class RooflineStepConfig(Frozen):
     @field_validator("fit")
     @classmethod
     def _fit_names_a_pack(cls, v: Optional[str]) -> Optional[str]:
-        if v is None:
-            return v
-        from servesim.errors import PackError
-        from servesim.perf.rooflinefit import parse_pack_ref
-
-        try:
-            parse_pack_ref(v)
-        except PackError as exc:
-            raise ValueError(str(exc)) from None
+        if v is not None:
+            pack_ref_parts(v)
         return v
 
     @model_validator(mode="after")

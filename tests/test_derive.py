@@ -102,3 +102,14 @@ def test_roofline_fit_as_step_time(tmp_path):
     f = fit_roofline("a100-80g/llama-3-8b")
     assert (m.mfu, m.mbu, m.overhead_s) == (f.mfu, f.mbu, f.overhead_s)
     assert "fitted to pack a100-80g/llama-3-8b" in m.describe()
+
+
+@pytest.mark.needs_shared
+@pytest.mark.skipif(not VIDUR.is_dir(), reason="../shared is not present")
+def test_shipped_derived_packs_equal_a_fresh_derivation(tmp_path):
+    from servesim.perf.derived_packs import write_a100_packs
+    from servesim.perf.pack import pack_root
+
+    for path in write_a100_packs(VIDUR, tmp_path, ["qwen3-4b", "qwen3-14b"], [1, 8]):
+        shipped = pack_root() / "a100-80g" / path.name
+        assert shipped.read_text() == path.read_text(), f"{shipped} is stale: rerun servesim calibrate derive"

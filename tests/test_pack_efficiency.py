@@ -50,3 +50,12 @@ def test_pack_efficiency_summary_is_physical():
         gemm = e["gemm_tokens_ge_4096_TFLOPps"]
         assert 0 < gemm["max"] <= e["peaks"]["bf16_TFLOPps"], (gpu, model, tp, gemm)
         assert 0 < e["gemm_tokens_le_16_TBps"]["max"] <= e["peaks"]["hbm_TBps"] * 1.01
+
+
+@pytest.mark.parametrize("gpu,model,tp", PACKS, ids=[f"{g}/{m}-tp{t}" for g, m, t in PACKS])
+def test_recorded_efficiency_is_current(gpu, model, tp):
+    """Each pack YAML records its efficiency summary (`servesim calibrate efficiency --write`);
+    it must equal what the pack's rows give now."""
+    pack = load_pack(gpu, model, tp)
+    assert pack.meta.get("efficiency") == pack_efficiency(pack), \
+        f"{gpu}/{model} tp{tp}: stale 'efficiency' in the YAML; run servesim calibrate efficiency --write"

@@ -292,3 +292,38 @@ def derive_cmd(
         return
     for p in written:
         typer.echo(f"wrote {p} (+ .yaml)")
+
+
+@app.command("efficiency")
+def efficiency_cmd(
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="only this GPU's packs"),
+    write: bool = typer.Option(False, "--write", help="also record the summary in each pack's YAML "
+                               "(key 'efficiency')"),
+) -> None:
+    """Achieved HBM bandwidth and TFLOP/s of every pack's kernels against its GPU's peaks."""
+    import yaml
+
+    from servesim.hardware import GPUS
+    from servesim.perf.efficiency import pack_efficiency
+    from servesim.perf.pack import available_packs, load_pack
+
+    if gpu is not None and gpu not in GPUS:
+        _fail(f"--gpu {gpu}: unknown; allowed: {', '.join(sorted(GPUS))}")
+    for g, m, t in available_packs():
+        if gpu is not None and g != gpu:
+            continue
+        try:
+            pack = load_pack(g, m, t)
+        except ServesimError as exc:
+            _fail(str(exc))
+            return
+        e = pack_efficiency(pack)
+        d = e.get("attn_decode_share_of_hbm_peak", {})
+        typer.echo(f"{g}/{pack.csv_path.stem}: decode attention (batch >= 64) median "
+                   f"{100 * d.get('median', float('nan')):.0f}% of HBM peak; "
+                   f"GEMMs >= 4096 tokens {e.get('gemm_tokens_ge_4096_TFLOPps', {}).get('median')} TFLOP/s")
+        if write:
+            path = pack.csv_path.with_suffix(".yaml")
+            meta = yaml.safe_load(path.read_text())
+            meta["efficiency"] = e
+            path.write_text(yaml.safe_dump(meta, sort_keys=False, width=100, default_flow_style=None))

@@ -186,7 +186,8 @@ def missing_pack_message(gpu: str, model: str, tp: int, path: Path) -> str:
     found = available_packs()
     here = [f"{g}/{pack_stem(m, t)}" for g, m, t in found if g == gpu]
     other = sorted({g for g, _, _ in found if g != gpu})
-    fit = here[0] if here else f"{gpu}/<model>"
+    same = [f"{g}/{pack_stem(m, t)}" for g, m, t in found if g == gpu and m == model]
+    fit = (same or here or [f"{gpu}/<model>"])[0]  # a pack of the same model (another TP) fits best
     return (f"no calibration pack for gpu={gpu} model={model} tp={tp}: {path} not found; "
             f"available for {gpu}: {', '.join(here) or 'none'}"
             f"{' (packs exist for ' + ', '.join(other) + ')' if other else ''}; "

@@ -42,22 +42,14 @@ class RooflineFit:
 
 
 def parse_pack_ref(ref: str) -> tuple[str, str, int]:
-    """``gpu/model`` or ``gpu/model-tpN`` -> (gpu, model, tp); errors name what is allowed."""
-    if not isinstance(ref, str) or ref.count("/") != 1:
-        raise PackError(f"pack reference {ref!r} must be '<gpu>/<model>' or '<gpu>/<model>-tp<N>', "
-                        f"e.g. 'a100-80g/llama-3-8b'")
-    gpu, stem = ref.split("/")
-    model, tp = stem, 1
-    head, sep, tail = stem.rpartition("-tp")
-    if sep and tail.isdigit():
-        model, tp = head, int(tail)
-    if gpu not in GPUS:
-        raise PackError(f"pack reference {ref!r}: unknown GPU '{gpu}'; allowed: {', '.join(sorted(GPUS))}")
-    if model not in MODELS:
-        raise PackError(f"pack reference {ref!r}: unknown model '{model}'; allowed: {', '.join(sorted(MODELS))}")
-    if tp < 1 or tp > 64:
-        raise PackError(f"pack reference {ref!r}: tp {tp} not allowed; allowed: 1..64")
-    return gpu, model, tp
+    """``gpu/model`` or ``gpu/model-tpN`` -> (gpu, model, tp); a PackError names what is allowed
+    (the rule is the scenario's, :func:`servesim.scenario.pack_ref_parts`)."""
+    from servesim.scenario import pack_ref_parts
+
+    try:
+        return pack_ref_parts(ref)
+    except ValueError as exc:
+        raise PackError(str(exc)) from None
 
 
 def design(max_ctx: int) -> list[tuple[np.ndarray, np.ndarray]]:
