@@ -20,6 +20,7 @@ Every check fits on a subset of calibration (op) data and scores on data it did 
 from __future__ import annotations
 
 import argparse
+import os
 import datetime
 import platform
 import sys
@@ -31,6 +32,7 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 from servesim.models import MODELS  # noqa: E402
 from servesim.perf.calibrate_cli import error_table, markdown_table, read_validation, validate_frame  # noqa: E402
@@ -39,7 +41,8 @@ from servesim.perf.packmodel import (Curve, DecodeAttention, PrefillAttention, i
                                      load_pack_model)
 from servesim.perf.vidur import TOKEN_OPS, HeadShape, transfer_attention  # noqa: E402
 
-VIDUR = REPO.parent / "shared" / "calibration" / "vidur_profiles"
+#: ../shared beside the checkout (SERVESIM_SHARED overrides it, e.g. from a git worktree)
+VIDUR = Path(os.environ.get("SERVESIM_SHARED", REPO.parent / "shared")) / "calibration" / "vidur_profiles"
 VIDUR_MLP = VIDUR / "profiling/compute/a100/meta-llama/Meta-Llama-3-8B/mlp.csv"
 VALIDATION = REPO / "calibration" / "validation"
 
@@ -332,6 +335,20 @@ def build_report() -> str:
         checks += transfer_check("h200", "llama-3-8b")
     parts.append("### Held-out checks of interpolation, extrapolation and derivation rules "
                  "(|predicted / measured - 1|)\n\n" + markdown_table(pd.DataFrame(checks)))
+    from derived_checks import a100_leave_one_out, efficiency_table, h200_from_llama, roofline_fit_table
+
+    parts.append("### Kernel efficiency per pack (achieved vs datasheet peak; floor: decode attention "
+                 "at batch >= 64 reads KV at a median >= 70% of HBM peak)\n\n" + markdown_table(efficiency_table()))
+    if VIDUR.is_dir():
+        parts.append("### Derived A100 packs: each Vidur model predicted from the other three "
+                     "(tokens <= 4096)\n\n" + markdown_table(a100_leave_one_out(VIDUR)))
+    if {("h200", "llama-3-8b", 1), ("h200", "llama-3-8b", 2)} <= packs:
+        ops, its = h200_from_llama()
+        parts.append("### H200 qwen3 packs derived from llama-3-8b alone vs their measured packs "
+                     "(per op)\n\n" + markdown_table(ops))
+        parts.append("### ... and vs the whole-iteration validation forwards\n\n" + markdown_table(its))
+        parts.append("### Fitted roofline (step_time: {model: roofline, fit: ...}) vs the H200 validation "
+                     "forwards (CUDA graph)\n\n" + markdown_table(roofline_fit_table()))
     parts.append("### Hot-loop latency (best of 5 x 3000 calls)\n\n" + markdown_table(latency()))
     return "\n\n".join(parts)
 

@@ -63,11 +63,6 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-try:  # bottom-right causal mask for a prefill chunk over cached context (torch >= 2.2)
-    from torch.nn.attention.bias import causal_lower_right
-except Exception:  # pragma: no cover - old torch
-    causal_lower_right = None
-
 try:  # optional: nicer YAML; a small writer below is used without it
     import yaml  # type: ignore
 except Exception:  # pragma: no cover - depends on the machine
@@ -330,14 +325,22 @@ class Timer:
         return max(self.min_rep, min(max_rep, n))
 
     # --- ops -----------------------------------------------------------------------------
-    def measure(self, fns: list[Callable[[], object]], label: str = "") -> Optional[Meas]:
-        """Time one op given as ``len(fns)`` variants (same op on rotated copies of its inputs)."""
+    def measure(self, fns: list[Callable[[], object]], label: str = "",
+                max_rep: Optional[int] = None) -> Optional[Meas]:
+        """Time one op given as ``len(fns)`` variants (same op on rotated copies of its inputs);
+        ``max_rep`` lowers the most timed replays for this op (surveys)."""
         self.budget.check()
-        for attempt in range(3):
-            m = self._measure_cuda(fns, label) if self.cuda else self._measure_cpu(fns)
-            if m is not None:
-                return m
-            log(f"  re-measuring {label}: attempt {attempt + 1} gave no positive finite time")
+        saved = self.max_rep
+        if max_rep:
+            self.max_rep = max(self.min_rep, min(self.max_rep, max_rep))
+        try:
+            for attempt in range(3):
+                m = self._measure_cuda(fns, label) if self.cuda else self._measure_cpu(fns)
+                if m is not None:
+                    return m
+                log(f"  re-measuring {label}: attempt {attempt + 1} gave no positive finite time")
+        finally:
+            self.max_rep = saved
         self.dropped.append(label)
         log(f"  DROPPED {label}: no positive finite time after 3 attempts")
         return None
@@ -466,139 +469,12 @@ class Timer:
         return self._summarize(times, "cuda-graph" if graph else "eager")
 
 
-# ============================================================================== SDPA backend
-BACKEND_NAMES = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION",
-                 "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
-
-
-class Sdpa:
-    """One SDPA backend for the whole run, enabled alone so that nothing falls back silently.
-
-    ``choose`` tries the preferred backends in order on small decode, causal-prefill and
-    cached-context prefill shapes, checks each result against a float64 reference, and keeps the
-    first that passes all three. Calls the chosen backend cannot serve raise, and the point is
-    skipped with the reason logged, rather than timed on another kernel.
-
-    Prefill over cached context uses bottom-right causal alignment (``causal_lower_right``): each of
-    the chunk's queries sees the whole cached context plus the chunk's earlier tokens. PyTorch
-    routes that to flash attention when flash supports the inputs, else to memory-efficient
-    attention, else to a materialized mask (which, with only the chosen backend enabled, fails
-    loudly unless that backend takes masks).
-    """
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.backend: Optional[str] = None
-        self.checks: dict[str, float] = {}
-        self.tried: dict[str, str] = {}
-        self.kernels: dict[str, list[str]] = {}
-
-    # --- the calls ---------------------------------------------------------------------------
-    @staticmethod
-    def prefill(q, k, v):
-        """q [1,H,Tq,D], k/v [1,KVH,Tk,D] with Tk >= Tq: causal, bottom-right aligned."""
-        tq, tk = q.shape[-2], k.shape[-2]
-        if tq == tk:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(tq, tk),
-                                              enable_gqa=True)
-
-    @staticmethod
-    def decode(q, k, v):
-        """q [B,H,1,D], k/v [B,KVH,ctx+1,D]: one query sees every key, no mask needed."""
-        return F.scaled_dot_product_attention(q, k, v, is_causal=False, enable_gqa=True)
-
-    # --- reference and choice ---------------------------------------------------------------
-    @staticmethod
-    def reference(q, k, v):
-        """float64 attention with explicit GQA expansion and a bottom-right causal mask."""
-        qd, kd, vd = q.double(), k.double(), v.double()
-        rep = q.shape[1] // k.shape[1]
-        kd = kd.repeat_interleave(rep, dim=1)
-        vd = vd.repeat_interleave(rep, dim=1)
-        tq, tk = q.shape[-2], k.shape[-2]
-        s = (qd @ kd.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-        qi = torch.arange(tq, device=q.device)[:, None]
-        ki = torch.arange(tk, device=q.device)[None, :]
-        s = s.masked_fill(ki > qi + (tk - tq), float("-inf"))
-        return torch.softmax(s, dim=-1) @ vd
-
-    def cases(self, rs: RankShape):
-        """Small inputs laid out exactly as the op functions lay them out (strided views)."""
-        g = torch.Generator(device=self.device).manual_seed(1234)
-        dt = torch.bfloat16
-
-        def r(*shape):
-            return torch.randn(*shape, generator=g, device=self.device, dtype=dt)
-        H, KVH, D = rs.H, rs.KVH, rs.D
-        B, L = 3, 51
-        qk = r(B, H + KVH, D)
-        kc, vc = r(B * L, KVH, D), r(B * L, KVH, D)
-        q = qk[:, :H].unsqueeze(2)
-        k = kc.view(B, L, KVH, D).transpose(1, 2)
-        v = vc.view(B, L, KVH, D).transpose(1, 2)
-        yield "decode", (q, k, v), self.decode
-        for name, tq, ctx in (("prefill_causal", 40, 0), ("prefill_context", 48, 80)):
-            qk = r(tq, H + KVH, D)
-            kc, vc = r(ctx + tq, KVH, D), r(ctx + tq, KVH, D)
-            q = qk[:, :H].unsqueeze(0).transpose(1, 2)
-            yield name, (q, kc.unsqueeze(0).transpose(1, 2), vc.unsqueeze(0).transpose(1, 2)), self.prefill
-
-    def choose(self, rs: RankShape, prefer: str = "auto") -> str:
-        from torch.nn.attention import SDPBackend
-        order = ["flash", "cudnn", "efficient", "math"] if prefer == "auto" else [prefer]
-        if self.device.type != "cuda":
-            order = ["cpu-default"]
-        for name in order:
-            if name != "cpu-default" and getattr(SDPBackend, BACKEND_NAMES[name], None) is None:
-                self.tried[name] = "not in this torch"
-                continue
-            self._enable_only(name)
-            errs = {}
-            try:
-                for case, (q, k, v), fn in self.cases(rs):
-                    out = fn(q, k, v).double()
-                    ref = self.reference(q, k, v)
-                    rel = float((out - ref).norm() / ref.norm())
-                    if not math.isfinite(rel) or rel > 2e-2:
-                        raise RuntimeError(f"{case}: relative error {rel:.3g} vs float64 reference")
-                    errs[case] = round(rel, 6)
-            except Exception as exc:
-                self.tried[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                continue
-            self.backend = name
-            self.checks = errs
-            self.tried[name] = "ok"
-            return name
-        raise SystemExit(f"no SDPA backend passed the checks: {self.tried}")
-
-    def _enable_only(self, name: str) -> None:
-        if self.device.type != "cuda":
-            return  # CPU: whatever PyTorch picks; logic tests only
-        b = torch.backends.cuda
-        b.enable_flash_sdp(name == "flash")
-        b.enable_mem_efficient_sdp(name == "efficient")
-        b.enable_math_sdp(name == "math")
-        if hasattr(b, "enable_cudnn_sdp"):
-            b.enable_cudnn_sdp(name == "cudnn")
-
-    def record_kernels(self, rs: RankShape) -> None:
-        """Name the CUDA kernels each attention call launches (proof of the backend actually used)."""
-        if self.device.type != "cuda":
-            return
-        try:
-            from torch.profiler import ProfilerActivity, profile
-            for case, (q, k, v), fn in self.cases(rs):
-                fn(q, k, v)
-                torch.cuda.synchronize()
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    fn(q, k, v)
-                    torch.cuda.synchronize()
-                names = sorted({e.name for e in prof.events()
-                                if "CUDA" in str(getattr(e, "device_type", ""))})
-                self.kernels[case] = [n[:160] for n in names][:6]
-        except Exception as exc:  # informative only
-            self.kernels["error"] = [f"{type(exc).__name__}: {exc}"[:200]]
+# ============================================================================== SDPA backends
+# Which attention kernel runs each call: calibration/attn_backends.py (every backend that passes
+# the float64 check is timed; each op keeps the fastest, and forwards make the same choice).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from attn_backends import (KINDS, QUICK_SURVEY, SURVEY, BackendChooser, BackendSwitch,  # noqa: E402
+                           KindSurvey, Sdpa, kind_of, math_fits, only)
 
 
 # ============================================================================== the ops
@@ -701,6 +577,14 @@ class OpBench:
         self.skipped: list[str] = []
         self.methods: dict[str, set] = {}
         self.gen = torch.Generator(device=device).manual_seed(0)
+        #: attention: survey per kind, fastest backend per grid point, contested points
+        self.surveys: dict[str, KindSurvey] = {}
+        self.winners: dict[str, dict] = {}
+        self.contested: dict[str, list] = {}
+        self.backend_skips: list[str] = []
+        self.survey_rep = 3 if quick else 5
+        self.external_chooser: Optional[BackendChooser] = None
+        self.prefill_max_rep: Optional[int] = None
 
     # --- helpers -------------------------------------------------------------------------
     def rnd(self, *shape, scale: float = 1.0):
@@ -841,51 +725,155 @@ class OpBench:
         del w_qkv, w_o, w_gu, w_down, emb, w_lm
         self._free()
 
-    def run_decode(self) -> None:
+    # --- attention: every passing backend considered, the fastest kept -----------------------
+    def _attn_fits(self, kind: str, a: int, ctx: int) -> bool:
+        if kind == "decode":
+            per_tok = 2 * self.rs.KVH * self.rs.D * 2
+            return ctx + 1 <= self.rs.max_len and a * (ctx + 1) * per_tok <= self.kv_cap
+        return a + ctx <= self.rs.max_len
+
+    def attn_inputs(self, kind: str, a: int, ctx: int) -> list:
+        """The op's calls on rotated copies of its KV, laid out as the forward lays them out:
+        decode = ``a`` sequences of ``ctx`` cached tokens + the new one; prefill = a chunk of ``a``
+        tokens at the end of its ``ctx + a`` cache slots."""
         rs = self.rs
+        H, KVH, D = rs.H, rs.KVH, rs.D
+        if kind == "decode":
+            B, L = a, ctx + 1
+            q_rows = self.rnd(B, H + KVH, D)[:, :H]
+            out = torch.empty(B, H, D, device=self.device, dtype=self.dt)
+            n = self.copies(2 * B * L * KVH * D * 2)
+            caches = [(self.rnd(B * L, KVH, D), self.rnd(B * L, KVH, D)) for _ in range(n)]
+            return [lambda c=c: attn_decode_op(q_rows, c[0], c[1], out, B, L) for c in caches]
+        T = a
+        q_rows = self.rnd(T, H + KVH, D)[:, :H]
+        out = torch.empty(T, H, D, device=self.device, dtype=self.dt)
+        n = self.copies(2 * (ctx + T) * KVH * D * 2)
+        caches = [(self.rnd(ctx + T, KVH, D), self.rnd(ctx + T, KVH, D)) for _ in range(n)]
+        return [lambda c=c: attn_prefill_op(q_rows, c[0], c[1], out) for c in caches]
+
+    def _time_backend(self, name: str, fns, kind: str, a: int, ctx: int, label: str,
+                      max_rep: Optional[int] = None) -> Optional[Meas]:
+        """One backend at one point; a backend that cannot serve the point is noted, not fatal."""
+        if name == "math" and not math_fits(kind, self.rs.H, self.rs.KVH, self.rs.D, a, ctx):
+            self.backend_skips.append(f"{label} math: skipped (materialized tensors over the cap)")
+            return None
+        try:
+            with only(name):
+                return self.timer.measure(fns, f"{label} [{name}]", max_rep=max_rep)
+        except BudgetExceeded:
+            raise
+        except torch.cuda.OutOfMemoryError:
+            self.backend_skips.append(f"{label} {name}: out of memory")
+            self._free()
+        except Exception as exc:
+            self.backend_skips.append(f"{label} {name}: {type(exc).__name__}: "
+                                      f"{str(exc).splitlines()[0][:120] if str(exc) else ''}")
+        return None
+
+    def ensure_survey(self, kind: str) -> KindSurvey:
+        """Time every passing backend on the kind's survey lattice (shared with packs of the same
+        attention shape in this process)."""
+        if kind in self.surveys:
+            return self.surveys[kind]
+        op = "attn_decode" if kind == "decode" else "attn_prefill"
+        key = ("survey", self.sig(op), kind, tuple(self.sdpa.passing[kind]))
+        if key not in self.memo:
+            lat = (QUICK_SURVEY if self.quick else SURVEY)[kind]
+            pts = [(a, c) for a in lat["a"] for c in lat["ctx"] if self._attn_fits(kind, a, c)]
+            ms: dict[str, list] = {b: [] for b in self.sdpa.passing[kind]}
+            t0 = time.time()
+            for a, c in pts:
+                self.timer.budget.check()
+                label = f"survey {kind} a={a} ctx={c}"
+                try:
+                    fns = self.attn_inputs(kind, a, c)
+                except torch.cuda.OutOfMemoryError:
+                    self._free()
+                    for b in ms:
+                        ms[b].append(None)
+                    continue
+                for b in ms:
+                    m = self._time_backend(b, fns, kind, a, c, label, max_rep=self.survey_rep)
+                    ms[b].append(None if m is None else m.median_ms)
+                del fns
+                self._free()
+                log(f"  {label}: " + ", ".join(f"{b} {'-' if v[-1] is None else f'{v[-1]:.4f}'}"
+                                               for b, v in ms.items()))
+            self.memo[key] = KindSurvey(kind, pts, ms)
+            log(f"  survey {kind}: {len(pts)} points x {len(ms)} backends in {time.time() - t0:.0f}s; "
+                f"{self.memo[key].to_meta()['rule']}; fastest at {self.memo[key].winners_at_survey()}")
+        self.surveys[kind] = self.memo[key]
+        return self.surveys[kind]
+
+    def attn_point(self, op: str, a: int, ctx: int, max_rep: Optional[int] = None) -> Optional[Meas]:
+        """One grid point: the contenders timed, the fastest kept (row, winner, contest)."""
+        kind = kind_of(op, ctx)
+        tokens, batch = (a, a) if op == "attn_decode" else (a, 0)
+        key = (self.sig(op), tokens, batch, ctx)
+        label = f"{op} tokens={tokens} batch={batch} ctx={ctx}"
+        if key in self.memo:
+            m = self.memo[key]
+            winner, times = self.memo[("winner",) + key]
+            self.reused += 1
+        else:
+            sv = self.ensure_survey(kind)
+            try:
+                fns = self.attn_inputs(kind, a, ctx)
+            except torch.cuda.OutOfMemoryError:
+                self.skipped.append(f"{label}: out of memory")
+                self._free()
+                return None
+            meas: dict[str, Meas] = {}
+            tried = sv.contenders(a, ctx)
+            for names in (tried, [b for b in self.sdpa.passing[kind] if b not in tried]):
+                for b in names:
+                    got = self._time_backend(b, fns, kind, a, ctx, label, max_rep=max_rep)
+                    if got is not None:
+                        meas[b] = got
+                if meas:
+                    break
+            del fns
+            self._free()
+            if not meas:
+                self.skipped.append(f"{label}: no backend gave a time")
+                log(f"  SKIP {label}: no backend gave a time")
+                return None
+            winner = min(meas, key=lambda b: meas[b].median_ms)
+            m = meas[winner]
+            times = {b: round(x.median_ms, 6) for b, x in meas.items()}
+            self.memo[key] = m
+            self.memo[("winner",) + key] = (winner, times)
+            log(f"  {label}: {m.median_ms:.4f} ms ± {m.std_ms:.4f} ({winner}"
+                + (f"; {times}" if len(times) > 1 else "") + ")")
+        self.rows.append((op, tokens, batch, ctx, 0, m.median_ms, m.std_ms))
+        self.table[(op, tokens, batch, ctx)] = m
+        self.methods.setdefault(op, set()).add(m.method)
+        self.winners.setdefault(kind, {})[(a, ctx)] = winner
+        if len(times) > 1:
+            self.contested.setdefault(kind, []).append([a, ctx, winner, times])
+        return m
+
+    def run_decode(self) -> None:
+        self.ensure_survey("decode")
         for B, ctx in self.decode_grid():
             self.timer.budget.check()
-            if self.seen("attn_decode", B, B, ctx):
-                self.point("attn_decode", None, tokens=B, batch=B, context=ctx)
-                continue
-            L = ctx + 1
-            try:
-                qk = self.rnd(B, rs.H + rs.KVH, rs.D)
-                q_rows = qk[:, : rs.H]
-                out = torch.empty(B, rs.H, rs.D, device=self.device, dtype=self.dt)
-                n = self.copies(2 * B * L * rs.KVH * rs.D * 2)
-                caches = [(self.rnd(B * L, rs.KVH, rs.D), self.rnd(B * L, rs.KVH, rs.D)) for _ in range(n)]
-            except torch.cuda.OutOfMemoryError:
-                self.skipped.append(f"attn_decode batch={B} ctx={ctx}: out of memory")
-                self._free()
-                continue
-            self.point("attn_decode", [lambda c=c: attn_decode_op(q_rows, c[0], c[1], out, B, L)
-                                       for c in caches], tokens=B, batch=B, context=ctx)
-            del caches, qk, q_rows, out
-            self._free()
+            self.attn_point("attn_decode", B, ctx)
 
     def run_prefill(self) -> None:
-        rs = self.rs
+        for kind in ("prefill_causal", "prefill_context"):
+            self.ensure_survey(kind)
         for T, ctx in self.prefill_grid():
             self.timer.budget.check()
-            if self.seen("attn_prefill", T, 0, ctx):
-                self.point("attn_prefill", None, tokens=T, context=ctx)
-                continue
-            try:
-                qk = self.rnd(T, rs.H + rs.KVH, rs.D)
-                q_rows = qk[:, : rs.H]
-                out = torch.empty(T, rs.H, rs.D, device=self.device, dtype=self.dt)
-                n = self.copies(2 * (ctx + T) * rs.KVH * rs.D * 2)
-                caches = [(self.rnd(ctx + T, rs.KVH, rs.D), self.rnd(ctx + T, rs.KVH, rs.D))
-                          for _ in range(n)]
-            except torch.cuda.OutOfMemoryError:
-                self.skipped.append(f"attn_prefill tokens={T} ctx={ctx}: out of memory")
-                self._free()
-                continue
-            self.point("attn_prefill", [lambda c=c: attn_prefill_op(q_rows, c[0], c[1], out)
-                                        for c in caches], tokens=T, context=ctx)
-            del caches, qk, q_rows, out
-            self._free()
+            self.attn_point("attn_prefill", T, ctx, max_rep=self.prefill_max_rep)
+
+    def chooser(self) -> BackendChooser:
+        """The backend of any attention call, as measured here (winners of the grid points), else
+        as given (``external_chooser``: the tables' pack), else the first passing backend."""
+        if self.external_chooser is not None and not self.winners:
+            return self.external_chooser
+        first = {k: v[0] for k, v in self.sdpa.passing.items() if v}
+        return BackendChooser.from_winners(self.winners, first)
 
     def _free(self) -> None:
         if self.device.type == "cuda":
@@ -978,8 +966,16 @@ class Batch:
     1 / num_layers of a real cache.
     """
 
-    def __init__(self, comp: Composition, rs: RankShape, device, seed: int = 1):
+    def __init__(self, comp: Composition, rs: RankShape, device, seed: int = 1,
+                 chooser: Optional[BackendChooser] = None):
         self.comp = comp
+        #: the SDPA backend of each attention call (None: whatever is enabled), chosen as the op
+        #: tables chose it for the same kind and point
+        c0 = comp
+        self.prefill_backend = None if chooser is None or not c0.n_prefill else chooser.pick(
+            "prefill_context" if c0.prefill_ctx > 0 else "prefill_causal", c0.prefill_len, c0.prefill_ctx)
+        self.decode_backend = None if chooser is None or not c0.n_decode else chooser.pick(
+            "decode", c0.n_decode, c0.decode_ctx)
         g = torch.Generator(device=device).manual_seed(seed)
         c = comp
         T = c.tokens
@@ -1009,29 +1005,42 @@ class Batch:
         self.v_cache = torch.randn(S, rs.KVH, rs.D, generator=g, device=device, dtype=torch.bfloat16)
 
 
-def forward(m: Model, b: Batch):
+def forward(m: Model, b: Batch, all_reduce: Optional[Callable] = None):
     """embedding -> layers (norm, qkv, rope, kv_write, attention, o_proj, add, norm, gate_up, act,
-    down, add) -> final norm and lm_head on one row per sequence. Returns the logits."""
+    down, add) -> final norm and lm_head on one row per sequence. Returns the logits.
+
+    Under TP (``all_reduce`` given, one process per rank) the o_proj and down_proj outputs are
+    all-reduced in place before the residual add -- the two collectives per layer of the pack
+    model; embedding and lm_head stay on the rank's vocab slice, as in the op tables."""
     rs = m.rs
     H, KVH, D, T = rs.H, rs.KVH, rs.D, b.T
     residual = embed_op(b.ids, m.embed)
     n_dec = b.comp.n_decode
-    for lw in m.layers:
-        hn = rms_norm_op(residual, lw["in_norm"])
-        qkv = linear_op(hn, lw["qkv"])
-        qk = rope_op(qkv, b.positions, m.cos_sin, H, KVH, D)
-        kv_write_op(b.k_cache, b.v_cache, qk[:, H:], qkv[:, (H + KVH) * D:].view(T, KVH, D), b.slots)
-        q = qk[:, :H]
-        attn = torch.empty((T, H, D), device=qkv.device, dtype=qkv.dtype)
-        for ts, te, ks, kl in b.prefills:
-            attn_prefill_op(q[ts:te], b.k_cache[ks:ks + kl], b.v_cache[ks:ks + kl], attn[ts:te])
-        if n_dec:
-            s, e = b.dec_base, b.dec_base + n_dec * b.dec_len
-            attn_decode_op(q[b.dec_tok:], b.k_cache[s:e], b.v_cache[s:e], attn[b.dec_tok:],
-                           n_dec, b.dec_len)
-        residual = residual + linear_op(attn.view(T, H * D), lw["o"])
-        hn = rms_norm_op(residual, lw["post_norm"])
-        residual = residual + linear_op(act_op(linear_op(hn, lw["gu"]), rs.I), lw["down"])
+    with BackendSwitch() as sw:  # each attention call on the backend the tables chose for it
+        for lw in m.layers:
+            hn = rms_norm_op(residual, lw["in_norm"])
+            qkv = linear_op(hn, lw["qkv"])
+            qk = rope_op(qkv, b.positions, m.cos_sin, H, KVH, D)
+            kv_write_op(b.k_cache, b.v_cache, qk[:, H:], qkv[:, (H + KVH) * D:].view(T, KVH, D), b.slots)
+            q = qk[:, :H]
+            attn = torch.empty((T, H, D), device=qkv.device, dtype=qkv.dtype)
+            for ts, te, ks, kl in b.prefills:
+                sw.use(b.prefill_backend)
+                attn_prefill_op(q[ts:te], b.k_cache[ks:ks + kl], b.v_cache[ks:ks + kl], attn[ts:te])
+            if n_dec:
+                s, e = b.dec_base, b.dec_base + n_dec * b.dec_len
+                sw.use(b.decode_backend)
+                attn_decode_op(q[b.dec_tok:], b.k_cache[s:e], b.v_cache[s:e], attn[b.dec_tok:],
+                               n_dec, b.dec_len)
+            o = linear_op(attn.view(T, H * D), lw["o"])
+            if all_reduce is not None:
+                all_reduce(o)
+            residual = residual + o
+            hn = rms_norm_op(residual, lw["post_norm"])
+            d = linear_op(act_op(linear_op(hn, lw["gu"]), rs.I), lw["down"])
+            if all_reduce is not None:
+                all_reduce(d)
+            residual = residual + d
     rows = residual.index_select(0, b.sample_idx)
     return linear_op(rms_norm_op(rows, m.final_norm), m.lm_head)
 
@@ -1273,6 +1282,40 @@ def method_text(timer: Timer, extra: str = "") -> str:
     return m + extra
 
 
+# ============================================================================== device peaks
+def measure_peaks(device, timer: Timer, quick: bool = False) -> dict:
+    """The two ceilings packs are compared with (achieved HBM bandwidth, achieved TFLOP/s): a
+    device-to-device copy (bytes read + written / time) and a square bf16 GEMM on random data,
+    timed like every op (graph replay, median). Datasheet peaks are leads; these are measured."""
+    out: dict = {}
+    if device.type != "cuda":
+        return {"note": "not measured on CPU"}
+    try:
+        n = (64 << 20) if quick else (1 << 30)  # bytes per buffer: far beyond L2
+        x = torch.randn(n // 2, device=device, dtype=torch.bfloat16)
+        y = torch.empty_like(x)
+        m = timer.measure([lambda: y.copy_(x)], "peak copy")
+        if m is not None:
+            out["copy_bytes_per_s"] = round(2 * n / (m.median_ms * 1e-3), -6)
+            out["copy_ms"] = round(m.median_ms, 5)
+        del x, y
+        k = 2048 if quick else 8192
+        a = torch.randn(k, k, device=device, dtype=torch.bfloat16)
+        b = torch.randn(k, k, device=device, dtype=torch.bfloat16)
+        m = timer.measure([lambda: torch.mm(a, b)], "peak gemm")
+        if m is not None:
+            out["bf16_gemm_flops_per_s"] = round(2 * k ** 3 / (m.median_ms * 1e-3), -9)
+            out["gemm_ms"] = round(m.median_ms, 5)
+        del a, b
+        torch.cuda.empty_cache()
+        out["method"] = (f"copy_ of {n >> 20} MiB bf16 (2x bytes counted); {k}^3 bf16 torch.mm on "
+                         f"random data; CUDA-graph replay, median")
+    except Exception as exc:  # informative only
+        out["error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+    log(f"device peaks: {out}")
+    return out
+
+
 # ============================================================================== mode: ops
 OPS_STAGES = ["token ops", "attn_decode", "overhead", "attn_prefill"]
 
@@ -1315,9 +1358,11 @@ def ops_one(args, device, budget, info, model: str, tp: int, stages: list, memo:
     timer = Timer(device, budget, quick=args.quick,
                   max_rep=args.max_rep or (10 if grid == "dense" else 20))
     sdpa = Sdpa(device)
-    backend = sdpa.choose(rs, args.sdpa)
-    sdpa.record_kernels(rs)
-    log(f"SDPA backend: {backend}; checks {sdpa.checks}; tried {sdpa.tried}; kernels {sdpa.kernels}")
+    sdpa.check(rs.H, rs.KVH, rs.D, args.sdpa)
+    sdpa.record_kernels(rs.H, rs.KVH, rs.D)
+    log(f"SDPA ({sdpa.mode}): passing {sdpa.passing}; checks {sdpa.checks}; kernels {sdpa.kernels}")
+    if ("peaks",) not in memo:
+        memo[("peaks",)] = measure_peaks(device, timer, args.quick)
     l2 = int(info.get("l2_bytes") or 0) or 50 * 2 ** 20
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
@@ -1326,6 +1371,7 @@ def ops_one(args, device, budget, info, model: str, tp: int, stages: list, memo:
         kv_cap = 64 * 2 ** 20
     bench = OpBench(rs, device, timer, sdpa, args.quick, kv_cap_bytes=kv_cap, rot_bytes=4 * l2,
                     grid=args.grid, memo=memo)
+    bench.prefill_max_rep = getattr(args, "prefill_max_rep", None)
     stem = pack_stem(model, tp)
     tables_from = None
     if args.tables_from:  # overhead-only runs: the op sums come from a pack measured earlier
@@ -1333,6 +1379,9 @@ def ops_one(args, device, budget, info, model: str, tp: int, stages: list, memo:
         for r in read_rows(tables_from):
             bench.table[(r[0], int(r[1]), int(r[2]), int(r[3]))] = Meas(float(r[5]), float(r[6] or 0), 0,
                                                                          "from pack")
+        ymeta = tables_from.with_suffix(".yaml")
+        if ymeta.is_file():  # the calibration forwards run the attention backends the tables chose
+            bench.external_chooser = BackendChooser.from_meta(read_yaml(ymeta))
     done, skipped_stages = [], [f"{x} (not asked for)" for x in OPS_STAGES if x not in stages]
     overhead_notes: dict = {}
     t0 = time.time()
@@ -1357,13 +1406,26 @@ def ops_one(args, device, budget, info, model: str, tp: int, stages: list, memo:
     if rows:
         write_rows(csv_path, rows)
     meta = base_meta(gpu, model, tp, info, rs)
+    chooser = bench.chooser()
+    backend = f"{sdpa.mode}: {chooser.summary()}"
     meta.update(
-        method=method_text(timer, f"; SDPA backend {backend}"),
+        method=method_text(timer, f"; SDPA {backend}"),
         command=args.parent_command or this_command(),
         grid=grid_text(grid),
         notes=ops_notes(rs, backend, overhead_notes),
-        sdpa_backend=backend, sdpa_checks_rel_err=sdpa.checks, sdpa_tried=sdpa.tried,
-        sdpa_kernels=sdpa.kernels,
+        sdpa_backend=backend,
+        sdpa=dict(mode=sdpa.mode, checks_rel_err=sdpa.checks, passing=sdpa.passing,
+                  kernels=sdpa.kernels,
+                  survey={k: v.to_meta() for k, v in bench.surveys.items()},
+                  choice=chooser.to_meta(),
+                  contested={k: v for k, v in bench.contested.items()},
+                  backend_skips=bench.backend_skips[:200],
+                  how=("every backend that passes the float64 check is timed on a survey lattice "
+                       "per op kind; a backend within 5% of the fastest at every survey point is "
+                       "the kind's backend, else each grid point times the backends within 10% of "
+                       "the fastest at its 4 nearest survey points and keeps the fastest "
+                       "(calibration/attn_backends.py)")),
+        device_peaks=memo.get(("peaks",)),
         timing_methods={k: sorted(v) for k, v in bench.methods.items()},
         rows=len(rows), seconds=round(time.time() - t0, 1),
         shared_measurements=(f"{bench.reused} of {len(rows)} rows reuse a measurement of an op "
@@ -1433,13 +1495,15 @@ def overhead_rows(bench: OpBench, timer: Timer, device, args, notes: dict) -> No
                      + ("; under TP that forward has no all-reduce, so NCCL launch cost is not in "
                         "the overhead" if rs.tp > 1 else "") + ".")
     modes = [("overhead_eager", False)] + ([("overhead_cuda_graph", True)] if timer.cuda else [])
+    chooser = bench.chooser()
+    notes["sdpa"] = chooser.summary()
     for B in batches:
         timer.budget.check()
         pred = bench.predict_decode_forward(B, CALIB_CTX)
         if pred is None:
             notes["dropped"].append(f"batch {B}: an op of the table is missing")
             continue
-        batch = Batch(Composition(0, 0, 0, B, CALIB_CTX), rs, device)
+        batch = Batch(Composition(0, 0, 0, B, CALIB_CTX), rs, device, chooser=chooser)
         for op, graph in modes:
             try:
                 m = timer.measure_forward(lambda: forward(model, batch), graph, f"{op} batch={B}")
@@ -1470,14 +1534,51 @@ def overhead_rows(bench: OpBench, timer: Timer, device, args, notes: dict) -> No
 
 
 # ============================================================================== mode: iterations
+def load_chooser(args, gpu: str, sdpa: Sdpa, tp: int) -> tuple[BackendChooser, str]:
+    """The attention backend choice of the (model, tp) pack under ``--backends-from`` (a pack
+    folder or a packs/ root), checked against the backends that pass here; without it, the first
+    passing backend per kind."""
+    if not args.backends_from:
+        return (BackendChooser.constant(sdpa.passing),
+                "first backend passing the float64 check per kind (no --backends-from)")
+    ymeta = Path(args.backends_from) / f"{pack_stem(args.model, tp)}.yaml"
+    if not ymeta.is_file():  # a packs/ root: the GPU's folder below it
+        ymeta = Path(args.backends_from) / gpu / f"{pack_stem(args.model, tp)}.yaml"
+    if not ymeta.is_file():
+        raise SystemExit(f"--backends-from: {ymeta} not found")
+    chooser = BackendChooser.from_meta(read_yaml(ymeta))
+    if chooser is None:
+        raise SystemExit(f"--backends-from: {ymeta} records no SDPA choice")
+    bad = {k: c.get("backend") for k, c in chooser.per_kind.items()
+           if any(b not in sdpa.passing.get(k, []) for b in _chooser_backends(c))}
+    if bad:
+        raise SystemExit(f"--backends-from {ymeta}: backends {bad} do not pass the float64 "
+                         f"check here ({sdpa.passing})")
+    return chooser, str(ymeta)
+
+
+def _chooser_backends(c: dict) -> list:
+    if c.get("rule") == "per point":
+        return sorted({p[2] for p in c.get("points", [])})
+    return [c.get("backend")]
+
+
 def cmd_iterations(args) -> int:
+    if args.tp > 1:
+        return cmd_iterations_tp(args)
     device, budget, info = setup(args)
     gpu = gpu_key(info, args.gpu_key)
     rs = RankShape.of(args.model, 1)
     timer = Timer(device, budget, quick=args.quick)
+    if args.fwd_max_rep:
+        timer.fwd_max_rep = max(timer.min_rep, args.fwd_max_rep)
+    if args.fwd_budget_ms:
+        timer.fwd_budget_ms = args.fwd_budget_ms
     sdpa = Sdpa(device)
-    backend = sdpa.choose(rs, args.sdpa)
-    log(f"iterations: model={args.model} on {device_string(info)}; SDPA {backend}")
+    sdpa.check(rs.H, rs.KVH, rs.D, args.sdpa)
+    chooser, chooser_from = load_chooser(args, gpu, sdpa, 1)
+    backend = chooser.summary()
+    log(f"iterations: model={args.model} on {device_string(info)}; SDPA {backend} ({chooser_from})")
     comps = validation_compositions(args.model, args.quick)
     if args.every and args.every > 1:
         comps = comps[:: args.every]
@@ -1485,6 +1586,7 @@ def cmd_iterations(args) -> int:
         comps = comps[: args.max_compositions]
     t0 = time.time()
     rows, skipped = [], []
+    used: dict = {}
     with torch.inference_mode():
         model = Model(rs, device, share_layers=True if args.share_layer_weights else None)
         kv_cap = 0.5 * torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else 2 ** 28
@@ -1494,10 +1596,24 @@ def cmd_iterations(args) -> int:
                 continue
             try:
                 budget.check()
-                batch = Batch(c, rs, device)
+                batch = Batch(c, rs, device, chooser=chooser)
+                used[c.key()] = dict(prefill=batch.prefill_backend, decode=batch.decode_backend)
                 res = {}
-                for graph in ([False, True] if timer.cuda else [False]):
-                    m = timer.measure_forward(lambda: forward(model, batch), graph, f"iteration {c.key()}")
+                modes = [True] if timer.cuda else []
+                if i % max(1, args.eager_every) == 0 or not timer.cuda:
+                    modes.insert(0, False)
+                for graph in modes:
+                    try:
+                        m = timer.measure_forward(lambda: forward(model, batch), graph,
+                                                  f"iteration {c.key()}")
+                    except (BudgetExceeded, torch.cuda.OutOfMemoryError):
+                        raise
+                    except Exception as exc:  # e.g. a capture failure: the other mode still counts
+                        skipped.append(f"{c.key()} {'graph' if graph else 'eager'}: {type(exc).__name__}: "
+                                       f"{str(exc).splitlines()[0][:160] if str(exc) else ''}")
+                        log(f"  SKIP {c.key()} {'graph' if graph else 'eager'}: {type(exc).__name__}: {exc}")
+                        timer.sync()
+                        continue
                     if m is not None:
                         res[graph] = m
                         rows.append((args.model, 1, graph, c.n_prefill, c.prefill_len, c.prefill_ctx,
@@ -1539,7 +1655,11 @@ def cmd_iterations(args) -> int:
                 f"{timer.fwd_max_rep}; one layer's KV buffers reused by every layer"
                 if timer.cuda else "wall clock on CPU (logic test only)"),
         command=args.parent_command or this_command(),
-        sdpa_backend=backend, shared_layer_weights=shared, compositions=len(comps),
+        sdpa_backend=backend, sdpa_choice_from=chooser_from, sdpa_choice=chooser.to_meta(),
+        sdpa_per_composition=used,
+        eager=("every composition" if args.eager_every <= 1 else
+               f"every {args.eager_every}-th composition (CUDA graph: all)"),
+        shared_layer_weights=shared, compositions=len(comps),
         subset=(f"every {args.every}-th of validation_compositions()" if args.every > 1 else "all"),
         rows=len(rows), seconds=round(time.time() - t0, 1), skipped=skipped,
         dropped=timer.dropped,
@@ -1555,50 +1675,203 @@ def cmd_iterations(args) -> int:
     return 0
 
 
+# ============================================================================== iterations under TP
+def _iter_tp_worker(rank: int, world: int, port: int, args, out_json: str) -> None:
+    """One TP rank: the per-rank forward with NCCL all-reduces (gloo on CPU), every composition
+    timed in lockstep with the other ranks. Each repeat lines the ranks up (a small all-reduce),
+    times one forward (or graph replay) with CUDA events, and keeps the maximum over ranks; the
+    repeat count is fixed, so every rank issues the same collectives."""
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    import torch.distributed as dist
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank)
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
+    info = device_info(device)
+    gpu = gpu_key(info, args.gpu_key)
+    rs = RankShape.of(args.model, args.tp)
+    sdpa = Sdpa(device)
+    sdpa.check(rs.H, rs.KVH, rs.D, args.sdpa)
+    chooser, chooser_from = load_chooser(args, gpu, sdpa, args.tp)
+    deadline = args.deadline_epoch or (time.time() + args.time_budget_s if args.time_budget_s else None)
+
+    def all_reduce(x):
+        if cuda:
+            dist.all_reduce(x)
+        else:  # gloo has no bf16 sum: reduce a float32 copy (logic tests only)
+            y = x.float()
+            dist.all_reduce(y)
+            x.copy_(y)
+
+    flag = torch.zeros(1, device=device)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    def timed(run) -> float:
+        dist.all_reduce(flag)  # line the ranks up
+        sync()
+        if cuda:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            run()
+            e1.record()
+            sync()
+            t = e0.elapsed_time(e1)
+        else:
+            t0 = time.perf_counter()
+            run()
+            t = (time.perf_counter() - t0) * 1e3
+        tt = torch.tensor([t], device=device)
+        dist.all_reduce(tt, op=dist.ReduceOp.MAX)
+        return float(tt.item())
+
+    n_rep = max(3, args.fwd_max_rep or (3 if args.quick else 5))
+    comps = validation_compositions(args.model, args.quick)
+    if args.every and args.every > 1:
+        comps = comps[:: args.every]
+    if args.max_compositions:
+        comps = comps[: args.max_compositions]
+    rows, skipped, used = [], [], {}
+    t0 = time.time()
+    with torch.inference_mode():
+        model = Model(rs, device, share_layers=True if args.share_layer_weights else None, seed=rank)
+        for i, c in enumerate(comps):
+            # the same decision on every rank (rank 0's clock), or the collectives would diverge
+            late = torch.tensor([1.0 if deadline and time.time() > deadline else 0.0], device=device)
+            dist.broadcast(late, 0)
+            if late.item():
+                skipped.extend(f"{x.key()}: time budget" for x in comps[i:])
+                break
+            batch = Batch(c, rs, device, chooser=chooser)
+            used[c.key()] = dict(prefill=batch.prefill_backend, decode=batch.decode_backend)
+            modes = [False] + ([True] if cuda else [])
+            if i % max(1, args.eager_every) and cuda:
+                modes = [True]
+            res = {}
+            for graph in modes:
+                fwd = (lambda: forward(model, batch, all_reduce))
+                for _ in range(2):
+                    fwd()
+                sync()
+                run, g = fwd, None
+                if graph:
+                    g = torch.cuda.CUDAGraph()
+                    st = torch.cuda.Stream(device)
+                    st.wait_stream(torch.cuda.current_stream(device))
+                    with torch.cuda.stream(st):
+                        g.capture_begin()
+                        try:
+                            fwd()
+                        finally:
+                            g.capture_end()
+                    torch.cuda.current_stream(device).wait_stream(st)
+                    run = g.replay
+                    for _ in range(2):
+                        run()
+                    sync()
+                times = [timed(run) for _ in range(n_rep)]
+                del g
+                arr = np.asarray(times)
+                med, std = float(np.median(arr)), float(arr.std(ddof=1))
+                if math.isfinite(med) and med > 0:
+                    res[graph] = med
+                    rows.append((args.model, args.tp, graph, c.n_prefill, c.prefill_len, c.prefill_ctx,
+                                 c.n_decode, c.decode_ctx, med, std))
+            del batch
+            if cuda:
+                torch.cuda.empty_cache()
+            if rank == 0:
+                log(f"  [{i + 1}/{len(comps)}] {c.key()} tokens={c.tokens}: "
+                    + ", ".join(f"{'graph' if gr else 'eager'} {v:.3f} ms" for gr, v in res.items()))
+    if rank == 0:
+        with open(out_json, "w") as fh:
+            json.dump(dict(rows=rows, skipped=skipped, used=used, gpu=gpu, info=_plain(info),
+                           chooser=chooser.to_meta(), chooser_from=chooser_from,
+                           backend=chooser.summary(), n_rep=n_rep, seconds=round(time.time() - t0, 1),
+                           shared=model.shared_layers, compositions=len(comps),
+                           nccl=(".".join(map(str, torch.cuda.nccl.version())) if cuda else None)), fh)
+    dist.destroy_process_group()
+
+
+def cmd_iterations_tp(args) -> int:
+    """Whole-iteration validation forwards at TP > 1: one process per GPU (per-rank slices, NCCL
+    all-reduces after o_proj and down_proj), eager and as a CUDA graph that holds the collectives
+    too. Rows go to validation/<gpu>/<model>-tp<N>.csv (column tp = N)."""
+    import tempfile
+    import torch.multiprocessing as mp
+    n = args.tp
+    if args.device == "cuda" and torch.cuda.device_count() < n:
+        raise SystemExit(f"iterations --tp {n} needs {n} GPUs, {torch.cuda.device_count()} visible")
+    fd, tmp = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    log(f"iterations: model={args.model} tp={n}, {n} processes, NCCL_NVLS_ENABLE="
+        f"{os.environ['NCCL_NVLS_ENABLE']}")
+    mp.spawn(_iter_tp_worker, args=(n, port, args, tmp), nprocs=n, join=True)
+    with open(tmp) as fh:
+        got = json.load(fh)
+    os.unlink(tmp)
+    path = Path(args.out) / "validation" / got["gpu"] / f"{pack_stem(args.model, n)}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(VAL_COLUMNS)
+        for r in got["rows"]:
+            _check_time(float(r[8]), str(r))
+            w.writerow([r[0], r[1], "true" if r[2] else "false", *r[3:8], f"{r[8]:.6g}",
+                        f"{max(r[9], 0.0):.6g}"])
+    rs = RankShape.of(args.model, n)
+    meta = base_meta(got["gpu"], args.model, n, got["info"], rs)
+    meta.pop("source")
+    meta.update(
+        kind="whole-iteration validation data (never read by the fit)",
+        method=(f"one process per GPU (torch.distributed, NCCL), per-rank forward with all_reduce after "
+                f"o_proj and down_proj; per repeat the ranks are lined up with a small all-reduce, "
+                f"CUDA events around one forward (eager) or graph replay (graph: the collectives "
+                f"captured too), time = max over ranks; 2 warm-up forwards, median of "
+                f"{got['n_rep']} repeats"),
+        command=args.parent_command or this_command(), nccl=got["nccl"],
+        sdpa_backend=got["backend"], sdpa_choice_from=got["chooser_from"], sdpa_choice=got["chooser"],
+        sdpa_per_composition=got["used"], shared_layer_weights=got["shared"],
+        compositions=got["compositions"], rows=len(got["rows"]), seconds=got["seconds"],
+        skipped=got["skipped"],
+        env={k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+                                        "NVSHMEM_DISABLE_NVLS")})
+    write_yaml(path.with_suffix(".yaml"), meta)
+    log(f"wrote {path} ({len(got['rows'])} rows, {len(got['skipped'])} skipped)")
+    return 0
+
+
 # ============================================================================== mode: backends
 def cmd_backends(args) -> int:
-    """Time a few attention shapes on every SDPA backend that passes the checks: the evidence for
-    the backend the packs use (informative; writes backends_<model>.json, no pack rows)."""
+    """Check every SDPA backend against float64 and time the passing ones on each attention kind's
+    survey lattice (``attn_backends.SURVEY``): the evidence for the choice ``ops`` makes, without
+    the dense grid (writes backends_<model>.json, no pack rows)."""
     device, budget, info = setup(args)
     rs = RankShape.of(args.model, args.tp)
     timer = Timer(device, budget, quick=args.quick)
-    shapes = [("attn_prefill", 4096, 0), ("attn_prefill", 1024, 8192), ("attn_prefill", 128, 4096),
-              ("attn_decode", 64, 2048), ("attn_decode", 256, 4096), ("attn_decode", 8, 1024)]
-    res: dict = {}
-    g = torch.Generator(device=device).manual_seed(3)
-
-    def r(*shape):
-        return torch.randn(*shape, generator=g, device=device, dtype=torch.bfloat16)
+    sdpa = Sdpa(device)
+    sdpa.check(rs.H, rs.KVH, rs.D, args.sdpa)
+    sdpa.record_kernels(rs.H, rs.KVH, rs.D)
+    kv_cap = int(min(16 * 2 ** 30, 0.25 * torch.cuda.mem_get_info(device)[0])) \
+        if device.type == "cuda" else 64 * 2 ** 20
+    bench = OpBench(rs, device, timer, sdpa, args.quick, kv_cap_bytes=kv_cap,
+                    rot_bytes=4 * (int(info.get("l2_bytes") or 0) or 50 * 2 ** 20))
     with torch.inference_mode():
-        for name in ["flash", "cudnn", "efficient", "math"]:
-            sd = Sdpa(device)
-            try:
-                sd.choose(rs, name)
-            except SystemExit as exc:
-                res[name] = {"error": str(exc)[:200]}
-                continue
-            sd.record_kernels(rs)
-            res[name] = {"kernels": sd.kernels}
-            for op, a, ctx in shapes:
-                try:
-                    if op == "attn_prefill":
-                        qk, kc, vc = r(a, rs.H + rs.KVH, rs.D), r(ctx + a, rs.KVH, rs.D), r(ctx + a, rs.KVH, rs.D)
-                        out = torch.empty(a, rs.H, rs.D, device=device, dtype=torch.bfloat16)
-                        fn = [lambda: attn_prefill_op(qk[:, :rs.H], kc, vc, out)]
-                    else:
-                        L = ctx + 1
-                        qk, kc, vc = r(a, rs.H + rs.KVH, rs.D), r(a * L, rs.KVH, rs.D), r(a * L, rs.KVH, rs.D)
-                        out = torch.empty(a, rs.H, rs.D, device=device, dtype=torch.bfloat16)
-                        fn = [lambda: attn_decode_op(qk[:, :rs.H], kc, vc, out, a, L)]
-                    m = timer.measure(fn, f"{name} {op} {a} {ctx}")
-                    res[name][f"{op} {a} ctx {ctx}"] = None if m is None else round(m.median_ms, 5)
-                except Exception as exc:
-                    res[name][f"{op} {a} ctx {ctx}"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-                log(f"  {name:9s} {op} {a} ctx {ctx}: {res[name][f'{op} {a} ctx {ctx}']}")
+        for kind in KINDS:
+            bench.ensure_survey(kind)
     path = Path(args.out) / f"backends_{pack_stem(args.model, args.tp)}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(dict(device=device_string(info), model=args.model, tp=args.tp,
-                                    results=res), indent=1))
+                                    checks=sdpa.checks, passing=sdpa.passing, kernels=sdpa.kernels,
+                                    survey={k: v.to_meta() for k, v in bench.surveys.items()},
+                                    backend_skips=bench.backend_skips), indent=1))
     log(f"wrote {path}")
     return 0
 
@@ -1904,6 +2177,9 @@ def cmd_combine(args) -> int:
                                                             replace_ops)
                 for op, note in meta["replaced_rows"]["per_op"].items():
                     meta.setdefault("timing_methods", {})[op] = note.pop("timing_methods", None)
+                    sd = note.pop("sdpa", None)
+                    if op.startswith("attn_") and sd:  # the attention rows' backend choice with them
+                        meta["sdpa"], meta["sdpa_backend"] = sd, note.pop("sdpa_backend", None)
                     g = note.get("grid") or {}
                     if op == "attn_prefill" and g.get("prefill_chunk"):
                         meta.setdefault("grid", {}).update(prefill_chunk=g["prefill_chunk"],
@@ -2004,7 +2280,8 @@ def _replace_rows(rows: list, pack: Path, src_dir: Path, ops: list) -> tuple[lis
                                   command=sm.get("command"), method=sm.get("method"),
                                   grid=sm.get("grid"), stages_skipped=sm.get("stages_skipped"),
                                   shared_from_equal_shape=shared,
-                                  timing_methods=(sm.get("timing_methods") or {}).get(op))
+                                  timing_methods=(sm.get("timing_methods") or {}).get(op),
+                                  sdpa=sm.get("sdpa"), sdpa_backend=sm.get("sdpa_backend"))
         rows += got
     return rows, note
 
@@ -2066,9 +2343,12 @@ def cmd_all(args) -> int:
         return s["num_layers"] * (3 * s["hidden_size"] * s["intermediate_size"] + 2 * s["hidden_size"] ** 2)
     tasks = [Task(f"ops-{pack_stem(m, tp)}", me + ["ops", "--model", m, "--tp", str(tp)] + grid_args + common,
                   cost=(1.0 if tp == 1 else 0.6) * size(m) * 1.2) for m in models for tp in tps]
-    tasks += [Task(f"iterations-{m}", me + ["iterations", "--model", m] + common, cost=size(m))
-              for m in iter_models]
     tasks.sort(key=lambda t: -t.cost)
+    # iterations after every ops task: their forwards take the attention backends the op tables chose
+    it_tasks = [Task(f"iterations-{m}", me + ["iterations", "--model", m, "--backends-from",
+                                              str(out / "packs")] + common, cost=size(m))
+                for m in iter_models]
+    it_tasks.sort(key=lambda t: -t.cost)
     q: "queue.Queue[Task]" = queue.Queue()
     for t in tasks:
         q.put(t)
@@ -2087,11 +2367,16 @@ def cmd_all(args) -> int:
             t0 = time.time()
             t.rc = _run_logged(t.argv, env, out / "logs" / f"{t.name}.log", f"w{slot} {t.name}", lock)
             t.seconds = time.time() - t0
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(workers)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    for phase in (tasks, it_tasks):
+        if phase is it_tasks:
+            for t in it_tasks:
+                q.put(t)
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(workers)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    tasks = tasks + it_tasks
 
     # 3. merge
     if want_coll and coll_rc == 0:
@@ -2183,11 +2468,13 @@ def _main_one(argv: list) -> int:
                     help=f"comma list of stages to run (default all): {OPS_STAGES}")
     sp.add_argument("--tables-from", default=None,
                     help="folder of packs whose op rows give the table sums (for --stages overhead)")
+    sp.add_argument("--prefill-max-rep", type=int, default=None,
+                    help="most timed replays per prefill attention point (default: --max-rep)")
     sp.add_argument("--calib-batches", default=None,
                     help=f"comma list: overhead calibration batches to measure (default {CALIB_BATCHES})")
     add_grid_args(sp)
     common(sp)
-    sp = sub.add_parser("iterations", help="whole-forward validation data for one model (TP 1)")
+    sp = sub.add_parser("iterations", help="whole-forward validation data for one model (TP 1, or --tp N)")
     sp.add_argument("--model", required=True, choices=models)
     sp.add_argument("--max-compositions", type=int, default=None)
     sp.add_argument("--every", type=int, default=1,
@@ -2195,6 +2482,17 @@ def _main_one(argv: list) -> int:
                          "run-to-run noise checks)")
     sp.add_argument("--share-layer-weights", action="store_true",
                     help="one set of layer weights for all layers (small GPUs)")
+    sp.add_argument("--tp", type=int, default=1,
+                    help="TP degree: > 1 runs one process per GPU with NCCL all-reduces "
+                         "(validation/<gpu>/<model>-tp<N>.csv)")
+    sp.add_argument("--backends-from", default=None,
+                    help="folder of packs whose YAML (sdpa.choice) gives each attention call's "
+                         "backend, so the forwards run what the op tables timed")
+    sp.add_argument("--eager-every", type=int, default=1,
+                    help="measure eager forwards for every k-th composition only (graph: all)")
+    sp.add_argument("--fwd-max-rep", type=int, default=None, help="most timed forwards per mode (15)")
+    sp.add_argument("--fwd-budget-ms", type=float, default=None,
+                    help="GPU time spent on one composition's timed forwards per mode (400)")
     common(sp)
     sp = sub.add_parser("allreduce", help="NCCL all_reduce over N GPUs and send_recv between 2")
     sp.add_argument("--gpus", type=int, default=2)

@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import attn_backends as ab  # noqa: E402
 import profile_gpu as pg  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -86,10 +87,98 @@ def test_attention_ops_match_reference():
         assert rel < 2e-2, (b, rel)
 
 
-def test_sdpa_choose_cpu():
+def test_sdpa_check_cpu():
+    """Every backend is checked per kind; on CPU flash and math compute attention, cuDNN and
+    memory-efficient cannot (the reason is recorded, nothing falls back silently)."""
     s = pg.Sdpa(CPU)
-    assert s.choose(pg.RankShape.of("tiny", 1)) == "cpu-default"
-    assert all(v < 2e-2 for v in s.checks.values())
+    rs = pg.RankShape.of("tiny", 1)
+    passing = s.check(rs.H, rs.KVH, rs.D)
+    for kind in ab.KINDS:
+        assert passing[kind] == ["flash", "math"], (kind, passing)
+        for b in ("flash", "math"):
+            assert 0 <= s.checks[b][kind] < 2e-2
+        for b in ("cudnn", "efficient"):
+            assert isinstance(s.checks[b][kind], str) and "RuntimeError" in s.checks[b][kind]
+    forced = pg.Sdpa(CPU)
+    assert forced.check(rs.H, rs.KVH, rs.D, "math")["decode"] == ["math"] and forced.mode == "forced math"
+    try:
+        pg.Sdpa(CPU).check(rs.H, rs.KVH, rs.D, "cudnn")
+    except SystemExit as exc:
+        assert "no SDPA backend passed" in str(exc)
+    else:
+        raise AssertionError("cudnn passed on CPU")
+
+
+def test_only_and_switch_restore_flags():
+    before = ab._flags()
+    with ab.only("math"):
+        assert ab._flags() == (False, False, True, False)
+    assert ab._flags() == before
+    with ab.BackendSwitch() as sw:
+        sw.use("flash")
+        assert ab._flags()[0] and not ab._flags()[2]
+        sw.use(None)  # None leaves the current backend
+        assert ab._flags()[0]
+        sw.use("math")
+        assert ab._flags() == (False, False, True, False)
+    assert ab._flags() == before
+
+
+def test_survey_stable_and_contenders():
+    pts = [(1, 128), (1, 4096), (64, 128), (64, 4096)]
+    # flash within 5% of cudnn everywhere -> stable flash? No: cudnn is fastest everywhere, flash
+    # is 4% slower at one point and 30% at another -> cudnn is the only stable backend
+    sv = ab.KindSurvey("decode", pts, {"flash": [1.0, 2.0, 1.04, 13.0], "cudnn": [1.0, 2.0, 1.0, 10.0]})
+    assert sv.stable == "cudnn" and sv.contenders(7, 999) == ["cudnn"]
+    # a crossover: flash wins small batches, cudnn large ones
+    sv = ab.KindSurvey("decode", pts, {"flash": [1.0, 2.0, 3.0, 13.0], "cudnn": [1.5, 3.0, 2.0, 8.0]})
+    assert sv.stable is None
+    assert sv.winners_at_survey() == {"flash": 2, "cudnn": 2}
+    assert set(sv.contenders(8, 1000)) == {"flash", "cudnn"}  # the four corners disagree
+    sv = ab.KindSurvey("decode", pts + [(4, 128), (4, 4096), (16, 128), (16, 4096)],
+                       {"flash": [1.0, 2.0, 3.0, 13.0, 1.0, 2.0, 1.1, 2.2],
+                        "cudnn": [1.5, 3.0, 2.0, 8.0, 1.5, 3.0, 1.5, 3.0]})
+    assert sv.contenders(1, 128) == ["flash"]       # only flash within 10% at the nearest points
+    assert sv.contenders(64, 4096) == ["cudnn"] or "cudnn" in sv.contenders(64, 4096)
+    # a backend with no time at a point (failed / skipped) is never a contender there
+    sv = ab.KindSurvey("prefill_causal", [(16, 0), (1024, 0)], {"flash": [1.0, 5.0], "math": [None, None]})
+    assert sv.stable == "flash" and sv.to_meta()["ms"]["math"] == [None, None]
+
+
+def test_chooser_round_trip_and_nearest_point():
+    winners = {"decode": {(1, 128): "flash", (1, 4096): "flash", (64, 128): "cudnn", (64, 4096): "cudnn"},
+               "prefill_causal": {(16, 0): "cudnn", (4096, 0): "cudnn"}}
+    ch = ab.BackendChooser.from_winners(winners, {"prefill_context": "flash"})
+    meta = {"sdpa": {"choice": ch.to_meta()}}
+    back = ab.BackendChooser.from_meta(meta)
+    for c in (ch, back):
+        assert c.pick("decode", 2, 100) == "flash" and c.pick("decode", 48, 3000) == "cudnn"
+        assert c.pick("prefill_causal", 777, 0) == "cudnn"
+        assert c.pick("prefill_context", 100, 5000) == "flash"  # fallback, per op
+    assert ch.per_kind["decode"]["rule"] == "per point" and ch.per_kind["decode"]["counts"] == {"cudnn": 2, "flash": 2}
+    old = ab.BackendChooser.from_meta({"sdpa_backend": "flash"})  # packs made before selection
+    assert all(old.pick(k, 8, 8) == "flash" for k in ab.KINDS)
+    assert ab.BackendChooser.from_meta({"sdpa_backend": "auto: ..."}) is None
+
+
+def test_forward_with_chooser_runs_each_call_on_its_backend():
+    """A mixed batch gives the same logits whichever backend each call uses (both pass the check),
+    and the flags are restored after the forward."""
+    torch.manual_seed(0)
+    rs = pg.RankShape.of("tiny", 1)
+    model = pg.Model(rs, CPU, share_layers=True)
+    comp = pg.Composition(1, 6, 9, 3, 11)
+    flags = ab._flags()
+    outs = []
+    for dec, pre in (("flash", "math"), ("math", "flash")):
+        ch = ab.BackendChooser({"decode": {"rule": "per op", "backend": dec},
+                                "prefill_context": {"rule": "per op", "backend": pre}})
+        b = pg.Batch(comp, rs, CPU, chooser=ch)
+        assert (b.decode_backend, b.prefill_backend) == (dec, pre)
+        with torch.inference_mode():
+            outs.append(pg.forward(model, b).float())
+        assert ab._flags() == flags
+    assert torch.allclose(outs[0], outs[1], rtol=3e-2, atol=3e-2)
 
 
 def test_rope_rotates_pairs():
@@ -217,8 +306,15 @@ def test_cli_all_quick_on_cpu():
         import yaml
         meta = yaml.safe_load((out / "packs" / "cpu" / "tiny-tp2.yaml").read_text())
         for key in ("gpu", "model", "tp", "source", "dtype", "shape", "origin", "date", "device",
-                    "method", "command", "notes", "sdpa_backend"):
+                    "method", "command", "notes", "sdpa_backend", "sdpa"):
             assert key in meta, key
+        # the choice per kind, each backend's survey times, and the forwards made the same choice
+        assert set(meta["sdpa"]["choice"]) == set(ab.KINDS)
+        for kind in ab.KINDS:
+            sv = meta["sdpa"]["survey"][kind]
+            assert set(sv["ms"]) == {"flash", "math"} and len(sv["points"]) >= 2
+        vmeta = yaml.safe_load((out / "validation" / "cpu" / "tiny.yaml").read_text())
+        assert vmeta["sdpa_choice"] and vmeta["sdpa_per_composition"]
         assert meta["tp"] == 2 and meta["rank_shape"]["num_heads"] == 2
         with (out / "validation" / "cpu" / "tiny.csv").open() as fh:
             vrows = list(csv.DictReader(fh))
@@ -315,6 +411,7 @@ def test_then_chain_every_and_combine_replace():
         base, new, o2 = d / "base", d / "new", d / "o2"
         assert pg.main(["ops", "--model", "tiny", "--tp", "1", "--device", "cpu", "--quick",
                         "--out", str(base), "--then", "iterations", "--model", "tiny", "--every", "2",
+                        "--backends-from", str(base / "packs" / "cpu"), "--eager-every", "1",
                         "--device", "cpu", "--quick", "--out", str(d / "n")]) == 0
         comps = pg.validation_compositions("tiny", quick=True)
         with (d / "n" / "validation" / "cpu" / "tiny.csv").open() as fh:
@@ -360,3 +457,20 @@ if __name__ == "__main__":
                 failures += 1
                 print(f"FAIL {name}: {type(exc).__name__}: {exc}")
     sys.exit(1 if failures else 0)
+
+
+def test_iterations_tp2_on_gloo():
+    """`iterations --tp 2`: one process per rank, all-reduces after o_proj and down_proj, ranks in
+    lockstep; rows carry tp = 2 and go to <model>-tp2.csv."""
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run([sys.executable, str(HERE / "profile_gpu.py"), "iterations", "--model", "tiny",
+                            "--tp", "2", "--device", "cpu", "--quick", "--max-compositions", "2",
+                            "--out", d], capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        path = Path(d) / "validation" / "cpu" / "tiny-tp2.csv"
+        with path.open() as fh:
+            rows = list(csv.DictReader(fh))
+        assert len(rows) == 2 and all(v["tp"] == "2" and float(v["measured_ms"]) > 0 for v in rows)
+        import yaml
+        meta = yaml.safe_load(path.with_suffix(".yaml").read_text())
+        assert meta["tp"] == 2 and meta["rank_shape"]["num_heads"] == 2 and "all_reduce" in meta["method"]

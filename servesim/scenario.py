@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import numpy as np
 import yaml
@@ -213,13 +213,55 @@ class ConstantStepConfig(Frozen):
     seconds: StepSeconds = 0.01  # every iteration's duration
 
 
+def pack_ref_parts(ref: str) -> tuple[str, str, int]:
+    """``gpu/model`` or ``gpu/model-tpN`` -> (gpu, model, tp), as step_time.fit names a pack;
+    ValueError naming what is allowed otherwise (the pack's existence is checked when built)."""
+    from servesim.hardware import GPUS
+
+    if not isinstance(ref, str) or ref.count("/") != 1:
+        raise ValueError(f"pack reference {ref!r} must be '<gpu>/<model>' or '<gpu>/<model>-tp<N>', "
+                         f"e.g. 'a100-80g/llama-3-8b'")
+    gpu, stem = ref.split("/")
+    model, tp = stem, 1
+    head, sep, tail = stem.rpartition("-tp")
+    if sep and tail.isdigit():
+        model, tp = head, int(tail)
+    if gpu not in GPUS:
+        raise ValueError(f"pack reference {ref!r}: unknown GPU '{gpu}'; allowed: {', '.join(sorted(GPUS))}")
+    if model not in MODELS:
+        raise ValueError(f"pack reference {ref!r}: unknown model '{model}'; allowed: {', '.join(sorted(MODELS))}")
+    if tp < 1 or tp > 64:
+        raise ValueError(f"pack reference {ref!r}: tp {tp} not allowed; allowed: 1..64")
+    return gpu, model, tp
+
+
 class RooflineStepConfig(Frozen):
-    """Per op, max(FLOPs / (peak x mfu), bytes / (bandwidth x mbu)), plus a fixed overhead."""
+    """Per op, max(FLOPs / (peak x mfu), bytes / (bandwidth x mbu)), plus a fixed overhead.
+
+    ``fit: <gpu>/<model>[-tp<N>]`` takes mfu, mbu and overhead_s from that calibration pack of the
+    same GPU instead (servesim/perf/rooflinefit.py): the fallback for a model with no pack."""
 
     model: Literal["roofline"]
     mfu: Share = 0.6  # achieved share of the GPU's peak FLOP/s
     mbu: Share = 0.8  # achieved share of the GPU's memory bandwidth
     overhead_s: StepSeconds0 = 0.002  # fixed time added to every iteration
+    # fit mfu, mbu and overhead_s to a calibration pack of this GPU ("gpu/model[-tpN]")
+    fit: Optional[Annotated[str, Field(min_length=3, max_length=100)]] = None
+
+    @field_validator("fit")
+    @classmethod
+    def _fit_names_a_pack(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None:
+            pack_ref_parts(v)
+        return v
+
+    @model_validator(mode="after")
+    def _fit_or_factors(self) -> "RooflineStepConfig":
+        given = sorted({"mfu", "mbu", "overhead_s"} & set(_set_fields(self)))
+        if self.fit is not None and given:
+            raise ValueError(f"step_time.fit {self.fit!r} fits mfu, mbu and overhead_s to that pack; "
+                             f"remove step_time.{given[0]} (or remove fit to state them)")
+        return self
 
 
 class PackStepConfig(Frozen):
@@ -450,6 +492,17 @@ class Scenario(Frozen):
             raise ValueError(f"hardware.gpus_per_replica {hw.gpus_per_replica} differs from "
                              f"engine.tensor_parallel_size {self.tp} x pipeline_parallel_size {self.pp}; "
                              f"remove hardware.gpus_per_replica (it follows from the engine's)")
+        return self
+
+    @model_validator(mode="after")
+    def _roofline_fit_same_gpu(self) -> "Scenario":
+        st = self.step_time
+        if isinstance(st, RooflineStepConfig) and st.fit is not None:
+            gpu = st.fit.split("/")[0]
+            if gpu != self.hardware.gpu:
+                raise ValueError(f"step_time.fit {st.fit!r} is a pack of {gpu}, but hardware.gpu is "
+                                 f"{self.hardware.gpu!r}: fit to a pack of the GPU simulated, "
+                                 f"e.g. fit: {self.hardware.gpu}/<model>")
         return self
 
     @model_validator(mode="after")

@@ -39,6 +39,18 @@ def _alias_bomb(levels: int = 9) -> str:
 
 CASES = [
     # (id, scenario patch or raw text, extra args, substrings the error line must contain)
+    ("roofline-fit-other-gpu", merge(BASE, {"hardware": {"gpu": "h200"},
+                                            "step_time": {"model": "roofline", "fit": "a100-80g/llama-3-8b"}}),
+     (), ["step_time.fit", "a100-80g", "h200"]),
+    ("roofline-fit-bad-ref", merge(BASE, {"step_time": {"model": "roofline", "fit": "a100-80g"}}), (),
+     ["fit", "<gpu>/<model>"]),
+    ("roofline-fit-unknown-model", merge(BASE, {"step_time": {"model": "roofline", "fit": "a100-80g/llama-9"}}),
+     (), ["llama-9", "allowed"]),
+    ("roofline-fit-and-mfu", merge(BASE, {"step_time": {"model": "roofline", "fit": "a100-80g/llama-3-8b",
+                                                        "mfu": 0.5}}), (), ["step_time.mfu", "fit"]),
+    ("roofline-fit-missing-pack", merge(BASE, {"hardware": {"gpu": "h100-80g"},
+                                               "step_time": {"model": "roofline", "fit": "h100-80g/llama-3-8b"}}),
+     (), ["no calibration pack", "h100-80g", "fallback"]),
     ("unknown-top-field", merge(BASE, {"enigne": {}}), (), ["enigne", "unknown field"]),
     ("unknown-nested-field", merge(BASE, {"engine": {"blok_size": 16}}), (), ["engine.blok_size", "unknown field"]),
     ("wrong-type", merge(BASE, {"engine": {"max_num_seqs": "many"}}), (), ["engine.max_num_seqs", "'many'", "integer"]),

@@ -154,3 +154,18 @@ def test_predict_out_a_folder_is_one_line(tmp_path):
     res = runner.invoke(app, ["predict", "--gpu", "a100-80g", "--model", "llama-3-8b",
                               "--batches", str(write(tmp_path, BATCHES)), "--out", str(folder)])
     assert "is a folder" in assert_one_line_exit_2(res)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--gpu", "h200"], "a100-80g only"),
+    (["--model", "llama-9"], "llama-9"),
+    (["--tp", "0"], "--tp 0"),
+])
+def test_derive_bad_args_are_one_line(tmp_path, args, needle):
+    res = runner.invoke(app, ["derive", "--out", str(tmp_path / "o"), *args])
+    assert needle in assert_one_line_exit_2(res)
+
+
+def test_derive_bad_source_is_one_line(tmp_path):
+    res = runner.invoke(app, ["derive", "--src", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert "mlp.csv" in assert_one_line_exit_2(res)

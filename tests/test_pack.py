@@ -206,7 +206,7 @@ def test_every_shipped_pack_loads_and_predicts(gpu, model, tp):
     from servesim.perf.packmodel import load_pack_model
 
     pack = load_pack(gpu, model, tp)
-    assert pack.meta.get("origin") and pack.meta["source"] in ("measured", "imported")
+    assert pack.meta.get("origin") and pack.meta["source"] in ("measured", "imported", "derived")
     graph = pack.has("overhead_cuda_graph")
     m = load_pack_model(gpu, model, tp=tp, cuda_graph=graph)
     decode = m.predict(np.ones(32, np.int64), np.full(32, 1000))

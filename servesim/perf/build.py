@@ -21,6 +21,15 @@ def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
     if isinstance(cfg, ConstantStepConfig):
         return ConstantStepModel(cfg.seconds)
     if isinstance(cfg, RooflineStepConfig):
+        if cfg.fit is not None:  # efficiency factors and overhead fitted to a pack of this GPU
+            from servesim.perf.rooflinefit import fit_roofline
+
+            f = fit_roofline(cfg.fit)
+            return RooflineStepModel(GPUS[hw.gpu], sc.model_shape, sc.tp, sc.pp,
+                                     f.mfu, f.mbu, f.overhead_s,
+                                     note=(f"fitted to pack {f.pack}: median |err| "
+                                           f"{100 * f.median_abs_err:.1f}% on {f.points} iterations"),
+                                     **cross)
         return RooflineStepModel(GPUS[hw.gpu], sc.model_shape, sc.tp, sc.pp,
                                  cfg.mfu, cfg.mbu, cfg.overhead_s, **cross)
     if isinstance(cfg, PackStepConfig):

@@ -261,3 +261,69 @@ def import_vidur_cmd(
         return
     for p in written:
         typer.echo(f"wrote {p} (+ .yaml)")
+
+
+@app.command("derive")
+def derive_cmd(
+    gpu: str = typer.Option("a100-80g", "--gpu", help="GPU key; a100-80g derives from Vidur's A100 profiles"),
+    model: list[str] = typer.Option(["qwen3-4b", "qwen3-8b", "qwen3-14b"], "--model", help="model key(s)"),
+    tp: list[int] = typer.Option([1, 2, 4, 8], "--tp", help="TP degrees (those that divide the heads)"),
+    src: Path = typer.Option(REPO.parent / "shared" / "calibration" / "vidur_profiles", "--src",
+                             help="Vidur profile folder (layout of shared/calibration/vidur_profiles)"),
+    out: Path = typer.Option(REPO / "calibration" / "packs", "--out", help="pack folder"),
+) -> None:
+    """Derive packs for models nobody measured on the GPU from other models' op timings there
+    (rules: servesim/perf/derive.py; errors: calibration/VALIDATION.md 'Derived packs')."""
+    from servesim.models import MODELS
+    from servesim.perf.derived_packs import write_a100_packs
+
+    if gpu != "a100-80g":
+        _fail(f"--gpu {gpu}: derivation from public profiles exists for a100-80g only; allowed: a100-80g")
+    bad = [m for m in model if m not in MODELS]
+    if bad:
+        _fail(f"--model {bad[0]}: unknown; allowed: {', '.join(sorted(MODELS))}")
+    badtp = [t for t in tp if t < 1 or t > 64]
+    if badtp:
+        _fail(f"--tp {badtp[0]}: not allowed; allowed: integers 1..64")
+    try:
+        written = write_a100_packs(src, out, list(model), list(tp))
+    except ServesimError as exc:
+        _fail(str(exc))
+        return
+    for p in written:
+        typer.echo(f"wrote {p} (+ .yaml)")
+
+
+@app.command("efficiency")
+def efficiency_cmd(
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="only this GPU's packs"),
+    write: bool = typer.Option(False, "--write", help="also record the summary in each pack's YAML "
+                               "(key 'efficiency')"),
+) -> None:
+    """Achieved HBM bandwidth and TFLOP/s of every pack's kernels against its GPU's peaks."""
+    import yaml
+
+    from servesim.hardware import GPUS
+    from servesim.perf.efficiency import pack_efficiency
+    from servesim.perf.pack import available_packs, load_pack
+
+    if gpu is not None and gpu not in GPUS:
+        _fail(f"--gpu {gpu}: unknown; allowed: {', '.join(sorted(GPUS))}")
+    for g, m, t in available_packs():
+        if gpu is not None and g != gpu:
+            continue
+        try:
+            pack = load_pack(g, m, t)
+        except ServesimError as exc:
+            _fail(str(exc))
+            return
+        e = pack_efficiency(pack)
+        d = e.get("attn_decode_share_of_hbm_peak", {})
+        typer.echo(f"{g}/{pack.csv_path.stem}: decode attention (batch >= 64) median "
+                   f"{100 * d.get('median', float('nan')):.0f}% of HBM peak; "
+                   f"GEMMs >= 4096 tokens {e.get('gemm_tokens_ge_4096_TFLOPps', {}).get('median')} TFLOP/s")
+        if write:
+            path = pack.csv_path.with_suffix(".yaml")
+            meta = yaml.safe_load(path.read_text())
+            meta["efficiency"] = e
+            path.write_text(yaml.safe_dump(meta, sort_keys=False, width=100, default_flow_style=None))

@@ -43,6 +43,8 @@ COMM_OPS: tuple[str, ...] = ("all_reduce", "send_recv")
 OPS: tuple[str, ...] = LAYER_TOKEN_OPS + ITERATION_TOKEN_OPS + ATTENTION_OPS + OVERHEAD_OPS + COMM_OPS
 
 REQUIRED_META: tuple[str, ...] = ("gpu", "model", "tp", "source")
+#: measured on the GPU; imported from public profiles; derived from other models' measurements
+SOURCES: tuple[str, ...] = ("measured", "imported", "derived")
 SHAPE_KEYS: tuple[str, ...] = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
                                "intermediate_size", "vocab_size")
 
@@ -169,9 +171,7 @@ def load_pack(gpu: str, model: str | ModelShape, tp: int = 1) -> Pack:
     name = model.name if isinstance(model, ModelShape) else model
     path = pack_path(gpu, name, tp)
     if not path.is_file():
-        have = [f"{g}/{pack_stem(m, t)}" for g, m, t in available_packs()]
-        raise PackError(f"no calibration pack for gpu={gpu} model={name} tp={tp}: {path} not found; "
-                        f"available: {', '.join(have) or 'none'}")
+        raise PackError(missing_pack_message(gpu, name, tp, path))
     pack = _read_cached(str(path), path.stat().st_mtime_ns)
     if pack.gpu != gpu or pack.model != name or pack.tp != tp:
         raise PackError(f"{path.with_suffix('.yaml')}: metadata says gpu={pack.gpu} model={pack.model} "
@@ -179,6 +179,21 @@ def load_pack(gpu: str, model: str | ModelShape, tp: int = 1) -> Pack:
     if isinstance(model, ModelShape):
         check_shape(pack, model)
     return pack
+
+
+def missing_pack_message(gpu: str, model: str, tp: int, path: Path) -> str:
+    """What exists for this GPU, and the fallback: a roofline fitted to one of its packs."""
+    found = available_packs()
+    here = [f"{g}/{pack_stem(m, t)}" for g, m, t in found if g == gpu]
+    other = sorted({g for g, _, _ in found if g != gpu})
+    same = [f"{g}/{pack_stem(m, t)}" for g, m, t in found if g == gpu and m == model]
+    fit = (same or here or [f"{gpu}/<model>"])[0]  # a pack of the same model (another TP) fits best
+    return (f"no calibration pack for gpu={gpu} model={model} tp={tp}: {path} not found; "
+            f"available for {gpu}: {', '.join(here) or 'none'}"
+            f"{' (packs exist for ' + ', '.join(other) + ')' if other else ''}; "
+            f"fallback: step_time: {{model: roofline, fit: {fit}}} fits the roofline's mfu, mbu and "
+            f"overhead to a pack of {gpu}"
+            f"{'' if here else ' (none yet: profile one with calibration/profile_gpu.py)'}")
 
 
 @lru_cache(maxsize=64)
@@ -222,8 +237,8 @@ def read_meta(yaml_path: Path) -> dict[str, Any]:
                         f"{', '.join(sorted(MODELS))}")
     if not isinstance(meta["tp"], int) or isinstance(meta["tp"], bool) or meta["tp"] < 1:
         raise PackError(f"{yaml_path}: tp must be an integer >= 1, got {meta['tp']!r}")
-    if meta["source"] not in ("measured", "imported"):
-        raise PackError(f"{yaml_path}: source must be 'measured' or 'imported', got {meta['source']!r}")
+    if meta["source"] not in SOURCES:
+        raise PackError(f"{yaml_path}: source must be one of {', '.join(SOURCES)}, got {meta['source']!r}")
     shape = meta.get("shape")
     if shape is not None and not isinstance(shape, dict):
         raise PackError(f"{yaml_path}: shape must be a mapping of {', '.join(SHAPE_KEYS)}")

@@ -301,8 +301,11 @@ class PackStepModel(KernelModel):
     # -- StepTimeModel (predict / predict_decode_run: KernelModel) -----------------------------
     def describe(self) -> str:
         meta = self.pack.meta
-        return (f"pack {self.pack.gpu}/{self.pack.csv_path.stem} ({meta.get('source')}: "
-                f"{meta.get('origin', '?')}), tp {self.tp}, pp {self.pp}, "
+        origin = str(meta.get("origin", "?"))
+        if meta.get("source") == "derived" and not origin.startswith("derived"):
+            origin = f"derived from {origin}"
+        what = origin if meta.get("source") == "derived" else f"{meta.get('source')}: {origin}"
+        return (f"pack {self.pack.gpu}/{self.pack.csv_path.stem} ({what}), tp {self.tp}, pp {self.pp}, "
                 f"{'cuda graph for decode' if self.cuda_graph else 'eager'}"
                 + (f", {self.cross_hops} stage hop(s) between servers" if self.cross_hops else ""))
 

@@ -42,11 +42,13 @@ class RooflineStepModel(KernelModel):
 
     def __init__(self, gpu: GPUSpec, shape: ModelShape, tp: int = 1, pp: int = 1,
                  mfu: float = 0.6, mbu: float = 0.8, overhead_s: float = 0.002, *,
-                 cross_hops: int = 0, link_bytes_per_s: float = 0.0, link_latency_s: float = 0.0):
+                 cross_hops: int = 0, link_bytes_per_s: float = 0.0, link_latency_s: float = 0.0,
+                 note: str = ""):
         if not 0 <= cross_hops <= max(pp - 1, 0) or (cross_hops and not link_bytes_per_s > 0):
             raise ValueError(f"cross_hops {cross_hops} needs 0..pp-1 ({pp - 1}) and a link bandwidth > 0")
         self.gpu, self.shape, self.tp, self.pp = gpu, shape, tp, pp
         self.cross_hops, self.link_bytes_per_s, self.link_latency_s = cross_hops, link_bytes_per_s, link_latency_s
+        self.note = note  # where mfu / mbu / overhead_s came from (a fit), for describe()
         self.mfu, self.mbu, self.overhead_s = mfu, mbu, overhead_s
         self._flops = gpu.bf16_flops_per_s * mfu
         self._bw = gpu.hbm_bytes_per_s * mbu
@@ -95,5 +97,6 @@ class RooflineStepModel(KernelModel):
 
     def describe(self) -> str:
         return (f"roofline on {self.gpu.name} (mfu {self.mfu:.2f}, mbu {self.mbu:.2f}, "
-                f"overhead {self.overhead_s * 1e3:.1f} ms), tp {self.tp}, pp {self.pp}"
+                f"overhead {self.overhead_s * 1e3:.1f} ms{'; ' + self.note if self.note else ''}), "
+                f"tp {self.tp}, pp {self.pp}"
                 + (f", {self.cross_hops} stage hop(s) between servers" if self.cross_hops else ""))
