@@ -315,7 +315,7 @@ def extents_check(hole_start, hole_len, sc, size):
 
 
 # ---------------------------------------------------------------------------- allocation
-@kernel
+@kernel(inline=True)
 def kv_allocate(kv, computed, rid, n):
     """Room for ``n`` more tokens of request ``rid`` on top of ``computed[rid]``; False if the
     pool cannot provide it (then only static's ``next_need``/``failed`` change).

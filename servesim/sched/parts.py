@@ -205,10 +205,11 @@ def victim(cfg, st, rid):
     return st.run[best]
 
 
-@kernel
+@kernel(inline=True)
 def allocate_or_preempt(cfg, st, kv, rid, n, now):
     """Allocate ``n`` tokens for running ``rid``, preempting victims while the pool is short.
-    False if ``rid`` itself became the victim."""
+    False if ``rid`` itself became the victim. (Inlined: it runs once per running request per
+    iteration, and each kernel call that takes ``kv`` pays a reference-count update per array.)"""
     while not kv_allocate(kv, st.computed, rid, n):
         v = victim(cfg, st, rid)
         preempt(cfg, st, kv, v, now)
