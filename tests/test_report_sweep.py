@@ -151,3 +151,27 @@ def test_bad_sweep_input(sweep, tmp_path):
     assert r.exit_code == 2 and "'nope' is not a metric" in r.output
     r = runner.invoke(app, ["report", str(root), "--format", "svg"])
     assert r.exit_code == 0 and len(list((root / "charts").glob("*.svg"))) == 13
+
+
+def test_report_of_a_real_sweep_folder(tmp_path):
+    """End to end: `servesim sweep` writes a folder, `servesim report` draws it (the fixture above
+    is hand-made in the documented format; this one is what the sweep code really writes)."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from servesim.cli import app
+    from tests.conftest import BASE
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"base": BASE, "axes": {"engine.max_num_seqs": [1, 4],
+                                                           "workload.arrival.rate": [5.0, 20.0]},
+                                    "seeds": 2, "metrics": ["ttft_p99", "req_per_s"]}, sort_keys=False))
+    res = CliRunner().invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "o"), "--workers", "1"])
+    assert res.exit_code == 0, res.stdout + res.stderr
+    res = CliRunner().invoke(app, ["report", str(tmp_path / "o"), "--x", "workload.arrival.rate",
+                                   "--y", "engine.max_num_seqs", "--metric", "ttft_p99"])
+    assert res.exit_code == 0, res.stdout + res.stderr
+    page = (tmp_path / "o" / "report.html").read_text()
+    assert "ttft_p99" in page and "engine.max_num_seqs" in page and "workload.arrival.rate" in page
+    sd = read_sweep(tmp_path / "o")
+    assert len(sd.rows.drop_duplicates(["key", "seed"])) == 8  # 4 points x 2 seeds, none lost
