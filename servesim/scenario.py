@@ -658,6 +658,18 @@ class ReplicaGroup:
     def __init__(self, name: str, replicas: int, scenario: "Scenario", label: str):
         self.name, self.replicas, self.scenario, self.label = name, replicas, scenario, label
 
+    def __eq__(self, other: object) -> bool:
+        """Equal groups of equal scenarios: two validations of the same fields compare equal
+        (pydantic compares a Scenario's derived groups too). The group's scenario is compared by
+        its fields, not ``==``: the one-group form's scenario is the fleet itself, whose ``==``
+        would come back here."""
+        if not isinstance(other, ReplicaGroup):
+            return NotImplemented
+        return ((self.name, self.replicas, self.label) == (other.name, other.replicas, other.label)
+                and type(self.scenario) is type(other.scenario) and self.scenario.__dict__ == other.scenario.__dict__)
+
+    __hash__ = None  # equality by value, and no use as a key
+
 
 def _tp_fits(shape: ModelShape, tp: int) -> bool:
     kv = shape.num_kv_heads

@@ -205,14 +205,56 @@ def test_capacity_cli_refuses_when_the_budget_cannot_decide(tmp_path):
     assert "no answer" in text and "straddles the SLO queue_mean <= 0.01 after 3 replications" in text
 
 
-def test_capacity_min_replicas_refuses_while_one_replica_is_all_there_is(tmp_path):
-    res = CliRunner().invoke(app, ["capacity", _write(tmp_path, md1(200)), "--slo", "queue_mean=0.01",
-                                   "--find", "min-replicas"])
-    assert res.exit_code == 2 and res.stderr.startswith("error:")
-    text = " ".join(res.stderr.split())
-    assert "--find min-replicas needs simulations of several replicas" in text and "hardware.replicas" in text
-    with pytest.raises(CapacityError, match="issue 13"):
-        find_min_replicas(md1(200), [SLO("queue_mean", 0.01)], Budget())
+def md1_fleet(n: int, rate: float):
+    """A fleet of M/D/1 replicas: Poisson arrivals split at random (each replica sees Poisson at
+    rate / replicas), one slot and 10 ms per request in each."""
+    return md1(n, rate).override({"cluster": {"router": "random"}})
+
+
+def test_min_replicas_matches_pollaczek_khinchine_per_replica():
+    """180 req/s, mean wait <= 10 ms: a replica meets it up to 66.7 req/s, so 3 replicas
+    (60 req/s each: Wq 7.5 ms) and not 2 (90 req/s each: rho 0.9, Wq 45 ms)."""
+    assert math.ceil(180 / pk_max_rate(S, W)) == 3
+    sc = load_scenario(REPO / "scenarios/examples/md1_fleet.yaml")  # the example docs/sweeps.md shows
+    assert scenario_key(sc) == scenario_key(md1_fleet(3000, 180.0).override({"name": "md1_fleet"}))
+    s = find_min_replicas(sc, [SLO("queue_mean", W)], Budget(seeds=3, max_seeds=9))
+    assert s.answered, s.refused
+    assert s.best.x == 3 and s.bound.x == 2
+    assert [int(p.x) for p in s.path] == [1, 2, 4, 3]
+    assert s.best.scenario.hardware.replicas == 3
+
+
+def test_capacity_cli_min_replicas(tmp_path):
+    res = CliRunner().invoke(app, ["capacity", _write(tmp_path, md1_fleet(1500, 180.0)), "--slo", "queue_mean=0.01",
+                                   "--find", "min-replicas", "--seeds", "3", "--max-seeds", "6", "--workers", "1",
+                                   "--out", str(tmp_path / "cap.json")])
+    assert res.exit_code == 0, res.stdout + res.stderr
+    assert "fewest replicas meeting every SLO: 3 replicas; 2 fail" in " ".join(res.stdout.split())
+    d = json.loads((tmp_path / "cap.json").read_text())
+    assert d["find"] == "min-replicas" and d["answer"]["x"] == 3
+
+
+def test_min_replicas_refuses_fleets_of_groups_and_fleets_that_do_not_fit(tmp_path):
+    grouped = md1(200).override({"cluster": {"groups": [{"replicas": 2}]}})
+    with pytest.raises(CapacityError, match="cluster.groups"):
+        find_min_replicas(grouped, [SLO("queue_mean", 0.01)], Budget())
+    res = CliRunner().invoke(app, ["capacity", _write(tmp_path, grouped), "--slo", "queue_mean=0.01",
+                                   "--find", "min-replicas", "--workers", "1"])
+    assert res.exit_code == 2 and res.stderr.startswith("error:") and "Traceback" not in res.stderr
+    assert "cluster.groups" in res.stderr and res.stdout == ""  # refused before any probe
+    # a replica that cannot be built at all: refused before any run, exit 2
+    res = CliRunner().invoke(app, ["capacity", _write(tmp_path, md1_fleet(300, 30.0)), "--slo", "queue_mean=0.01",
+                                   "--find", "min-replicas", "--set", "engine.gpu_memory_utilization=0.05"])
+    assert res.exit_code == 2 and "one replica of this scenario cannot be simulated" in " ".join(res.stderr.split())
+    # 2 servers of 1 GPU hold 2 replicas: the search reaches 4 and says why it stops
+    small = md1_fleet(3000, 180.0).override({"hardware.servers": 2, "hardware.gpus_per_server": 1})
+    s = find_min_replicas(small, [SLO("queue_mean", W)], Budget(seeds=3, max_seeds=9))
+    assert not s.answered and "4 replicas cannot be simulated" in s.refused and "hardware.servers" in s.refused
+    assert [int(p.x) for p in s.path] == [1, 2]
+    # one server of 1 GPU holds one replica: enough at 30 req/s (Wq 2.1 ms), so the answer stands
+    one = md1_fleet(1000, 30.0).override({"hardware.servers": 1, "hardware.gpus_per_server": 1})
+    s = find_min_replicas(one, [SLO("queue_mean", W)], Budget(seeds=3, max_seeds=9))
+    assert s.answered and s.best.x == 1 and s.bound is None
 
 
 @pytest.mark.parametrize("args,needle", [

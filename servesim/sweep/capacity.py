@@ -21,8 +21,10 @@ failure lies above it and how much room each SLO's interval leaves at the answer
 still open with its budget spent, the search stops and refuses to answer: the SLO is within the
 noise of the budget at that rate, and it says so, with what it did establish.
 
-The min-replicas search is the same on integers over ``hardware.replicas`` (doubling, then
-bisection); it needs an engine that simulates several replicas, and says so when it does not.
+The min-replicas search is the same on integers over ``hardware.replicas`` (the one-group fleet
+form, docs/cluster.md) at the scenario's fleet-wide rate: doubling from 1 until a count passes,
+then bisection down to the fewest. An open probe there has no neighbour to settle it (counts are
+exact), so it refuses at once.
 """
 
 from __future__ import annotations
@@ -325,7 +327,11 @@ def search_min_replicas(probe: Callable[[float], Probe], slos: list[SLO], *, sta
     out = Search("min-replicas", slos)
 
     def step(n: int) -> Probe | None:
-        p = probe(n)
+        try:
+            p = probe(n)
+        except ServesimError as exc:  # e.g. n replicas do not fit hardware.servers
+            out.refused = f"no answer: {describe(n)} cannot be simulated: {exc}"
+            return None
         out.path.append(p)
         if p.verdict == "open":
             out.refused = (f"no answer: {_open_reason(p, describe(n))}; raise --max-seeds or make runs longer")
@@ -365,16 +371,19 @@ def search_min_replicas(probe: Callable[[float], Probe], slos: list[SLO], *, sta
 # ---------------------------------------------------------------------------------- the verbs
 def preflight(sc: Scenario, find: str, tol: float = 0.05) -> None:
     """Raise what a search would refuse before its first run: a bad tolerance, a workload without
-    a rate to scale, a replica search this engine cannot simulate."""
+    a rate to scale, a replica search over cluster.groups or of a replica that cannot be built."""
     if not 0 < tol < 1:
         raise CapacityError(f"--tol {tol}: must be between 0 and 1 (a relative precision, e.g. 0.05)")
     if find == "max-rate":
         scale_rate(sc, 1.0)
-    else:
-        why = replicas_unsupported(sc)
-        if why is not None:
-            raise CapacityError(f"--find min-replicas needs simulations of several replicas behind a router, "
-                                f"which this version does not run yet (cluster work, issue 13): {why}")
+        return
+    if sc.cluster.groups is not None:
+        raise CapacityError("--find min-replicas varies hardware.replicas, the one-group fleet form; this "
+                            "scenario lists cluster.groups (search a group's replicas with a sweep over "
+                            "cluster.groups instead)")
+    why = first_count_unbuildable(sc)
+    if why is not None:
+        raise CapacityError(f"--find min-replicas: one replica of this scenario cannot be simulated: {why}")
 
 
 def find_max_rate(sc: Scenario, slos: list[SLO], budget: Budget, *, tol: float = 0.05, executor=None,
@@ -390,12 +399,15 @@ def find_max_rate(sc: Scenario, slos: list[SLO], budget: Budget, *, tol: float =
     return search_max_rate(prober, slos, tol=tol, describe=describe, base=base)
 
 
-def replicas_unsupported(sc: Scenario) -> str | None:
-    """Why this engine cannot simulate more than one replica of ``sc`` (None when it can)."""
+def first_count_unbuildable(sc: Scenario) -> str | None:
+    """Why one replica of ``sc``, the search's first probe, cannot be built (None when it can):
+    a scenario no count can run is refused before any worker starts. Larger counts the servers
+    cannot hold are not refused here: the answer may be below them (the search stops at the
+    first count that does not fit, with the placement's reason)."""
     from servesim.simulate import build
 
     try:
-        build(sc.override({"hardware.replicas": max(2, sc.hardware.replicas)}, source="--find min-replicas"))
+        build(sc.override({"hardware.replicas": 1}, source="--find min-replicas"), cold="python")
     except ServesimError as exc:
         return str(exc)
     return None
