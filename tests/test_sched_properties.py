@@ -240,3 +240,23 @@ def test_policies_on_every_kv_manager(raw):
     assert f.status.tolist() == df.status.tolist()
     for col in TS_COLS + [c for c in f.columns if c.startswith("blocked_")]:
         np.testing.assert_allclose(f[col].to_numpy(), df[col].to_numpy(), rtol=1e-9, atol=1e-9, err_msg=col)
+
+
+def test_one_partial_prompt_even_when_admission_evicts():
+    """Found by the property above: a class-0 arrival cut by the token budget evicted a class-1
+    request for its KV (preempt_lower); the evicted request's decode token came back to the budget
+    and re-admitted it for one token of recomputation -- a second partial prompt in one pass."""
+    raw = merge(BASE, {
+        "seed": 7, "stop": {"requests": 7},
+        "engine": {"scheduler": "priority", "block_size": 1, "max_num_seqs": 3, "max_num_batched_tokens": 16,
+                   "preemption": "recompute", "enable_chunked_prefill": True, "options": {"preempt_lower": True},
+                   "num_gpu_blocks_override": 96, "max_model_len": 96},
+        "step_time": {"model": "constant", "seconds": 0.01},
+        "workload": {"arrival": {"process": "poisson", "rate": 64.0}, "prompt": {"dist": "uniform", "min": 1, "max": 60},
+                     "output": {"dist": "uniform", "min": 1, "max": 40}, "classes": {"weights": [1.0, 1.0]}},
+        "sim": {"check_invariants": True},
+    })
+    obs = Observer(raw)
+    res = run(raw, fast=False, observer=obs)
+    assert obs.partials == 1
+    assert res.summary["requests"]["preemptions"] >= 1  # the eviction still happens

@@ -124,12 +124,16 @@ def admit_waiting(cfg, st, kv, now, cap, hybrid):
     budget allows, refunds from preemptions during admission included); sets ``cause_next`` to
     why the queue stopped. Returns whether anyone was admitted."""
     admitted = False
+    cut = False
     track = cap < 0
     if not track and st.s.budget < cap:
         cap = st.s.budget
     while n_queued(st) > 0:
         rid, q, e = head(cfg, st, now)
-        r = admit_head(cfg, st, kv, rid, q, now, st.s.budget if track else cap, hybrid)
+        if cut:  # the pass's tokens went to the prompt it cut; a refund from a victim it evicted
+            r = NO_BUDGET  # for that prompt's KV does not admit another (one partial prompt a pass)
+        else:
+            r = admit_head(cfg, st, kv, rid, q, now, st.s.budget if track else cap, hybrid)
         if r < 0:
             blocked_causes(cfg, st, q, e, cause_of(r))
             return admitted
@@ -141,6 +145,7 @@ def admit_waiting(cfg, st, kv, now, cap, hybrid):
         admit_one(cfg, st, rid, r, now)
         cap -= r
         admitted = True
+        cut = r < need_of(st, rid)
     uniform_cause(st, C_ITERATION)
     return admitted
 
