@@ -224,6 +224,18 @@ def test_min_replicas_matches_pollaczek_khinchine_per_replica():
     assert s.best.scenario.hardware.replicas == 3
 
 
+def test_min_replicas_from_a_start_above_the_answer_looks_lower_first():
+    """Starting at 8 (a pass with no failure known below) halves to 4, 2 (a failure), then
+    bisects: the same answer as from 1; a bad start is one line."""
+    sc = load_scenario(REPO / "scenarios/examples/md1_fleet.yaml")
+    s = find_min_replicas(sc, [SLO("queue_mean", W)], Budget(seeds=3, max_seeds=9), start=8)
+    assert s.answered and s.best.x == 3 and s.bound.x == 2
+    assert [int(p.x) for p in s.path] == [8, 4, 2, 3]
+    for bad in (0, 2.5, True):
+        with pytest.raises(CapacityError, match="give a whole number of replicas"):
+            find_min_replicas(sc, [SLO("queue_mean", W)], Budget(), start=bad)
+
+
 def test_capacity_cli_min_replicas(tmp_path):
     res = CliRunner().invoke(app, ["capacity", _write(tmp_path, md1_fleet(1500, 180.0)), "--slo", "queue_mean=0.01",
                                    "--find", "min-replicas", "--seeds", "3", "--max-seeds", "6", "--workers", "1",

@@ -322,8 +322,9 @@ def search_max_rate(probe: Callable[[float], Probe], slos: list[SLO], *, tol: fl
 
 def search_min_replicas(probe: Callable[[float], Probe], slos: list[SLO], *, start: int = 1, limit: int = 4096,
                         describe: Callable[[float], str] = lambda n: f"{int(n)} replicas") -> Search:
-    """Fewest replicas meeting every SLO: double from ``start`` until one passes, then bisect on
-    the integers between the last failure and that pass."""
+    """Fewest replicas meeting every SLO: double from ``start`` until one passes (or, when
+    ``start`` passes, halve until one fails or 1 passes), then bisect on the integers between the
+    failure and the pass. A pass is never the answer until the count below it is known to fail."""
     out = Search("min-replicas", slos)
 
     def step(n: int) -> Probe | None:
@@ -342,19 +343,24 @@ def search_min_replicas(probe: Callable[[float], Probe], slos: list[SLO], *, sta
             out.bound = p
         return p
 
-    n = start
+    n = max(1, min(int(start), limit))
     while True:
         p = step(n)
         if p is None:
             return out
-        if p.verdict == "pass" or n >= limit:
+        if p.verdict == "pass":
+            if out.bound is not None or n == 1:
+                break
+            n = max(1, n // 2)  # passed with no failure known below: look lower first
+        elif out.best is not None or n >= limit:
             break
-        n = min(n * 2, limit)
+        else:
+            n = min(n * 2, limit)
     if out.best is None:
         out.refused = (f"no answer: the SLOs are not met even with {describe(n)} "
                        f"(hardware.replicas allows at most {limit})")
         return out
-    lo = int(out.bound.x) if out.bound is not None else start - 1
+    lo = int(out.bound.x) if out.bound is not None else 0
     hi = int(out.best.x)
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -413,10 +419,14 @@ def first_count_unbuildable(sc: Scenario) -> str | None:
     return None
 
 
-def find_min_replicas(sc: Scenario, slos: list[SLO], budget: Budget, *, executor=None,
+def find_min_replicas(sc: Scenario, slos: list[SLO], budget: Budget, *, start: int = 1, executor=None,
                       progress: Callable[[str], None] | None = None) -> Search:
+    """``start``: the first count probed (e.g. a lower bound from one replica's capacity); the
+    answer does not depend on it, only the number of probes does."""
     budget.check()
     preflight(sc, "min-replicas")
+    if isinstance(start, bool) or not isinstance(start, int) or start < 1:
+        raise CapacityError(f"start {start!r}: give a whole number of replicas >= 1")
     prober = Prober(lambda n: sc.override({"hardware.replicas": int(n)}, source="--find min-replicas"),
                     slos, budget, executor, progress)
-    return search_min_replicas(prober, slos)
+    return search_min_replicas(prober, slos, start=start)
