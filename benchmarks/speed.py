@@ -41,7 +41,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+SHARED = Path(os.environ.get("SERVESIM_SHARED", REPO.parent / "shared"))  # the data beside the checkout
 CORE_RATE = 2.2  # req/s: 80 % of the 2.76 req/s the core setup sustains, roofline (see --find-capacity)
 POLICIES = ("vllm", "chunked", "priority", "static-fifo")
 VIDUR_START_S, VIDUR_PER_REQ_S, VIDUR_TIMEIT_MS = 9.0, 5.9e-3, 2.8
