@@ -31,8 +31,9 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _error_line(message: str) -> None:
-    """``error: <message>`` on stderr; the message is plain text, never rich markup (a value
-    such as ``[foo]`` in it must survive)."""
+    """``error: <message>`` on stderr, on one line (a newline inside a message from a library
+    becomes a space); plain text, never rich markup (a value such as ``[foo]`` must survive)."""
+    message = " ".join(str(message).split())
     err_console.print(Text("error:", style="bold red"), Text(message), highlight=False, soft_wrap=True)
 
 
@@ -388,12 +389,35 @@ def _mount_optional() -> None:
 _mount_optional()
 
 
-def main() -> None:
+def _is_usage_error(exc: BaseException) -> bool:
+    """Click's UsageError (typer may vendor click: matched by name, not by import)."""
+    return any(c.__name__ == "UsageError" for c in type(exc).__mro__) and hasattr(exc, "format_message")
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    """The ``servesim`` command. A usage mistake (an unknown option, ``--seed abc``, a missing
+    argument) is bad input like any other: one ``error:`` line naming it, status 2 -- not a
+    usage box."""
     try:
-        app()
+        code = app(args=argv, standalone_mode=False)
     except ServesimError as exc:  # raised outside a command's own handling
         _error_line(str(exc))
         sys.exit(2)
+    except Exception as exc:
+        if not _is_usage_error(exc):
+            raise
+        message = exc.format_message()
+        if message:  # (empty: servesim alone, which printed its help)
+            names, ctx = [], getattr(exc, "ctx", None)
+            while ctx is not None and ctx.parent is not None:  # the sub-command path, not the program
+                names.insert(0, ctx.info_name)
+                ctx = ctx.parent
+            _error_line(f"{message} (see {' '.join(['servesim', *names, '--help'])})")
+        sys.exit(2)
+    except KeyboardInterrupt:
+        _error_line("interrupted (Ctrl-C)")
+        sys.exit(INTERRUPTED)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

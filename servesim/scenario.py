@@ -736,7 +736,7 @@ def _apply_override(raw: dict, path: str, value_text: str, source: str) -> None:
         raise ScenarioError(f"{source}: --set {path}: value {value_text!r}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{source}: --set {path}: value {value_text!r} is not valid YAML "
-                            f"({getattr(exc, 'problem', None) or exc})") from None
+                            f"({yaml_problem(exc)})") from None
     _set_path(raw, path, value, source, "--set")
 
 
@@ -784,6 +784,17 @@ def _as_raw(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return [_as_raw(v) for v in x]
     return x
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """What a YAML error says, on one line (a reader error's text spans two: the character,
+    then where it is; an unprintable character is named by its code)."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        ch = exc.character
+        code = f"#x{ch:04x}" if isinstance(ch, int) else repr(ch)
+        return f"{exc.reason}: character {code} at position {exc.position}"
+    problem = getattr(exc, "problem", None) or str(exc)
+    return " ".join(str(problem).split())
 
 
 def parse_overrides(items: list[str] | None) -> list[tuple[str, str]]:
@@ -859,8 +870,8 @@ def load_scenario(path: str | Path,
         raise ScenarioError(f"{source}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ScenarioError(f"{source}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        where = f" line {mark.line + 1}:" if mark else ""
+        raise ScenarioError(f"{source}:{where} not valid YAML ({yaml_problem(exc)})") from None
     if raw is None:
         raise ScenarioError(f"{source}: the file is empty")
     pairs = overrides
