@@ -327,6 +327,9 @@ class FuzzStats:
                 f"an input, slowest {self.slowest_s:.2f} s)")
 
 
+MEMORY_CAP = 8 << 30  # address space for the fuzzing process (numba and LLVM reserve some 2-3 GB)
+
+
 class _Timeout(Exception):
     pass
 
@@ -400,6 +403,8 @@ def run_one(inp: FuzzInput, stats: FuzzStats, limit_s: float = 30.0) -> None:
             else:
                 json.loads((out / "summary.json").read_text())
                 stats.ran += 1
+        elif code == 2 and "out of memory" in stderr:  # a tiny scenario never needs gigabytes
+            stats.failures.append(("out of memory", stderr[-300:], inp))
         elif code == 2 and len(lines) == 1 and lines[0].startswith("error:") and not stdout.strip():
             stats.refused += 1
             stats.messages.append(lines[0].replace(str(work), "DIR"))
@@ -416,23 +421,37 @@ def run_one(inp: FuzzInput, stats: FuzzStats, limit_s: float = 30.0) -> None:
         stats.slowest_s = max(stats.slowest_s, dt)
 
 
-def fuzz(n: int, *, derandomize: bool = True) -> FuzzStats:
-    """Run ``n`` generated inputs (the same ones every time unless ``derandomize=False``)."""
+def fuzz(n: int, *, derandomize: bool = True, log=None) -> FuzzStats:
+    """Run ``n`` generated inputs (the same ones every time unless ``derandomize=False``);
+    ``log``: a file to note progress in every 250 inputs."""
     stats = FuzzStats()
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = MEMORY_CAP if hard == resource.RLIM_INFINITY else min(MEMORY_CAP, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))  # a blow-up is a MemoryError, not the OOM killer
 
     @settings(max_examples=n, deadline=None, database=None, derandomize=derandomize, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @given(fuzz_inputs())
     def one(inp):
+        if log is not None:  # the input under way, for a post-mortem (a run killed for memory)
+            Path(tempfile.gettempdir(), "servesim-fuzz-current.bin").write_bytes(
+                b"ARGS " + repr(inp.args).encode() + b"\nFILES " + repr(sorted(inp.files)).encode() + b"\n" + inp.text)
         run_one(inp, stats)
+        if log is not None and stats.inputs % 250 == 0:
+            print(stats.line(), file=log, flush=True)
 
-    one()
+    try:
+        one()
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
     return stats
 
 
 if __name__ == "__main__":  # pragma: no cover - the figures of docs/reliability.md
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 300
-    s = fuzz(count)
+    s = fuzz(count, log=sys.stderr, derandomize="--random" not in sys.argv)
     print(s.line())
     for what, detail, inp in s.failures[:20]:
         print("-", what, str(detail)[:400].replace("\n", " | "), inp.args, inp.text[:200])

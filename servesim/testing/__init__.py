@@ -45,12 +45,14 @@ class CheckedRun:
 
 
 def check_run(scenario_or_raw, seed: int | None = None, *, order: str | None = "auto",
-              kernel_overrides: dict | None = None, pairs=PAIRS) -> CheckedRun:
+              kernel_overrides: dict | None = None, pairs=PAIRS, checker: Checker | None = None) -> CheckedRun:
     """Run a scenario (a Scenario or a raw mapping) with every invariant checked; raise
     :class:`InvariantViolation` at the first one broken. ``order``: the admission order the
     policy promises (see :class:`Checker`). ``kernel_overrides``: kernels bound to your Python
     callables (``servesim.simulate.build``). ``pairs``: which comparisons to run (each costs one
-    or two more runs): any of ``fast_path``, ``reproducible``, ``compiled``."""
+    or two more runs): any of ``fast_path``, ``reproducible``, ``compiled``. ``checker``: a
+    Checker of your own (a subclass with invariants of your policy), used instead of
+    ``Checker(order=order)``."""
     from servesim.simulate import run_built
     from servesim.testing.pairs import as_scenario
 
@@ -58,7 +60,7 @@ def check_run(scenario_or_raw, seed: int | None = None, *, order: str | None = "
     if unknown:
         raise ValueError(f"pairs {sorted(unknown)}: allowed {', '.join(PAIRS)}")
     sc = as_scenario(scenario_or_raw)
-    checker = Checker(order=order)
+    checker = checker if checker is not None else Checker(order=order)
     built = checker.build(sc, seed, kernel_overrides=kernel_overrides)
     result = run_built(built, seed)
     stats = checker.finish(result)
