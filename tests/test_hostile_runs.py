@@ -121,3 +121,45 @@ def test_an_overloaded_request_limit_drains_every_request():
     r = res.summary["requests"]
     assert r["completed"] == 300 and r["in_flight"] == 0
     assert res.summary["sim_time_s"] > float(np.nanmax(res.table.arrival)) + 20 * 0.01
+
+
+@pytest.fixture
+def memory_cap():
+    """A blow-up becomes a MemoryError in this process instead of the machine's OOM killer."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = 8 << 30 if hard == resource.RLIM_INFINITY else min(8 << 30, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+ENDLESS_SESSIONS = {"arrival": {"process": "poisson", "rate": 5.0},
+                    "sessions": {"turns": {"dist": "fixed", "value": 1_000_000_000}, "think_s": 0.0,
+                                 "think_dist": "fixed", "new_input": {"dist": "fixed", "value": 8},
+                                 "output": {"dist": "fixed", "value": 4}}}
+
+
+def test_a_session_of_a_billion_turns_draws_only_what_the_run_needs(memory_cap):
+    """Found by the fuzzer: three requests from sessions of 10^9 turns took 22 GB (every turn was
+    drawn) and the OOM killer ended the run. A session's turns past stop.requests can never be
+    among the first stop.requests to arrive, so they are not drawn."""
+    raw = merge(BASE, {"stop": {"requests": 3}})
+    raw["workload"] = ENDLESS_SESSIONS
+    t0 = time.perf_counter()
+    res = run_built(build(scenario_from_dict(raw)))
+    assert time.perf_counter() - t0 < 30
+    assert res.summary["requests"]["completed"] == 3
+
+
+def test_sessions_that_would_draw_too_many_requests_fail_in_one_line(tmp_path, memory_cap):
+    raw = merge(BASE, {})
+    raw["stop"] = {"duration_s": 1.0}
+    raw["workload"] = ENDLESS_SESSIONS
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps(raw))
+    res = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 2, res.output
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and "workload.sessions.turns" in lines[0] and "100,000,000" in lines[0]

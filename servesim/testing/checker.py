@@ -349,7 +349,10 @@ class Checker:
             self._fail("kv_conserved", f"the KV manager's own check: {exc}", now)
 
     def _check_order(self, cfg, st, now, waiting_before, never_before):
-        """fifo / priority_order over this decision's first admissions and who it left waiting."""
+        """fifo / priority_order over this decision's first admissions and who it left waiting:
+        FIFO against the requests never admitted (a preempted one may be re-queued at the back,
+        as SGLang's retraction does); class order against every request left waiting (the
+        priority policy re-queues a preempted request at the front of its class)."""
         if len(waiting_before) == 0:
             return
         wb = waiting_before
@@ -360,15 +363,17 @@ class Checker:
             fresh_mask &= keep
             left_mask &= keep
         fresh, left = wb[fresh_mask], wb[left_mask]
+        never = wb[left_mask & never_before]  # FIFO is about first admissions: never-admitted ones
         if len(fresh) == 0 or len(left) == 0:
             return
         arr = st.arrival
         if self.order == "fifo":
-            _ordered_or_fail("fifo", fresh, left, lambda r: (arr[r], r), now, "arrived earlier")
+            if len(never):
+                _ordered_or_fail("fifo", fresh, never, lambda r: (arr[r], r), now, "arrived earlier")
             return
         kl = st.klass
         for g in np.unique(kl[fresh]):
-            f, w = fresh[kl[fresh] == g], left[kl[left] == g]
+            f, w = fresh[kl[fresh] == g], never[kl[never] == g]
             if len(w):
                 _ordered_or_fail("fifo", f, w, lambda r: (arr[r], r), now, f"of class P{int(g)} arrived earlier")
         if self.order == "classes":

@@ -39,9 +39,9 @@ INVARIANTS: dict[str, str] = {
         "(so not before arrival plus that prefill step); it finishes at the end of its last "
         "iteration, after its first token; a rejected request ends at its arrival, never scheduled",
     "fifo":
-        "FIFO where the policy promises it: no request is first admitted while a request of its class "
-        "(FCFS policies: any request) that arrived earlier is still waiting (requests set aside for a "
-        "KV tier transfer excepted)",
+        "FIFO where the policy promises it: first admissions in arrival order -- no request is first "
+        "admitted while a request of its class (FCFS policies: any request) that arrived earlier waits "
+        "without ever having been admitted (requests set aside for a KV tier transfer excepted)",
     "priority_order":
         "no priority inversion beyond the documented aging bound: every first admission ranks, by "
         "(effective class, arrival, id), ahead of every request left waiting; the effective class is "

@@ -43,9 +43,10 @@ def _maybe(draw, flag: bool | None) -> bool:
 @st.composite
 def policies(draw, names: Sequence[str] = POLICIES, *, budgets: Range = (1, 128),
              max_model_len: int = MAX_MODEL_LEN, chunked: bool | None = None) -> dict:
-    """``engine`` fields of one policy with its knobs and options: chunk mixes and retraction
-    (chunked), aging, class budgets and lower-class preemption (priority), micro-batches and
-    batch sizes (static-fifo), recompute or swap (with 0 or some host space), multi-step.
+    """``engine`` fields of one policy with its knobs and options: chunk mixes, retraction and
+    SGLang's conservative admission (chunked), aging, class budgets and lower-class preemption
+    (priority), micro-batches and batch sizes (static-fifo), recompute or swap (with 0 or some
+    host space), multi-step.
     ``budgets``: max_num_batched_tokens range when prompts are chunked (non-chunked budgets are
     at least ``max_model_len``, as vLLM requires)."""
     name = draw(st.sampled_from(list(names)))
@@ -56,6 +57,10 @@ def policies(draw, names: Sequence[str] = POLICIES, *, budgets: Range = (1, 128)
         eng["enable_chunked_prefill"] = draw(st.booleans())
         opts["mix"] = draw(st.sampled_from(MIXES))
         opts["retract"] = draw(st.sampled_from(["newest", "sglang"]))
+        if draw(st.booleans()):  # SGLang's conservative admission (new_token_ratio reservations)
+            opts["admission"] = "sglang"
+            if draw(st.booleans()):
+                opts["schedule_conservativeness"] = draw(st.sampled_from([0.3, 1.0, 2.0]))
         if draw(st.booleans()):
             eng["chunked_prefill_size"] = draw(st.integers(1, max(1, budgets[1])))
         if draw(st.booleans()):
