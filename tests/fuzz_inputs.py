@@ -236,8 +236,8 @@ def _dump(raw) -> str:
 
 TEXT_ATTACKS = [
     "a: &a [*a]\n",
-    "".join([f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]\n" if i else "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n"
-             for i in range(10)]),
+    "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]\n" for i in range(1, 10)),
     "x: !!python/object/apply:os.system ['echo pwned']\n",
     "x: !!binary aGVsbG8=\n",
     "x: !!set {a, b}\n",
@@ -303,7 +303,8 @@ def fuzz_inputs(draw) -> FuzzInput:
         data = text.encode("utf-8")
     args: list[str] = []
     if draw(st.integers(0, 15)) == 0:
-        args += ["--seed", draw(st.sampled_from(["0", str(2**63 - 1), "-1", str(2**63), str(2**64), "1e3", "abc", "٣"]))]
+        seeds = ["0", str(2**63 - 1), "-1", str(2**63), str(2**64), "1e3", "abc", "٣"]
+        args += ["--seed", draw(st.sampled_from(seeds))]
     if draw(st.integers(0, 7)) == 0:
         args += ["--set", draw(st.sampled_from(SET_VALUES))]
     return FuzzInput(data, files, folders, tuple(args), raw if keep_raw else None)

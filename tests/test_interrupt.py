@@ -134,7 +134,8 @@ def test_cli_ctrl_c_while_writing_finishes_the_files(tmp_path, monkeypatch):
     assert res.exit_code == 130, res.output
     assert "written whole" in res.output
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert names == ["requests.parquet", "scenario.resolved.yaml", "sketches.json", "summary.json", "timeseries.parquet"]
+    assert names == ["requests.parquet", "scenario.resolved.yaml", "sketches.json", "summary.json",
+                     "timeseries.parquet"]
     assert "partial" not in json.loads((tmp_path / "out" / "summary.json").read_text())
 
 

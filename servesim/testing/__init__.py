@@ -21,7 +21,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servesim.testing.checker import CheckStats, Checker, check_counts, check_fragmentation, check_percentiles, check_tiers
+from servesim.testing.checker import (
+    CheckStats,
+    Checker,
+    check_counts,
+    check_fragmentation,
+    check_percentiles,
+    check_tiers,
+)
 from servesim.testing.invariants import INVARIANTS, InvariantViolation
 from servesim.testing.pairs import (
     check_compiled,

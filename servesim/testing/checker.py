@@ -440,7 +440,8 @@ class Checker:
         else:
             held, free, total = getattr(kv, "held", None), int(kv.free_blocks), int(kv.num_blocks)
             if free + int(kv.used_blocks) != total:
-                self._fail("kv_conserved", f"at the end: blocks used {int(kv.used_blocks)} + free {free} != pool {total}")
+                self._fail("kv_conserved", f"at the end: blocks used {int(kv.used_blocks)} + free {free} != "
+                                           f"pool {total}")
             if getattr(kv, "tiers", None) is not None:
                 check_tiers(kv.tiers)
             try:
@@ -462,7 +463,8 @@ class Checker:
         name = "causality"
         rej = np.flatnonzero(t.status == REJECTED)
         for r in rej:
-            if not (t.t_finish[r] == t.arrival[r]) or not np.isnan(t.t_first_sched[r]) or not np.isnan(self._first_t0[r]):
+            scheduled = not np.isnan(t.t_first_sched[r]) or not np.isnan(self._first_t0[r])
+            if not (t.t_finish[r] == t.arrival[r]) or scheduled:
                 self._fail(name, f"rejected request {int(r)} was scheduled, or ended at {float(t.t_finish[r])!r} "
                                  f"instead of its arrival {float(t.arrival[r])!r}")
         sched = np.flatnonzero(~np.isnan(t.t_first_sched))

@@ -16,7 +16,7 @@ closed loops with ramp-up, runs cut by a duration, warm-up, several streams, SLA
     from servesim.testing import strategies as sst
     sst.scenarios()                                   # anything
     sst.scenarios(policies=["priority"], kv_blocks=(1, 8), closed_loop=True)
-    sst.engine_configs(policies=["chunked"], budgets=(1, 4))
+    sst.engine_configs(policy_names=["chunked"], budgets=(1, 4))
 """
 
 from __future__ import annotations
@@ -144,18 +144,18 @@ def tiers(draw, max_tiers: int = 2) -> list:
 
 
 @st.composite
-def engine_configs(draw, *, policies_: Sequence[str] = POLICIES, allocators_: Sequence[str] = ALLOCATORS,
+def engine_configs(draw, *, policy_names: Sequence[str] = POLICIES, allocator_names: Sequence[str] = ALLOCATORS,
                    prefix: bool | None = False, kv_blocks: Range = (1, 64), block_sizes: Sequence[int] = (1, 2, 4, 16),
                    max_num_seqs: Range = (1, 8), budgets: Range = (1, 128), max_model_len: int = MAX_MODEL_LEN,
                    overheads: bool | None = None) -> dict:
     """A whole ``engine`` section: a policy, an allocator (or prefix caching when ``prefix``), a
     KV pool of ``kv_blocks`` blocks (tiny pools reject long requests and force preemptions),
     ``block_sizes``, batch slots, budgets, CPU overheads."""
-    eng = draw(policies(policies_, budgets=budgets, max_model_len=max_model_len))
+    eng = draw(policies(policy_names, budgets=budgets, max_model_len=max_model_len))
     if _maybe(draw, prefix):
         eng.update(draw(prefix_caching()))
     else:
-        eng.update(draw(allocators(allocators_)))
+        eng.update(draw(allocators(allocator_names)))
     eng["block_size"] = draw(st.sampled_from(list(block_sizes)))
     eng["num_gpu_blocks_override"] = draw(st.integers(*kv_blocks))
     eng["max_num_seqs"] = draw(st.integers(*max_num_seqs))
@@ -258,8 +258,8 @@ def streams(draw, *, max_streams: int = 3, max_tokens: int = 60, closed_loop: bo
         if shared:
             s["share"] = float(draw(st.integers(1, 5)))
         else:
-            s["arrival"] = draw(arrivals(closed=closed_loop if closed_loop is not None else draw(st.integers(0, 3)) == 0,
-                                         rates=(1.0, 80.0)))
+            closed = closed_loop if closed_loop is not None else draw(st.integers(0, 3)) == 0
+            s["arrival"] = draw(arrivals(closed=closed, rates=(1.0, 80.0)))
         if draw(st.booleans()):
             s["class"] = f"P{draw(st.integers(0, 4))}"
         else:
@@ -316,7 +316,7 @@ def scenarios(draw, *, policies: Sequence[str] = POLICIES, allocators: Sequence[
     long)."""
     use_tiers = _maybe(draw, kv_tiers) if prefix is not False else False
     use_prefix = True if use_tiers else (_maybe(draw, prefix) if prefix is not None else draw(st.integers(0, 2)) == 0)
-    eng = draw(engine_configs(policies_=policies, allocators_=allocators, prefix=use_prefix, kv_blocks=kv_blocks,
+    eng = draw(engine_configs(policy_names=policies, allocator_names=allocators, prefix=use_prefix, kv_blocks=kv_blocks,
                               block_sizes=block_sizes, max_num_seqs=max_num_seqs, budgets=budgets,
                               max_model_len=max_model_len))
     tokens = max_tokens if max_tokens is not None else max(1, math.ceil(max_model_len * 0.7))
