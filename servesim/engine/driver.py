@@ -15,13 +15,15 @@ the kernel returns at an iteration boundary -- every ``PROGRESS_EVERY`` segments
 buffer flush -- with every committed iteration drained into the recorder. Then it raises
 KeyboardInterrupt from that consistent state, or, when ``stop_on_interrupt`` is set (the CLI's
 choice), ends the run there with ``interrupted`` set, so the caller can report the partial run.
-A second Ctrl-C interrupts at once (the default handler is back after the first).
+A second Ctrl-C interrupts at once (the default handler is back after the first). A fleet
+(engine/cluster.py) holds Ctrl-C the same way around its whole loop.
 
 So that a Ctrl-C is acted on within a fraction of a second on the Python engine too, its kernel
 returns every ``PY_RETURN_EVERY`` segments instead of ``PROGRESS_EVERY`` (a return changes no
 result: the loop resumes where it stopped). The recorder buffers are drained only where both
 engines return at the same points (buffer flushes, the end, ``until``), never at progress
-returns, so their float sums group identically and compiled = Python stays bit for bit.
+returns, so their float sums group identically and compiled = Python stays bit for bit (a fleet
+likewise drains at flushes only).
 """
 
 from __future__ import annotations
