@@ -310,3 +310,23 @@ def random_waiting_head(cfg, st, now):
 class GlobalRandomHead:
     base = "vllm"
     parts = {"head": random_waiting_head}
+
+
+# --------------------------------------------------------------------- worker_independent
+def hash_spread_head(cfg, st, now):
+    """The waiting request whose id hashes lowest as a string: a spread meant to be
+    deterministic, but Python salts string hashes per process (PYTHONHASHSEED), so another
+    worker process picks differently -- while two runs in one process agree."""
+    best, best_key = -1, 0
+    rid = int(st.q_head[0])
+    while rid >= 0:
+        key = hash(str(rid))
+        if best < 0 or key < best_key:
+            best, best_key = rid, key
+        rid = int(st.q_next[rid])
+    return np.int64(best), np.int64(0), np.int64(st.klass[best] if best >= 0 else 0)
+
+
+class HashSpreadHead:
+    base = "vllm"
+    parts = {"head": hash_spread_head}

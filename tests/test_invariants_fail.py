@@ -20,6 +20,7 @@ from servesim.testing import (
     check_fast_path,
     check_reproducible,
     check_run,
+    check_worker_independent,
 )
 from tests import broken_parts as bp
 from tests.conftest import BASE, merge
@@ -212,12 +213,43 @@ def test_global_rng_breaks_reproducibility():
     assert e.value.invariant == "reproducible"
 
 
+@pytest.fixture(scope="module")
+def two_workers():
+    """Two Dask worker processes (one cluster for the module's worker tests), started without
+    PYTHONHASHSEED so that each process salts string hashes its own way, as by default."""
+    import os
+
+    from servesim.sweep.executor import DaskExecutor
+
+    saved = os.environ.pop("PYTHONHASHSEED", None)
+    try:
+        with DaskExecutor(workers=2) as ex:
+            yield ex.client.scheduler.address
+    finally:
+        if saved is not None:
+            os.environ["PYTHONHASHSEED"] = saved
+
+
+PY = {"sim": {"engine": "python"}}  # (worker processes never wait for a first compile)
+POINTS = {"engine.max_num_seqs": [2, 4]}
+
+
+def test_process_salted_hashes_break_worker_independence(two_workers):
+    raw = merge(policy(BUSY, "HashSpreadHead"), PY)
+    check_reproducible(raw)  # two runs in one process agree...
+    with pytest.raises(InvariantViolation) as e:  # ...but not a run in another process
+        check_worker_independent(raw, POINTS, seeds=2, scheduler=two_workers)
+    assert e.value.invariant == "worker_independent"
+    one, many = check_worker_independent(merge(policy(BUSY, "Faithful"), PY), POINTS, seeds=2,
+                                         scheduler=two_workers)
+    assert len(one) == 4 and one["completed"].tolist() == many["completed"].tolist()
+
+
 def test_every_invariant_has_a_failing_test():
-    """The list above covers INVARIANTS (worker_independent waits for simulate_many: see
-    docs/reliability.md)."""
+    """The list above covers INVARIANTS."""
     import inspect
     import sys
 
     src = inspect.getsource(sys.modules[__name__])
     missing = [n for n in INVARIANTS if f'"{n}"' not in src.split("def test_every_invariant")[0]]
-    assert missing == ["worker_independent"]
+    assert missing == []

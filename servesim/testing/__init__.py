@@ -12,7 +12,8 @@ attaches to any run, a policy of your own included.
 :func:`check_run` runs the scenario with the :class:`Checker` attached (every decision, every
 iteration, the end of the run), then the comparisons of :mod:`servesim.testing.pairs` (fast path
 = single stepping, compiled = reference where a compiled run exists, same seed -> identical
-results). The invariants are named in :data:`INVARIANTS`; docs/testing.md has a test to copy,
+results); :func:`check_worker_independent` (not part of check_run: it starts worker processes)
+compares ``simulate_many`` on one worker and on several. The invariants are named in :data:`INVARIANTS`; docs/testing.md has a test to copy,
 docs/reliability.md how each invariant is tested. The strategies need ``hypothesis``
 (``pip install servesim[test]``); the checker does not.
 """
@@ -34,6 +35,8 @@ from servesim.testing.pairs import (
     check_compiled,
     check_fast_path,
     check_reproducible,
+    check_worker_independent,
+    compare_frames,
     compare_results,
     compiled_unavailable,
 )
@@ -93,5 +96,6 @@ def check_run(scenario_or_raw, seed: int | None = None, *, order: str | None = "
 __all__ = [
     "CheckStats", "CheckedRun", "Checker", "INVARIANTS", "InvariantViolation", "PAIRS", "check_compiled",
     "check_counts", "check_fast_path", "check_fragmentation", "check_percentiles", "check_reproducible",
-    "check_run", "check_tiers", "compare_results", "compiled_unavailable",
+    "check_run", "check_tiers", "check_worker_independent", "compare_frames", "compare_results",
+    "compiled_unavailable",
 ]

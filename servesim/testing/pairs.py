@@ -1,5 +1,5 @@
 """Invariants that compare runs: fast path = single stepping, compiled = reference, same seed ->
-identical results.
+identical results, results independent of worker count.
 
 Each runs a scenario twice with one thing changed (or nothing) and compares every per-request
 column (status, reject reason, preemptions, timestamps, tokens, blocked seconds by cause) and the
@@ -138,3 +138,45 @@ def check_reproducible(scenario_or_raw, seed: int | None = None, *, kernel_overr
     _, b = run_plain(scenario_or_raw, seed, kernel_overrides=kernel_overrides)
     compare_results(a, b, "reproducible", exact=True, what="two runs with the same seed")
     return a, b
+
+
+def check_worker_independent(scenario_or_raw, grid_or_points=None, seeds=2, *, workers: int = 2,
+                             scheduler: str | None = None, metrics=None):
+    """worker_independent: ``servesim.simulate_many`` of these points and seeds gives the same
+    rows, bit for bit, in this process (one worker) and on ``workers`` Dask worker processes (or
+    the Dask cluster at ``scheduler``). ``grid_or_points`` as for simulate_many (None: the
+    scenario itself); ``seeds``: a count or a list. Every column but the wall-clock time is
+    compared. Returns the two DataFrames (one worker, several). What it catches: anything that
+    depends on the process rather than on the scenario and seed -- Python's per-process string
+    hash salt, a module-level cache or counter, the process id, the order in which a worker ran
+    its tasks."""
+    from servesim.sweep.many import simulate_many
+
+    sc = as_scenario(scenario_or_raw)
+    points = [{}] if grid_or_points is None else grid_or_points
+    one = simulate_many(sc, points, seeds, workers=1, metrics=metrics)
+    many = simulate_many(sc, points, seeds, workers=workers, scheduler=scheduler, metrics=metrics)
+    where = f"dask cluster {scheduler}" if scheduler is not None else f"{workers} worker processes"
+    compare_frames(one, many, "worker_independent", what=f"1 worker against {where}")
+    return one, many
+
+
+def compare_frames(a, b, invariant: str, *, what: str = "") -> None:
+    """Raise InvariantViolation(``invariant``) at the first difference between two
+    simulate_many frames (same rows in the same order, same columns, equal values; NaN equals
+    NaN; ``wall_s`` aside)."""
+    label = f" ({what})" if what else ""
+    if list(a.columns) != list(b.columns):
+        raise InvariantViolation(invariant, f"columns differ: {sorted(set(a.columns) ^ set(b.columns))}{label}")
+    if len(a) != len(b):
+        raise InvariantViolation(invariant, f"{len(a)} rows against {len(b)}{label}")
+    for i in range(len(a)):
+        x, y = a.iloc[i], b.iloc[i]
+        for col in a.columns:
+            if col == "wall_s":
+                continue
+            u, v = (z.item() if hasattr(z, "item") else z for z in (x[col], y[col]))  # (numpy scalars)
+            both_nan = isinstance(u, float) and isinstance(v, float) and math.isnan(u) and math.isnan(v)
+            if not both_nan and not u == v:
+                row = f"point {x.get('point')}, seed {x.get('seed')}"
+                raise InvariantViolation(invariant, f"{row}: {col} {u!r} against {v!r}{label}")
