@@ -1,7 +1,18 @@
-"""Defects that servesim.testing's strategies found in parts owned elsewhere, kept as strict xfail
-tests with their shrunk reproducers until they are fixed (then the test passes, strict xfail
-fails, and the marker -- and the matching entry of servesim.testing.strategies.avoid_known_defects
--- come out)."""
+"""Engine defects that servesim.testing's strategies found in parts owned elsewhere, kept with
+their shrunk reproducers as regression tests.
+
+The chunked policy's SGLang admission (``options.admission: sglang``) with prefix caching and a
+lower KV tier stalled ("scheduler returned an empty batch with work pending and nothing left to
+wait for"), nothing running, two ways:
+
+* a request whose KV came back from the tier waits holding blocks for its whole prompt
+  (sched/parts.py ``ready``); the reservation check counted only the free pool, not the room
+  the request itself holds, so its extend never fit (``STALL_OWN_BLOCKS``, also drawn by
+  tests/test_sched_properties.py's every-KV-manager test, which failed at random);
+* the head did not fit because *another* waiting request held fetched blocks, and the SGLang
+  branch never reclaimed them, while its batch_is_full latch, set with nothing running, could
+  never clear (``STALL_HELD_BY_ANOTHER``).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +20,28 @@ import pytest
 
 from servesim import scenario_from_dict
 from servesim.simulate import simulate
+from servesim.testing import check_run
 
-# chunked + options.admission: sglang + prefix caching + a lower tier + sessions, 9 requests
-STALL = {
+# chunked + SGLang admission + prefix caching + a CPU tier + sessions, 8 requests
+STALL_OWN_BLOCKS = {
+    "name": "t", "seed": 0, "stop": {"requests": 8}, "hardware": {"gpu": "a100-80g"}, "model": "llama-3-8b",
+    "engine": {"scheduler": "chunked", "block_size": 8, "max_num_seqs": 1, "max_num_batched_tokens": 16,
+               "chunked_prefill_size": 8, "max_running_requests": 1, "preemption": "recompute",
+               "enable_chunked_prefill": True,
+               "options": {"mix": "stall_free", "retract": "newest", "admission": "sglang"},
+               "num_gpu_blocks_override": 24, "max_model_len": 192, "enable_prefix_caching": True},
+    "step_time": {"model": "constant", "seconds": 0.01},
+    "workload": {"arrival": {"process": "poisson", "rate": 4.0}, "classes": {"weights": [1.0]},
+                 "sessions": {"turns": {"dist": "fixed", "value": 3}, "think_s": 0.3, "think_dist": "fixed",
+                              "new_input": {"dist": "uniform", "min": 4, "max": 40},
+                              "output": {"dist": "uniform", "min": 1, "max": 12},
+                              "system_prompt_tokens": 32, "block_tokens": 16}},
+    "sim": {"check_invariants": True},
+    "kv_tiers": [{"kind": "cpu", "capacity_gib": 0.01}],
+}
+
+# chunked + SGLang admission + prefix caching + a remote tier + a session stream, 9 requests
+STALL_HELD_BY_ANOTHER = {
     "name": "stall", "seed": 3431742, "stop": {"requests": 9}, "hardware": {"gpu": "a100-80g"},
     "model": "llama-3-8b",
     "engine": {"scheduler": "chunked", "enable_chunked_prefill": True, "preemption": "recompute",
@@ -31,15 +61,22 @@ STALL = {
 }
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError,
-                   reason="SGLang admission with KV tier fetches stalls: 'scheduler returned an empty batch with "
-                          "work pending and nothing left to wait for' (found by the strategies after main's "
-                          "6074d42; whole_prompt admission, or no tier, runs)")
-def test_sglang_admission_with_tier_fetches_does_not_stall():
-    res = simulate(scenario_from_dict(STALL))
-    assert res.summary["requests"]["in_flight"] == 0
+@pytest.mark.parametrize("raw", [STALL_OWN_BLOCKS, STALL_HELD_BY_ANOTHER], ids=["own_blocks", "held_by_another"])
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_sglang_admission_with_tier_fetches_does_not_stall(raw, fast_path):
+    raw = {**raw, "sim": {**raw.get("sim", {}), "fast_path": fast_path}}
+    res = simulate(scenario_from_dict(raw))
+    r = res.summary["requests"]
+    assert r["in_flight"] == 0 and r["completed"] + r["rejected"] == raw["stop"]["requests"]
+
+
+@pytest.mark.parametrize("raw", [STALL_OWN_BLOCKS, STALL_HELD_BY_ANOTHER], ids=["own_blocks", "held_by_another"])
+def test_the_reproducers_keep_every_invariant(raw):
+    checked = check_run(raw, pairs=("fast_path", "reproducible"))
+    assert checked.stats.decisions > 0
 
 
 def test_the_same_run_with_whole_prompt_admission_completes():
-    raw = {**STALL, "engine": {**STALL["engine"], "options": {"admission": "whole_prompt"}}}
+    eng = {**STALL_HELD_BY_ANOTHER["engine"], "options": {"admission": "whole_prompt"}}
+    raw = {**STALL_HELD_BY_ANOTHER, "engine": eng}
     assert simulate(scenario_from_dict(raw)).summary["requests"]["in_flight"] == 0

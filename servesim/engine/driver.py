@@ -39,7 +39,7 @@ from servesim.engine.warm import mark_ready
 from servesim.jit import pure
 from servesim.kv import kernels as kvk
 from servesim.perf import kernels as pk
-from servesim.sched import parts
+from servesim.sched import parts, reserve
 from servesim.sched.state import ScalarsMirror, compiled_state
 
 INF = float("inf")
@@ -89,6 +89,7 @@ def object_kv_overrides(kv_obj) -> dict:
         kvk.kv_check: check,
         parts.kv_prefix_lookup: lookup,
         parts.kv_holds: lambda kv, rid: kv_obj.held[rid] > 0,
+        reserve.kv_waiting_blocks: lambda kv, rid: int(kv_obj.held[rid]),
     }
 
 

@@ -13,8 +13,9 @@ attaches to any run, a policy of your own included.
 iteration, the end of the run), then the comparisons of :mod:`servesim.testing.pairs` (fast path
 = single stepping, compiled = reference where a compiled run exists, same seed -> identical
 results); :func:`check_worker_independent` (not part of check_run: it starts worker processes)
-compares ``simulate_many`` on one worker and on several. The invariants are named in :data:`INVARIANTS`; docs/testing.md has a test to copy,
-docs/reliability.md how each invariant is tested. The strategies need ``hypothesis``
+compares ``simulate_many`` on one worker and on several. The invariants are named in
+:data:`INVARIANTS`; docs/testing.md has a test to copy, docs/reliability.md how each invariant
+is tested. The strategies need ``hypothesis``
 (``pip install servesim[test]``); the checker does not.
 """
 

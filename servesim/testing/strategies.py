@@ -342,21 +342,9 @@ def scenarios(draw, *, policies: Sequence[str] = POLICIES, allocators: Sequence[
     }
     if use_tiers:
         raw["kv_tiers"] = draw(tiers())
-        avoid_known_defects(raw)
     if raw["stop"].get("warmup_requests") and _stream_clock(workload):
         del raw["stop"]["warmup_requests"]  # requests are numbered per stream: no first-N warm-up
     return raw
-
-
-def avoid_known_defects(raw: dict) -> None:
-    """Leave out combinations that hit a known, reported engine defect (each reproduced by an
-    xfail test in tests/test_found_defects.py), so that draws stay clean; remove an entry here
-    when its test passes. Now: the chunked policy's SGLang admission with lower KV tiers can
-    stall (an empty batch while a request waits)."""
-    eng = raw["engine"]
-    if raw.get("kv_tiers") and eng.get("options", {}).get("admission") == "sglang":
-        eng["options"] = {k: v for k, v in eng["options"].items()
-                          if k not in ("admission", "schedule_conservativeness")}
 
 
 def _stream_clock(workload: dict) -> bool:
