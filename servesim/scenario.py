@@ -847,20 +847,16 @@ def scenario_from_dict(raw: dict, source: str = "scenario",
 RESULT_KEYS = frozenset({"scenario", "requests", "throughput", "latency_s"})  # of a summary.json
 
 
-def load_scenario(path: str | Path,
-                  overrides: list[str] | list[tuple[str, str]] | Mapping[str, Any] | None = None) -> Scenario:
-    """Load a YAML scenario file, apply overrides, validate.
-
-    ``overrides``: ``["engine.max_num_seqs=64"]`` (YAML values, as ``--set``), or a mapping of
-    dotted paths to Python values, ``{"engine.max_num_seqs": 64}``."""
-    p = Path(path)
-    source = str(path)
+def read_yaml_file(p: Path, source: str, what: str) -> Any:
+    """The plain data of a YAML file (a scenario, a sweep spec), or ScenarioError in one line:
+    missing, a folder, unreadable, not UTF-8, not valid YAML, not plain data (servesim/yamltext.py:
+    duplicate keys, tags that build objects, recursive aliases, alias bombs), empty."""
     if not p.is_file():
-        raise ScenarioError(f"{source}: no such scenario file" + (" (it is a folder)" if p.is_dir() else ""))
+        raise ScenarioError(f"{source}: no such {what} file" + (" (it is a folder)" if p.is_dir() else ""))
     try:
         text = p.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ScenarioError(f"{source}: not UTF-8 text (byte {exc.start}); a scenario is a YAML text file"
+        raise ScenarioError(f"{source}: not UTF-8 text (byte {exc.start}); a {what} is a YAML text file"
                             + (" (this looks like a run's parquet output)" if p.suffix == ".parquet" else "")) from None
     except OSError as exc:
         raise ScenarioError(f"{source}: cannot be read ({exc.strerror})") from None
@@ -874,6 +870,18 @@ def load_scenario(path: str | Path,
         raise ScenarioError(f"{source}:{where} not valid YAML ({yaml_problem(exc)})") from None
     if raw is None:
         raise ScenarioError(f"{source}: the file is empty")
+    return raw
+
+
+def load_scenario(path: str | Path,
+                  overrides: list[str] | list[tuple[str, str]] | Mapping[str, Any] | None = None) -> Scenario:
+    """Load a YAML scenario file, apply overrides, validate.
+
+    ``overrides``: ``["engine.max_num_seqs=64"]`` (YAML values, as ``--set``), or a mapping of
+    dotted paths to Python values, ``{"engine.max_num_seqs": 64}``."""
+    p = Path(path)
+    source = str(path)
+    raw = read_yaml_file(p, source, "scenario")
     pairs = overrides
     if isinstance(overrides, (list, tuple)) and overrides and isinstance(overrides[0], str):
         pairs = parse_overrides(overrides)  # type: ignore[arg-type]
