@@ -7,7 +7,8 @@ docs/reliability.md, as a script::
     python -m tests.fuzz_inputs 5000
 
 An input is a tiny valid scenario (servesim.testing.strategies: at most 20 requests, so a run
-takes milliseconds) sometimes replaying a generated trace or length file, then damaged:
+takes milliseconds) sometimes replaying a generated trace or length file, sometimes a fleet of a
+few replicas (``cluster:``), then damaged:
 
 * values replaced by extremes (huge and tiny numbers, NaN and infinities, negative zero, 2**63,
   10**30, booleans, nulls, empty and unicode strings, digits in other scripts, lists, mappings),
@@ -61,6 +62,7 @@ EDGE_VALUES = {
     "min": [1_000_000_000], "max": [1, 1_000_000_000], "chunked_prefill_size": [1], "max_running_requests": [65536],
     "base_tokens": [1, 1 << 22], "growth_tokens": [1, 1 << 22], "min_hits": [1_000_000], "window_s": [1e-9, 1e8],
     "max_share": [1e-9, 1.0], "share": [1e-9, 1e9], "fraction": [1e-9, 1.0], "ttft_p99": [1e-9], "e2e_p50": [1e8],
+    "network_delay_s": [60.0], "router_overhead_s": [60.0],  # (not replicas: each costs ~1.5 MB of buffers)
 }
 UNICODE_KEYS = ["ñame", "引擎", "engine ", "Engine", "engine\u200b", "seed\u0000", "😀"]
 
@@ -293,6 +295,8 @@ def fuzz_inputs(draw) -> FuzzInput:
     folders: tuple = ()
     if draw(st.integers(0, 3)) == 0:
         raw, files, folders = draw(with_data_file(raw))
+    if draw(st.integers(0, 4)) == 0:  # a fleet of a few replicas behind a router
+        raw["cluster"] = draw(sst.clusters())
     raw = draw(damaged_mapping(raw))
     text = _dump(raw)
     keep_raw = True

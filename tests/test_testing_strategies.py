@@ -93,3 +93,18 @@ def test_the_knobs_reach_the_edge_cases(edge):
     else:
         _found(sst.scenarios(policies=["vllm"], kv_blocks=(6, 12), block_sizes=(8, 16), prefix=False),
                lambda r: r["engine"].get("preemption") == "swap" and _summary(r)["engine"]["other_s"] > 0, n=400)
+
+
+@quick(8)
+@given(sst.scenarios(cluster=True))
+def test_fleet_draws_keep_the_run_pair_invariants(raw):
+    """Fleets: valid draws, fast path = single stepping, same seed -> identical, compiled =
+    Python where it compiles (the checker itself watches one replica and says so)."""
+    from servesim.testing import check_compiled, check_fast_path, check_reproducible
+
+    assert scenario_from_dict(raw).is_fleet
+    check_fast_path(raw)
+    check_reproducible(raw)
+    check_compiled(raw)
+    with pytest.raises(ValueError, match="the checker watches one replica; this scenario is a fleet"):
+        check_run(raw, pairs=())

@@ -103,6 +103,12 @@ class Checker:
         from servesim.sched.custom import load_user_policy
 
         sc = built.scenario
+        if getattr(built, "fleet", None) is not None:
+            raise ValueError(
+                f"the checker watches one replica; this scenario is a fleet of {len(built.fleet.replicas)} "
+                f"replicas (cluster:): check one replica's configuration with the checker, and the "
+                f"fleet with the run-pair checks (check_fast_path, check_reproducible, check_compiled, "
+                f"check_worker_independent)")
         bound: dict[Any, Callable] = {}
         kv_obj = built.replica.kv_object
         if kv_obj is not None:

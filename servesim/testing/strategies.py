@@ -17,6 +17,7 @@ closed loops with ramp-up, runs cut by a duration, warm-up, several streams, SLA
     sst.scenarios()                                   # anything
     sst.scenarios(policies=["priority"], kv_blocks=(1, 8), closed_loop=True)
     sst.engine_configs(policy_names=["chunked"], budgets=(1, 4))
+    sst.scenarios(cluster=True)                       # fleets (for the run-pair checks)
 """
 
 from __future__ import annotations
@@ -295,6 +296,22 @@ def stops(draw, *, max_requests: int = 40, durations: bool | None = None, warmup
     return s
 
 
+ROUTERS = ("round-robin", "random", "least-requests", "least-tokens", "priority")
+
+
+@st.composite
+def clusters(draw, *, replicas: Range = (1, 3), routers: Sequence[str] = ROUTERS) -> dict:
+    """A ``cluster`` block: one group of ``replicas`` replicas behind a router, sometimes with
+    router and network delays. (The checker watches one replica; a fleet's runs are checked by
+    the run-pair checks: fast path, same seed, compiled, worker count.)"""
+    c: dict = {"router": draw(st.sampled_from(list(routers))),
+               "groups": [{"replicas": draw(st.integers(*replicas))}]}
+    if draw(st.booleans()):
+        c["network_delay_s"] = draw(st.sampled_from([0.001, 0.01]))
+        c["router_overhead_s"] = draw(st.sampled_from([0.0, 0.0005]))
+    return c
+
+
 STEP_TIMES = ({"model": "constant", "seconds": 0.01}, {"model": "constant", "seconds": 0.001}, {"model": "roofline"})
 
 
@@ -306,12 +323,13 @@ def scenarios(draw, *, policies: Sequence[str] = POLICIES, allocators: Sequence[
               closed_loop: bool | None = None, with_streams: bool | None = None,
               with_sessions: bool | None = None, durations: bool | None = None,
               warmup: bool | None = None, max_requests: int = 40, max_tokens: int | None = None,
-              step_times: Sequence[dict] = STEP_TIMES) -> dict:
+              step_times: Sequence[dict] = STEP_TIMES, cluster: bool | None = False) -> dict:
     """A whole scenario mapping, valid by construction. Each knob narrows what is drawn: the
     policies, allocators, pool (``kv_blocks`` blocks of ``block_sizes``), batch slots, budgets;
     ``prefix`` (prefix caching), ``kv_tiers`` (lower tiers; implies prefix caching),
     ``closed_loop``, ``with_streams``, ``with_sessions``, ``durations`` (a duration stop),
-    ``warmup``: True / False force the feature, None lets hypothesis choose. Requests are at most
+    ``warmup``, ``cluster`` (a fleet of replicas behind a router; off unless asked: the checker
+    watches one replica): True / False force the feature, None lets hypothesis choose. Requests are at most
     ``max_tokens`` long (default: a little over ``max_model_len``, so some are rejected as too
     long)."""
     use_tiers = _maybe(draw, kv_tiers) if prefix is not False else False
@@ -342,6 +360,8 @@ def scenarios(draw, *, policies: Sequence[str] = POLICIES, allocators: Sequence[
     }
     if use_tiers:
         raw["kv_tiers"] = draw(tiers())
+    if _maybe(draw, cluster):
+        raw["cluster"] = draw(clusters())
     if raw["stop"].get("warmup_requests") and _stream_clock(workload):
         del raw["stop"]["warmup_requests"]  # requests are numbered per stream: no first-N warm-up
     return raw
