@@ -28,9 +28,9 @@ def as_scenario(scenario_or_raw, **sim):
 
     if isinstance(scenario_or_raw, Scenario):
         sc = scenario_or_raw
-        if sim:
+        if sim:  # validated like --set (a bad value is one ScenarioError line)
             notes = sc.load_notes
-            sc = sc.model_copy(update={"sim": sc.sim.model_copy(update=sim)})
+            sc = sc.override({f"sim.{k}": v for k, v in sim.items()}, source="servesim.testing")
             sc._load_notes = notes
         return sc
     raw = dict(scenario_or_raw)
