@@ -1,7 +1,9 @@
 """Command line: parse, call the library, print. Nothing here computes results.
 
 Bad input of any kind (scenario, override, trace, pack) prints one line starting with ``error:``
-and exits with status 2, never a traceback.
+and exits with status 2, never a traceback. Ctrl-C during ``run`` stops the simulation at the
+next iteration boundary and writes what ran, marked ``"partial": true`` in summary.json, with a
+line saying so (status 130); before the run or at a second Ctrl-C nothing is written.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="servesim: simulate LLM serving schedulers on calibrated GPU models.")
 err_console = Console(stderr=True)
 console = Console()
+INTERRUPTED = 130  # the shell's status for a run ended by SIGINT (128 + 2)
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -28,8 +31,9 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _error_line(message: str) -> None:
-    """``error: <message>`` on stderr; the message is plain text, never rich markup (a value
-    such as ``[foo]`` in it must survive)."""
+    """``error: <message>`` on stderr, on one line (a newline inside a message from a library
+    becomes a space); plain text, never rich markup (a value such as ``[foo]`` must survive)."""
+    message = " ".join(str(message).split())
     err_console.print(Text("error:", style="bold red"), Text(message), highlight=False, soft_wrap=True)
 
 
@@ -105,6 +109,7 @@ def run(
             return
         reporter = ProgressReporter(console, total=None, enabled=not quiet)
         built = build(sc, seed=seed, progress=reporter.update, cold="python")
+        built.replica.stop_on_interrupt = True  # Ctrl-C: stop at the next boundary, keep what ran
         reporter.total = len(built.workload)
         if not quiet:
             print_header(console, built)
@@ -117,8 +122,17 @@ def run(
         _fail(f"{scenario}: out of memory building or running the simulation; ask for fewer requests "
               f"(stop.requests) or a shorter run")
         return
+    except KeyboardInterrupt:
+        _fail("interrupted (Ctrl-C) before the run had results to keep; nothing written", INTERRUPTED)
+        return
+    partial = built.replica.interrupted
+    if partial:
+        res.summary["partial"] = True
+    from servesim.engine.driver import HeldInterrupt
+
     try:
-        out_dir = res.write(out_dir)
+        with HeldInterrupt() as held:  # a Ctrl-C now waits: the folder gets every file, or none new
+            out_dir = res.write(out_dir)
     except OSError as exc:
         _fail(f"--out {out_dir}: writing the results failed ({exc.strerror or exc})")
         return
@@ -129,12 +143,22 @@ def run(
         written = _write_report(lambda: write_run_report(out_dir, format_ or ["html"]))
     if quiet:
         console.print(str(out_dir), markup=False, highlight=False)
-        return
-    print_summary(console, res)
-    console.print(f"wrote {out_dir}/requests.parquet, timeseries.parquet, summary.json, scenario.resolved.yaml",
-                  markup=False)
-    if written:
-        console.print(_written_line(written), markup=False)
+    else:
+        print_summary(console, res)
+        console.print(f"wrote {out_dir}/requests.parquet, timeseries.parquet, summary.json, scenario.resolved.yaml",
+                      markup=False)
+        if written:
+            console.print(_written_line(written), markup=False)
+    if partial:
+        r = res.summary["requests"]
+        err_console.print(
+            Text(f"interrupted (Ctrl-C) at simulated time {res.summary['sim_time_s']:,.3f} s: partial results, "
+                 f"{r['completed'] + r['rejected']:,} of {len(built.workload):,} requests ended, "
+                 f"{r['in_flight']:,} in flight; summary.json says \"partial\": true"), highlight=False, soft_wrap=True)
+        raise typer.Exit(INTERRUPTED)
+    if held.hit:
+        err_console.print(Text("interrupted (Ctrl-C) while writing; the results were written whole"), highlight=False)
+        raise typer.Exit(INTERRUPTED)
 
 
 def _check_formats(formats: Optional[List[str]]) -> None:
@@ -365,12 +389,35 @@ def _mount_optional() -> None:
 _mount_optional()
 
 
-def main() -> None:
+def _is_usage_error(exc: BaseException) -> bool:
+    """Click's UsageError (typer may vendor click: matched by name, not by import)."""
+    return any(c.__name__ == "UsageError" for c in type(exc).__mro__) and hasattr(exc, "format_message")
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    """The ``servesim`` command. A usage mistake (an unknown option, ``--seed abc``, a missing
+    argument) is bad input like any other: one ``error:`` line naming it, status 2 -- not a
+    usage box."""
     try:
-        app()
+        code = app(args=argv, standalone_mode=False)
     except ServesimError as exc:  # raised outside a command's own handling
         _error_line(str(exc))
         sys.exit(2)
+    except Exception as exc:
+        if not _is_usage_error(exc):
+            raise
+        message = exc.format_message()
+        if message:  # (empty: servesim alone, which printed its help)
+            names, ctx = [], getattr(exc, "ctx", None)
+            while ctx is not None and ctx.parent is not None:  # the sub-command path, not the program
+                names.insert(0, ctx.info_name)
+                ctx = ctx.parent
+            _error_line(f"{message} (see {' '.join(['servesim', *names, '--help'])})")
+        sys.exit(2)
+    except KeyboardInterrupt:
+        _error_line("interrupted (Ctrl-C)")
+        sys.exit(INTERRUPTED)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

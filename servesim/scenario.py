@@ -736,7 +736,7 @@ def _apply_override(raw: dict, path: str, value_text: str, source: str) -> None:
         raise ScenarioError(f"{source}: --set {path}: value {value_text!r}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{source}: --set {path}: value {value_text!r} is not valid YAML "
-                            f"({getattr(exc, 'problem', None) or exc})") from None
+                            f"({yaml_problem(exc)})") from None
     _set_path(raw, path, value, source, "--set")
 
 
@@ -784,6 +784,17 @@ def _as_raw(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return [_as_raw(v) for v in x]
     return x
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """What a YAML error says, on one line (a reader error's text spans two: the character,
+    then where it is; an unprintable character is named by its code)."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        ch = exc.character
+        code = f"#x{ch:04x}" if isinstance(ch, int) else repr(ch)
+        return f"{exc.reason}: character {code} at position {exc.position}"
+    problem = getattr(exc, "problem", None) or str(exc)
+    return " ".join(str(problem).split())
 
 
 def parse_overrides(items: list[str] | None) -> list[tuple[str, str]]:
@@ -836,20 +847,16 @@ def scenario_from_dict(raw: dict, source: str = "scenario",
 RESULT_KEYS = frozenset({"scenario", "requests", "throughput", "latency_s"})  # of a summary.json
 
 
-def load_scenario(path: str | Path,
-                  overrides: list[str] | list[tuple[str, str]] | Mapping[str, Any] | None = None) -> Scenario:
-    """Load a YAML scenario file, apply overrides, validate.
-
-    ``overrides``: ``["engine.max_num_seqs=64"]`` (YAML values, as ``--set``), or a mapping of
-    dotted paths to Python values, ``{"engine.max_num_seqs": 64}``."""
-    p = Path(path)
-    source = str(path)
+def read_yaml_file(p: Path, source: str, what: str) -> Any:
+    """The plain data of a YAML file (a scenario, a sweep spec), or ScenarioError in one line:
+    missing, a folder, unreadable, not UTF-8, not valid YAML, not plain data (servesim/yamltext.py:
+    duplicate keys, tags that build objects, recursive aliases, alias bombs), empty."""
     if not p.is_file():
-        raise ScenarioError(f"{source}: no such scenario file" + (" (it is a folder)" if p.is_dir() else ""))
+        raise ScenarioError(f"{source}: no such {what} file" + (" (it is a folder)" if p.is_dir() else ""))
     try:
         text = p.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ScenarioError(f"{source}: not UTF-8 text (byte {exc.start}); a scenario is a YAML text file"
+        raise ScenarioError(f"{source}: not UTF-8 text (byte {exc.start}); a {what} is a YAML text file"
                             + (" (this looks like a run's parquet output)" if p.suffix == ".parquet" else "")) from None
     except OSError as exc:
         raise ScenarioError(f"{source}: cannot be read ({exc.strerror})") from None
@@ -859,10 +866,22 @@ def load_scenario(path: str | Path,
         raise ScenarioError(f"{source}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ScenarioError(f"{source}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        where = f" line {mark.line + 1}:" if mark else ""
+        raise ScenarioError(f"{source}:{where} not valid YAML ({yaml_problem(exc)})") from None
     if raw is None:
         raise ScenarioError(f"{source}: the file is empty")
+    return raw
+
+
+def load_scenario(path: str | Path,
+                  overrides: list[str] | list[tuple[str, str]] | Mapping[str, Any] | None = None) -> Scenario:
+    """Load a YAML scenario file, apply overrides, validate.
+
+    ``overrides``: ``["engine.max_num_seqs=64"]`` (YAML values, as ``--set``), or a mapping of
+    dotted paths to Python values, ``{"engine.max_num_seqs": 64}``."""
+    p = Path(path)
+    source = str(path)
+    raw = read_yaml_file(p, source, "scenario")
     pairs = overrides
     if isinstance(overrides, (list, tuple)) and overrides and isinstance(overrides[0], str):
         pairs = parse_overrides(overrides)  # type: ignore[arg-type]

@@ -72,7 +72,9 @@ class Result:
     def write(self, out_dir: str | Path) -> Path:
         """Write the run's files into ``out_dir`` (created if needed). Files of an earlier run
         there are replaced as a set: all are removed first, so two runs' files never mix; each
-        file is written under a temporary name and renamed when complete."""
+        file is written under a temporary name and renamed when complete. Nothing is written
+        outside ``out_dir``: a symlink in the way (a run file or a temporary name) is replaced,
+        never followed."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         for name in RUN_FILES:
@@ -91,6 +93,7 @@ class Result:
             writers["scenario.resolved.yaml"] = lambda p: p.write_text(self.resolved_yaml)
         for name, write in writers.items():
             tmp = out / f".{name}.partial"
+            tmp.unlink(missing_ok=True)  # a leftover (or planted symlink) is removed, never written through
             write(tmp)
             tmp.replace(out / name)
         return out

@@ -176,3 +176,39 @@ def test_base_file_relative_to_spec(tmp_path):
 def test_seeds_default_to_the_base_replications():
     s = spec_from_dict({"base": merge(BASE, {"stop": {"replications": 3}})}, "s.yaml", REPO)
     assert s.seeds_of(s.points[0]) == [1, 2, 3]
+
+
+def _bomb() -> str:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 10):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    return "\n".join(lines) + "\nbase: x.yaml\n"
+
+
+@pytest.mark.parametrize("content,needle", [
+    (b"base: \xff\xfe\n", "not UTF-8"),
+    (b"base: a\x00b\n", "not valid YAML"),
+    (b"axes: {engine.block_size: [8]}\naxes: {engine.max_num_seqs: [2]}\nbase: b.yaml\n", "duplicate key 'axes'"),
+    (_bomb().encode(), "alias bomb"),
+    (b"set: &a [*a]\nbase: b.yaml\n", "recursive alias"),
+    (b"base: !!python/object/apply:os.system ['true']\n", "python"),
+    (b"", "empty"),
+])
+def test_spec_files_are_plain_yaml_data(tmp_path, content, needle):
+    """A spec file is read like a scenario file (servesim/yamltext.py): a non-UTF-8 file was a
+    traceback, a NUL byte a two-line message, and duplicate keys were accepted silently (the
+    last one won)."""
+    f = tmp_path / "bad.yaml"
+    f.write_bytes(content)
+    with pytest.raises(SpecError) as err:
+        load_spec(f)
+    assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
+    res = CliRunner().invoke(app, ["sweep", str(f), "--out", str(tmp_path / "o"), "--workers", "1"])
+    assert res.exit_code == 2 and res.stderr.startswith("error:") and "Traceback" not in res.stderr
+    assert needle in " ".join(res.stderr.split()), res.stderr  # (the console wraps the one line)
+
+
+def test_spec_folder_or_missing_is_one_line(tmp_path):
+    for path, needle in ((tmp_path, "it is a folder"), (tmp_path / "nope.yaml", "no such sweep spec file")):
+        with pytest.raises(SpecError, match=needle):
+            load_spec(path)

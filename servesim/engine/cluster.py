@@ -40,6 +40,7 @@ from typing import Callable
 import numpy as np
 
 from servesim.engine import kernel as K
+from servesim.engine.driver import HeldInterrupt
 from servesim.engine.router import LoadView, Router
 from servesim.jit import pure
 from servesim.request import PENDING
@@ -116,8 +117,8 @@ class Engine:
     def advance(self, until: float) -> int:
         rep = self.rep
         code = self._advance(until)
-        if code == K.FLUSH or code == K.PROGRESS:
-            rep._drain()
+        if code == K.FLUSH:  # (not at PROGRESS: the Python engine returns it more often -- Ctrl-C,
+            rep._drain()     # engine/driver.py -- and draining groups the recorder's float sums)
         elif code == K.ERROR:
             rep._drain()
             rep.raise_error()
@@ -315,16 +316,43 @@ class Fleet:
                     heapq.heappush(heap, (k, i))
 
     # -- the loop ----------------------------------------------------------------------------
+    stop_on_interrupt = False  # Ctrl-C: end the run at the next engine return (``interrupted``)
+    interrupted = False
+
     def run(self) -> None:
-        if self.prerouted:
-            self._run_prerouted()
-        else:
-            self._run_events()
-        for eng in self.engines:
-            eng.finish()
-        # a request the router sent that never reached its replica (the run ended first) was
-        # served by none: the same in both loops, whichever requests each sent beyond the end
-        self.replica_of[self.table.status == PENDING] = -1
+        """The whole fleet. Ctrl-C is held while a kernel runs, as for a lone replica
+        (engine/driver.py): the loop stops after the engine call under way returns -- every
+        engine is then at an iteration boundary -- and every engine finishes from there, so the
+        partial run is consistent; then KeyboardInterrupt, or, with ``stop_on_interrupt``, the
+        run ends with ``interrupted`` set. (Routing first, the engines run one after another: a
+        partial run then has the first engines' requests ended and the later ones' waiting.)"""
+        self._left_early = False
+        with HeldInterrupt() as held:
+            self._held = held
+            if self.prerouted:
+                self._run_prerouted()
+            else:
+                self._run_events()
+            for eng in self.engines:
+                eng.finish()
+            # a request the router sent that never reached its replica (the run ended first) was
+            # served by none: the same in both loops, whichever requests each sent beyond the end
+            self.replica_of[self.table.status == PENDING] = -1
+        self._held = None
+        if self._left_early and self.stop_on_interrupt:
+            self.interrupted = True
+        elif held.hit and not self.stop_on_interrupt:
+            raise KeyboardInterrupt  # from the consistent state (a run that completed meanwhile too)
+
+    _held = None
+    _left_early = False
+
+    def _interrupt_now(self) -> bool:
+        """A Ctrl-C was noted: the loop leaves now (every engine is between calls)."""
+        if self._held is not None and self._held.hit:
+            self._left_early = True
+            return True
+        return False
 
     prerouted = False
 
@@ -348,8 +376,11 @@ class Fleet:
             eng.s.set_i("inbox_shut", 1)
         done = 0
         for eng in self.engines:
+            if self._interrupt_now():
+                return
             while eng.advance(INF) != K.DONE:
-                pass
+                if self._interrupt_now():
+                    return
             done += eng.s.get_i("ended")
             if self.progress is not None:
                 self.progress(done)
@@ -400,6 +431,8 @@ class Fleet:
                     bound = k2  # other engines' events at k2 may send requests at k2 or later
             eng = engines[e]
             code = eng.advance(bound)
+            if code != K.DONE and self._interrupt_now():
+                return
             ended = eng.take_ended() if closed else None
             if ended:
                 t = eng.s.get_f("now") + back

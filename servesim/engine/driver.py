@@ -7,10 +7,29 @@ in: a prefix-cache / tiered KV manager, a user's step-time model, an iteration h
 the kernel writes into the request table's columns and the recorder's buffers, so everything
 downstream (metrics, parquet, tests) is shared. The driver drains the recorder buffers, reports
 progress, turns invariant failures into errors, and is a SimPy process for the cluster.
+
+Ctrl-C: a KeyboardInterrupt raised in the middle of a kernel run as Python (the reference
+engine) could leave a request between two places (out of a queue, not yet running). While the
+kernel runs, SIGINT is therefore only noted (:class:`HeldInterrupt`); the driver acts on it when
+the kernel returns at an iteration boundary -- every ``PROGRESS_EVERY`` segments and at each
+buffer flush -- with every committed iteration drained into the recorder. Then it raises
+KeyboardInterrupt from that consistent state, or, when ``stop_on_interrupt`` is set (the CLI's
+choice), ends the run there with ``interrupted`` set, so the caller can report the partial run.
+A second Ctrl-C interrupts at once (the default handler is back after the first). A fleet
+(engine/cluster.py) holds Ctrl-C the same way around its whole loop.
+
+So that a Ctrl-C is acted on within a fraction of a second on the Python engine too, its kernel
+returns every ``PY_RETURN_EVERY`` segments instead of ``PROGRESS_EVERY`` (a return changes no
+result: the loop resumes where it stopped). The recorder buffers are drained only where both
+engines return at the same points (buffer flushes, the end, ``until``), never at progress
+returns, so their float sums group identically and compiled = Python stays bit for bit (a fleet
+likewise drains at flushes only).
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 from typing import Callable
 
 import numpy as np
@@ -20,10 +39,11 @@ from servesim.engine.warm import mark_ready
 from servesim.jit import pure
 from servesim.kv import kernels as kvk
 from servesim.perf import kernels as pk
-from servesim.sched import parts
+from servesim.sched import parts, reserve
 from servesim.sched.state import ScalarsMirror, compiled_state
 
 INF = float("inf")
+PY_RETURN_EVERY = 1 << 8  # the Python engine's segments between returns (Ctrl-C latency)
 ERRORS = {
     K.E_BUDGET: "token budget exceeded: {arg} tokens scheduled > max_num_batched_tokens",
     K.E_SEQS: "max_num_seqs exceeded: {arg} running",
@@ -69,6 +89,7 @@ def object_kv_overrides(kv_obj) -> dict:
         kvk.kv_check: check,
         parts.kv_prefix_lookup: lookup,
         parts.kv_holds: lambda kv, rid: kv_obj.held[rid] > 0,
+        reserve.kv_waiting_blocks: lambda kv, rid: int(kv_obj.held[rid]),
     }
 
 
@@ -91,8 +112,37 @@ def hook_overrides(hook) -> dict:
     return {K.on_iteration: on_iteration}
 
 
+class HeldInterrupt:
+    """Within ``with HeldInterrupt() as held``, the first SIGINT sets ``held.hit`` instead of
+    raising, and restores the previous handler (a second SIGINT raises at once). Only where
+    Python's default handler is installed and in the main thread (elsewhere nothing changes)."""
+
+    def __init__(self) -> None:
+        self.hit = False
+        self._old = None
+
+    def __enter__(self) -> "HeldInterrupt":
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._old = signal.signal(signal.SIGINT, self._note)
+        return self
+
+    def _note(self, signum, frame) -> None:
+        self.hit = True
+        signal.signal(signal.SIGINT, self._old)
+
+    def __exit__(self, *exc) -> None:
+        if self._old is not None and signal.getsignal(signal.SIGINT) is not self._old:
+            signal.signal(signal.SIGINT, self._old)
+
+
 class Replica:
-    """One replica's state and its kernel. ``path`` says which engine runs it and why."""
+    """One replica's state and its kernel. ``path`` says which engine runs it and why.
+    ``stop_on_interrupt``: end the run at the boundary after a Ctrl-C (``interrupted`` is then
+    set) instead of raising KeyboardInterrupt there."""
+
+    stop_on_interrupt = False
+    interrupted = False
 
     def __init__(self, cfg, st, kv, tab, recorder, *, kv_object=None, model_object=None,
                  on_iteration: Callable | None = None, progress: Callable[[int], None] | None = None,
@@ -120,6 +170,8 @@ class Replica:
             self.path = "python"
             self.why = ", ".join(why)
             self._advance = pure(K.advance, overrides)
+            if K.advance not in overrides:  # (the rebuilt loop's own globals: see the module docstring)
+                self._advance.__globals__["PROGRESS_EVERY"] = PY_RETURN_EVERY
             st = st._replace(s=ScalarsMirror(st.s))
         else:
             self.path = "compiled"
@@ -138,19 +190,36 @@ class Replica:
         return int(self.st.s.ended)
 
     def advance(self, until: float = INF) -> bool:
-        """Run up to ``until``; True once the replica has nothing left to do."""
-        st = self.st
+        """Run up to ``until``; True once the replica has nothing left to do (or, with
+        ``stop_on_interrupt``, once a Ctrl-C stopped it: see the module docstring)."""
+        with HeldInterrupt() as held:
+            done = self._advance_held(until, held)
+        if held.hit and not self.interrupted:
+            raise KeyboardInterrupt  # the run completed, or the caller wants the interrupt
+        return done
+
+    def _advance_held(self, until: float, held: HeldInterrupt) -> bool:
         while True:
             code = self._advance(self.cfg, self.kst, self.kv, self.tab, until)
-            self._drain()
+            if code != K.PROGRESS:
+                self._drain()
             if code == K.DONE:
                 self._finish()
+                if held.hit and self.stop_on_interrupt:
+                    held.hit = False  # the run is whole: nothing to report as partial
                 return True
-            if code == K.UNTIL:
-                return False
             if code == K.ERROR:
                 self._finish()
                 self.raise_error()
+            if held.hit:  # a boundary: every committed iteration goes to the recorder
+                self._drain()
+                self._finish()
+                if self.stop_on_interrupt:
+                    self.interrupted = True
+                    return True
+                raise KeyboardInterrupt
+            if code == K.UNTIL:
+                return False
             if code == K.PROGRESS and self.progress is not None:
                 self.progress(self.ended)
 

@@ -499,11 +499,18 @@ def admit_head(cfg, st, kv, rid, g, now, cap, hybrid):
             n = cap
         size = whole if cfg.whole_prompt_kv else n
         if cfg.sglang_admission:  # a reservation check, then KV for this chunk only
-            if not fits(cfg, st, kv, rid, whole) or not kv_allocate(kv, st.computed, rid, n):
-                st.s.latch = 1
-                return NO_KV
-            take(cfg, st, rid, n, n == whole)
-            return n
+            if fits(cfg, st, kv, rid, whole) and kv_allocate(kv, st.computed, rid, n):
+                take(cfg, st, rid, n, n == whole)
+                return n
+            # Nothing running: nothing will free KV, so KV that waiting requests hold (fetched
+            # from a lower tier) is reclaimed, as the other admissions do (below). And SGLang's
+            # batch_is_full latch is set only while someone runs (its rule with the hierarchical
+            # cache, scheduler.py get_new_batch_prefill): an empty batch never shrinks, so a latch
+            # set then would never clear. (Both were stalls with lower tiers.)
+            if st.s.run_len == 0 and release_idle_holders(cfg, st, kv, rid):
+                continue
+            st.s.latch = 1 if st.s.run_len > 0 else 0
+            return NO_KV
         if over == 0 and kv_allocate(kv, st.computed, rid, size):
             return n
         if make_room(cfg, st, kv, rid, g, size, over, now):

@@ -65,11 +65,24 @@ def room_cur(cfg, st, kv):
     return float(kv_free_blocks(kv) * cfg.block_size) - st.s.off_cur
 
 
+@kernel(inline=True)
+def kv_waiting_blocks(kv, rid):
+    """KV blocks a request holds while it waits. The compiled allocators free a request's KV when
+    it stops running: 0. The prefix-cache manager (object path, driver.object_kv_overrides)
+    binds its count: a request whose KV came back from a lower tier waits holding blocks for
+    every token it knows (parts.ready: so that fetched requests cannot fill the pool)."""
+    return np.int64(0)
+
+
 @kernel
 def fits(cfg, st, kv, rid, whole):
-    """May ``rid`` (``whole`` prompt tokens left) be admitted now?"""
+    """May ``rid`` (``whole`` prompt tokens left) be admitted now? Blocks it already holds past
+    its computed tokens (a tier fetch's) are room of its own, beside the free pool: without them
+    a fetched request whose extend did not fit the free blocks waited forever, nothing running."""
+    own = float((kv_waiting_blocks(kv, rid) - page_of(cfg, st.computed[rid]) // cfg.block_size) * cfg.block_size)
+    own = own if own > 0.0 else 0.0
     need = float(whole + out_reserve(cfg, st, rid) + cfg.block_size)
-    return need < room_total(cfg, st, kv) and room_cur(cfg, st, kv) > 0.0
+    return need < room_total(cfg, st, kv) + own and room_cur(cfg, st, kv) + own > 0.0
 
 
 @kernel

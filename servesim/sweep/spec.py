@@ -30,11 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from servesim.errors import ScenarioError
 from servesim.metrics.flat import METRIC_NAMES, check_metric_name
-from servesim.scenario import Scenario, load_scenario, scenario_from_dict
+from servesim.scenario import Scenario, load_scenario, read_yaml_file, scenario_from_dict
 from servesim.sweep.design import Dimension, SpecError, expand, grid_size, parse_axis
 
 TOP_KEYS = ("name", "base", "set", "axes", "zip", "design", "seeds", "metrics", "invalid")
@@ -89,14 +88,10 @@ def scenario_key(sc: Scenario) -> str:
 def load_spec(path: str | Path) -> SweepSpec:
     p = Path(path)
     src = str(path)
-    if not p.is_file():
-        raise SpecError(f"{src}: no such sweep spec file")
-    try:
-        raw = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise SpecError(f"{src}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    try:  # the scenario loader's reading: plain YAML data only, one line for anything else
+        raw = read_yaml_file(p, src, "sweep spec")
+    except ScenarioError as exc:
+        raise SpecError(str(exc)) from None
     return spec_from_dict(raw, src, p.resolve().parent)
 
 

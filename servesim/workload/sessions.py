@@ -38,7 +38,7 @@ import dataclasses
 import numpy as np
 
 from servesim.errors import ScenarioError
-from servesim.fields import MAX_TOKENS
+from servesim.fields import MAX_REQUESTS, MAX_TOKENS
 from servesim.request import Workload
 from servesim.workload.dists import sample_lengths
 from servesim.config.traces import SessionsConfig
@@ -244,6 +244,17 @@ def synthesize_sessions(
     r_turns, r_system, r_lengths, r_think = rng.spawn(4)
     n_sessions = len(starts)
     turns = sample_lengths(cfg.turns, n_sessions, r_turns)
+    if max_requests is not None:
+        # turn k of a session arrives after its turns 0..k-1, so only its first max_requests
+        # turns can be among the first max_requests requests: later ones are never drawn (a
+        # session of 10^9 turns took 22 GB for a one-request run)
+        turns = np.minimum(turns, max_requests)
+    drawn = int(turns.sum())
+    if drawn > MAX_REQUESTS:
+        raise ScenarioError(
+            f"workload.sessions.turns: {n_sessions:,} sessions of up to {int(turns.max()):,} turns draw "
+            f"{drawn:,} requests, more than the {MAX_REQUESTS:,} a simulation may have; shorten the "
+            f"sessions or the run (stop.requests, stop.duration_s)")
     system_id = r_system.integers(0, cfg.num_system_prompts, n_sessions)
     sess, k = _ragged_positions(turns)
     n = len(sess)

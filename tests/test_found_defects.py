@@ -1,0 +1,110 @@
+"""Defects that servesim.testing's strategies found in parts owned elsewhere, kept with their
+shrunk reproducers as regression tests.
+
+The chunked policy's SGLang admission (``options.admission: sglang``) with prefix caching and a
+lower KV tier stalled ("scheduler returned an empty batch with work pending and nothing left to
+wait for"), nothing running, two ways:
+
+* a request whose KV came back from the tier waits holding blocks for its whole prompt
+  (sched/parts.py ``ready``); the reservation check counted only the free pool, not the room
+  the request itself holds, so its extend never fit (``STALL_OWN_BLOCKS``, also drawn by
+  tests/test_sched_properties.py's every-KV-manager test, which failed at random);
+* the head did not fit because *another* waiting request held fetched blocks, and the SGLang
+  branch never reclaimed them, while its batch_is_full latch, set with nothing running, could
+  never clear (``STALL_HELD_BY_ANOTHER``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from servesim import scenario_from_dict
+from servesim.simulate import simulate
+from servesim.testing import check_run
+
+# chunked + SGLang admission + prefix caching + a CPU tier + sessions, 8 requests
+STALL_OWN_BLOCKS = {
+    "name": "t", "seed": 0, "stop": {"requests": 8}, "hardware": {"gpu": "a100-80g"}, "model": "llama-3-8b",
+    "engine": {"scheduler": "chunked", "block_size": 8, "max_num_seqs": 1, "max_num_batched_tokens": 16,
+               "chunked_prefill_size": 8, "max_running_requests": 1, "preemption": "recompute",
+               "enable_chunked_prefill": True,
+               "options": {"mix": "stall_free", "retract": "newest", "admission": "sglang"},
+               "num_gpu_blocks_override": 24, "max_model_len": 192, "enable_prefix_caching": True},
+    "step_time": {"model": "constant", "seconds": 0.01},
+    "workload": {"arrival": {"process": "poisson", "rate": 4.0}, "classes": {"weights": [1.0]},
+                 "sessions": {"turns": {"dist": "fixed", "value": 3}, "think_s": 0.3, "think_dist": "fixed",
+                              "new_input": {"dist": "uniform", "min": 4, "max": 40},
+                              "output": {"dist": "uniform", "min": 1, "max": 12},
+                              "system_prompt_tokens": 32, "block_tokens": 16}},
+    "sim": {"check_invariants": True},
+    "kv_tiers": [{"kind": "cpu", "capacity_gib": 0.01}],
+}
+
+# chunked + SGLang admission + prefix caching + a remote tier + a session stream, 9 requests
+STALL_HELD_BY_ANOTHER = {
+    "name": "stall", "seed": 3431742, "stop": {"requests": 9}, "hardware": {"gpu": "a100-80g"},
+    "model": "llama-3-8b",
+    "engine": {"scheduler": "chunked", "enable_chunked_prefill": True, "preemption": "recompute",
+               "max_num_batched_tokens": 81, "options": {"admission": "sglang"}, "kv_allocator": "paged",
+               "enable_prefix_caching": True, "block_size": 2, "num_gpu_blocks_override": 58, "max_num_seqs": 3,
+               "max_model_len": 96},
+    "step_time": {"model": "constant", "seconds": 0.01},
+    "workload": {
+        "arrival": {"process": "poisson", "rate": 147.56839827782753},
+        "streams": [{"name": "s0", "share": 1.0, "class": "label0", "priority": 1,
+                     "sessions": {"turns": {"dist": "fixed", "value": 2}, "think_s": 0.3,
+                                  "think_dist": "exponential",
+                                  "new_input": {"dist": "normal", "min": 26, "max": 33, "mean": 29.5, "std": 1.0},
+                                  "output": {"dist": "uniform", "min": 13, "max": 15},
+                                  "system_prompt_tokens": 0, "num_system_prompts": 2, "block_tokens": 4}}]},
+    "kv_tiers": [{"kind": "remote", "capacity_gib": 0.01, "latency_s": 0.0001, "channels": 2}],
+}
+
+
+@pytest.mark.parametrize("raw", [STALL_OWN_BLOCKS, STALL_HELD_BY_ANOTHER], ids=["own_blocks", "held_by_another"])
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_sglang_admission_with_tier_fetches_does_not_stall(raw, fast_path):
+    raw = {**raw, "sim": {**raw.get("sim", {}), "fast_path": fast_path}}
+    res = simulate(scenario_from_dict(raw))
+    r = res.summary["requests"]
+    assert r["in_flight"] == 0 and r["completed"] + r["rejected"] == raw["stop"]["requests"]
+
+
+@pytest.mark.parametrize("raw", [STALL_OWN_BLOCKS, STALL_HELD_BY_ANOTHER], ids=["own_blocks", "held_by_another"])
+def test_the_reproducers_keep_every_invariant(raw):
+    checked = check_run(raw, pairs=("fast_path", "reproducible"))
+    assert checked.stats.decisions > 0
+
+
+def test_the_same_run_with_whole_prompt_admission_completes():
+    eng = {**STALL_HELD_BY_ANOTHER["engine"], "options": {"admission": "whole_prompt"}}
+    raw = {**STALL_HELD_BY_ANOTHER, "engine": eng}
+    assert simulate(scenario_from_dict(raw)).summary["requests"]["in_flight"] == 0
+
+
+# a closed loop cut by a duration: the run ends at 3.0000000000000004 s, one bin past 3.0 s
+SLIVER_BIN = {
+    "name": "hypothesis", "seed": 0, "stop": {"requests": 14, "duration_s": 3.0}, "hardware": {"gpu": "a100-80g"},
+    "model": "llama-3-8b",
+    "engine": {"scheduler": "static-fifo", "enable_chunked_prefill": False, "max_batch_size": 1,
+               "max_num_batched_tokens": 101, "kv_allocator": "static",
+               "kv": {"static": {"reserve": "max_model_len", "fit": "best"}}, "block_size": 2,
+               "num_gpu_blocks_override": 48, "max_num_seqs": 4, "max_model_len": 96, "cpu_overhead_s": 0.002},
+    "step_time": {"model": "constant", "seconds": 0.01},
+    "workload": {"arrival": {"process": "closed", "clients": 4, "think_s": 0.0, "think_dist": "fixed"},
+                 "prompt": {"dist": "fixed", "value": 1}, "output": {"dist": "fixed", "value": 18}},
+}
+
+
+def test_a_bin_a_few_ulps_wide_keeps_its_means_within_the_peaks():
+    """fragmentation_bounded: the last time bin, [3.0, 3.0000000000000004), reported a mean of 64
+    KV blocks in a 48-block pool (utilization 1.33, reservation waste 1.33): integral and width
+    rounded apart. A time-weighted mean lies within [0, the bin's peak]."""
+    res = simulate(scenario_from_dict(SLIVER_BIN))
+    ts = res.timeseries
+    assert res.summary["sim_time_s"] > 3.0 and len(ts) == 4  # the sliver bin is there
+    for col in [c for c in ts.columns if c.endswith("_mean") and c != "decode_tokens_mean"]:
+        peak = ts[col.removesuffix("_mean") + "_peak"]
+        assert ((ts[col] >= 0) & (ts[col] <= peak)).all(), (col, ts[col].tolist(), peak.tolist())
+    assert (ts["kv_utilization_mean"] <= 1).all() and (ts["decode_tokens_mean"] >= 0).all()
+    check_run(SLIVER_BIN, pairs=())
