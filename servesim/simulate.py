@@ -286,7 +286,7 @@ def _build_fleet(sc: Scenario, seed: int, workload, step_model, on_iteration, pr
     drained = sc.stop.requests is not None and len(wl) >= sc.stop.requests
     try:
         fleet, engines, replicas = build_fleet(
-            sc, table, wl, seed, env, new_recorder=lambda: Recorder(sc.metrics.timeseries_bin_s),
+            sc, table, wl, seed, env, new_recorder=lambda rows=None: Recorder(sc.metrics.timeseries_bin_s, rows),
             force_python=force_python,
             step_model=step_model, on_iteration=on_iteration, user=user, kernel_overrides=kernel_overrides,
             buffers=buffers, stop_when_drained=drained, progress=progress)

@@ -174,3 +174,34 @@ def test_prerouted_fleet_equals_the_event_loop(raw, engine):
     a, e = run_built(a_b), run_built(e_b)
     assert_identical(a, e, fleet_keys=())
     np.testing.assert_array_equal(a.requests["replica"].to_numpy(), e.requests["replica"].to_numpy())
+
+
+def test_large_fleets_get_smaller_buffers_and_the_same_results():
+    """Past 256 engines each engine's scratch and recorder buffers shrink (the fleet's address
+    space stays bounded); that only cuts fast-path runs and flushes more often."""
+    from servesim import scenario_from_dict
+    from servesim.engine.fleet_build import fleet_buffers
+    from servesim.sched.state import MAX_RUN_STEPS, STEP_BUFFER
+    from servesim.simulate import build, run_built
+    from tests.test_fastpath_exact import assert_summaries_equal
+
+    assert fleet_buffers(256) == (MAX_RUN_STEPS, STEP_BUFFER)
+    assert fleet_buffers(300) == (STEP_BUFFER // 4, STEP_BUFFER // 2)
+    assert fleet_buffers(10**6) == (1024, 2048)
+    raw = {"name": "big", "seed": 3, "stop": {"requests": 3000}, "hardware": {"gpu": "a100-80g", "replicas": 300},
+           "model": "llama-3-8b", "engine": {"scheduler": "vllm"}, "step_time": {"model": "roofline"},
+           "workload": {"arrival": {"process": "poisson", "rate": 2000.0},
+                        "prompt": {"dist": "uniform", "min": 50, "max": 500},
+                        "output": {"dist": "uniform", "min": 100, "max": 3000}},
+           "cluster": {"router": "least-tokens"}}
+    sc = scenario_from_dict(raw, "big")
+    scaled = run_built(build(sc))  # fleet_buffers(300)
+    full = run_built(build(sc, buffers=(MAX_RUN_STEPS, STEP_BUFFER)))
+    tiny = run_built(build(sc, buffers=(64, 128)))  # runs cut and buffers flushed all the time
+    assert_summaries_equal(scaled.summary, full.summary)
+    # every request's timestamps are the same; time averages are summed in other chunks, so they
+    # may move in the last bits
+    cols = ["arrival_s", "first_token_s", "finish_s", "preemptions"]
+    assert tiny.requests[cols].equals(full.requests[cols])
+    assert tiny.summary["kv"]["mean_usage"] == pytest.approx(full.summary["kv"]["mean_usage"], rel=1e-12)
+    assert tiny.summary["engine"]["busy_fraction"] == pytest.approx(full.summary["engine"]["busy_fraction"], rel=1e-12)

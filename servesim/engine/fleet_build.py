@@ -23,7 +23,7 @@ from servesim.engine.cluster import Engine, Fleet, FleetInbox
 from servesim.engine.router import make_router
 from servesim.memory import MemoryPlan, plan_memory
 from servesim.request import RequestTable, Workload
-from servesim.sched.state import new_scalars, new_state, request_arrays
+from servesim.sched.state import STEP_BUFFER, new_scalars, new_state, request_arrays
 from servesim.workload.streams import stream
 
 INF = float("inf")
@@ -53,6 +53,20 @@ class ReplicaInfo:
     step_model: str
 
 
+def fleet_buffers(n_engines: int) -> tuple[int, int]:
+    """(fast-path run steps, recorder rows) per engine. A lone replica's sizes up to 256 engines;
+    beyond, halved with each doubling of the fleet (at least 2,048 rows), so the fleet's scratch
+    and recorder buffers stay near 1.7 GB of address space (6.6 MB an engine at full size: 4,096
+    replicas asked for 27 GB, which a container with a memory limit refuses). Smaller buffers
+    only cut fast-path runs and flush the recorder more often: every request's timestamps are
+    the same; time averages (KV, busy share) are summed in other chunks and may move in the last
+    bits (tests/test_cluster_identity.py)."""
+    rows = STEP_BUFFER
+    while rows > 2048 and n_engines * rows > 256 * STEP_BUFFER:
+        rows //= 2
+    return rows // 2, rows
+
+
 def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, new_recorder: Callable,
                 force_python: Callable | None = None, step_model=None, on_iteration=None,
                 user: Callable | None = None, kernel_overrides: dict | None = None,
@@ -76,6 +90,8 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
                     for g in sc.replica_groups)
     shared = request_arrays(n, object_kv=True if object_kv else False, routed=True)
     n_engines = sum(g.replicas * g.scenario.pp for g in sc.replica_groups)
+    if buffers is None:
+        buffers = fleet_buffers(n_engines)
     scalars = np.concatenate([new_scalars() for _ in range(n_engines)]).view(np.recarray)  # one row each
     placement = sc.placement
     engines: list[Engine] = []
@@ -110,7 +126,7 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
             ids = []
             for _v in range(pp):
                 kv = build_kv(gsc, ve_plan, table, workload, env)
-                rec = new_recorder()
+                rec = new_recorder(buffers[1])
                 rep = build_replica(gsc, table, kv, model, rec, seed, workload=workload, on_iteration=on_iteration,
                                     kv_bytes_per_token=plan.kv_bytes_per_token, force_python=why,
                                     spec=u.spec if u else None,

@@ -103,7 +103,7 @@ class BinnedSeries:
 class Recorder:
     BUFFER = 1 << 15
 
-    def __init__(self, timeseries_bin_s: float = 1.0):
+    def __init__(self, timeseries_bin_s: float = 1.0, buffer: int | None = None):
         self.itl = WeightedSample()  # (gap, count) pairs; spills to disk beyond a memory limit
         self.series = BinnedSeries(timeseries_bin_s)
         self.iterations = 0
@@ -113,7 +113,7 @@ class Recorder:
         self.itl_from = 0.0  # gaps of steps ending before this time (warm-up) are not kept
         self.cpu_s = 0.0  # engine CPU overhead inside busy time
         self.extra_s = 0.0  # non-compute time added by policies (e.g. swaps) inside busy time
-        n = self.BUFFER
+        n = self.BUFFER = int(buffer or Recorder.BUFFER)  # steps held before a flush
         self._start = np.empty(n)
         self._end = np.empty(n)
         self._vals = np.zeros((len(BinnedSeries.SIGNALS), n))
