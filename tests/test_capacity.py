@@ -139,6 +139,23 @@ def test_scale_rate_per_workload_kind():
         scale_rate(sc, 0.0)
 
 
+def test_scale_rate_keeps_the_warmup_time_of_a_duration_run():
+    """A duration-stopped run's warm-up count scales with the rate (the same stretch of time);
+    without it, a capacity search halving the rate soon measured nothing and 'failed' every SLO."""
+    from servesim.simulate import scenario_workload
+
+    sc = scenario_from_dict({**BASE, "stop": {"duration_s": 100.0, "warmup_requests": 200}})  # 10 req/s
+    for factor in (0.25, 4.0):
+        scaled = scale_rate(sc, factor)
+        assert scaled.stop.warmup_requests == round(200 * factor)
+        wl = scenario_workload(scaled)
+        # the last warm-up request arrives ~20 s in at every rate (Poisson: 20 s +- 3 sd at 0.25x)
+        assert 11.0 < wl.arrival_s[scaled.stop.warmup_requests - 1] < 29.0
+    counted = scenario_from_dict({**BASE, "stop": {"requests": 1000, "warmup_requests": 200}})
+    assert scale_rate(counted, 0.25).stop.warmup_requests == 200  # a run of N requests keeps its counts
+    assert scale_rate(sc, 1e-4).stop.warmup_requests == 0
+
+
 # --------------------------------------------------------------------------------- M/D/1
 S = 0.01  # service time: one 10 ms iteration per request (1-token prompt and output, one slot)
 W = 0.01  # SLO on the mean wait in queue

@@ -227,6 +227,13 @@ class Search:
                 "path": [probe(p) for p in self.path]}
 
 
+def _measured(iv: Interval) -> str:
+    if math.isfinite(iv.estimate):
+        return f"{iv.estimate:.4g}"
+    return ("nothing (no request completed after the warm-up: stop.warmup_requests covers the whole run, "
+            "or nothing finished)")
+
+
 def _open_reason(p: Probe, what: str) -> str:
     s, iv, _ = next(c for c in p.checks if c[2] == "open")
     return (f"at {what} the {s.metric} interval {iv.estimate:.4g} ± {iv.half_width:.2g} "
@@ -280,7 +287,7 @@ def search_max_rate(probe: Callable[[float], Probe], slos: list[SLO], *, tol: fl
                 out.refused = (f"no answer: every SLO is met even at {describe(max(xs))} (the largest scale "
                                f"tried); nothing binds in this range")
             elif out.best is None and not opens:
-                fails = "; ".join(f"{s} measured {iv.estimate:.4g}" for s, iv, v in out.bound.checks if v == "fail")
+                fails = "; ".join(f"{s} measured {_measured(iv)}" for s, iv, v in out.bound.checks if v == "fail")
                 out.refused = (f"no answer: the SLOs are not met even at {describe(min(xs))} "
                                f"(the smallest scale tried): {fails}")
             else:

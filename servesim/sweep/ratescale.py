@@ -4,6 +4,12 @@
 arrival rate of every stream twice as high (Poisson, gamma and constant rates, ServeGen fits,
 trace replays, session starts; docs/scenario.md). Closed loops keep their clients; a workload of
 closed loops only has no rate to scale, and the scenario's validation says so.
+
+A run stopped by ``stop.duration_s`` alone has a warm-up of ``stop.warmup_requests`` requests,
+which is meant as a stretch of simulated time (the empty-system transient): at half the rate the
+same count would cover twice the time, and at a small enough scale every request of the run
+(nothing measured, every SLO "failed"). So such a warm-up is scaled with the rate, keeping the
+time it covers. A run of ``stop.requests`` keeps its counts: its rate changes, not its size.
 """
 
 from __future__ import annotations
@@ -54,4 +60,7 @@ def scale_rate(sc: Scenario, factor: float) -> Scenario:
     if not sc.workload.has_open_loop():
         raise ScenarioError("workload: every arrival process is a closed loop, which has no rate to scale "
                             "(its load follows from clients and think_s); sweep over the clients instead")
-    return sc.override({"workload.rate_scale": sc.workload.rate_scale * factor}, source="rate scale")
+    update: dict = {"workload.rate_scale": sc.workload.rate_scale * factor}
+    if sc.stop.requests is None and sc.stop.warmup_requests:
+        update["stop.warmup_requests"] = int(round(sc.stop.warmup_requests * factor))
+    return sc.override(update, source="rate scale")

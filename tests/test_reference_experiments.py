@@ -1,0 +1,183 @@
+"""The reference experiments of issue 15 (scenarios/reference/, python -m benchmarks.reference,
+docs/reference-experiments.md): every arm loads and builds, arms of one experiment differ only
+where they say they do, the runner runs end to end on tiny sizes and fills the document."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from servesim import load_scenario
+from servesim.simulate import build
+from tests.conftest import REPO
+
+REF = REPO / "scenarios" / "reference"
+ARMS = sorted(REF.glob("*.yaml"))
+SPECS = sorted((REF / "sweeps").glob("*.yaml"))
+DOC = REPO / "docs" / "reference-experiments.md"
+
+
+def _raw(name: str) -> dict:
+    return yaml.safe_load((REF / name).read_text())
+
+
+def _without(d: dict, *paths: str) -> dict:
+    out = json.loads(json.dumps(d))
+    for p in paths:
+        *head, last = p.split(".")
+        node = out
+        for k in head:
+            node = node.get(k, {})
+        node.pop(last, None)
+    out.pop("name", None)
+    return out
+
+
+@pytest.mark.parametrize("path", ARMS, ids=[p.name for p in ARMS])
+def test_every_arm_loads_and_builds(path):
+    sc = load_scenario(path)
+    b = build(sc, cold="python")  # workload, memory plan, KV, step-time tables: what a run needs
+    assert len(b.workload) > 0
+    assert sc.name == path.stem  # outputs land in out/<file name>
+
+
+@pytest.mark.parametrize("path", SPECS, ids=[p.name for p in SPECS])
+def test_every_sweep_spec_loads_on_an_arm(path):
+    from servesim.sweep.spec import load_spec
+
+    spec = load_spec(path)  # validates every point's scenario
+    base = yaml.safe_load(path.read_text())["base"]
+    assert (REF / Path(base).name).is_file() and spec.points
+
+
+def test_fleet_arms_share_workload_router_and_duration():
+    spark, halo = _raw("a_fleet_spark.yaml"), _raw("a_fleet_halo.yaml")
+    assert _without(spark, "engine", "hardware.replicas", "kv_tiers") == _without(halo, "engine", "hardware.replicas", "kv_tiers")
+    assert spark["hardware"]["replicas"] * 1 == 24 and halo["hardware"]["replicas"] * 4 == 24  # 24 GPUs each
+
+
+@pytest.mark.parametrize("group,differ", [
+    (["a_sessions_paged.yaml", "a_sessions_paged_nocache.yaml", "a_sessions_elastic.yaml", "a_sessions_static.yaml"],
+     ("engine.kv_allocator", "engine.kv", "engine.enable_prefix_caching")),
+    (["a_tiers_none.yaml", "a_tiers_l2.yaml", "a_tiers_l2_64g.yaml", "a_tiers_l2_l3.yaml", "a_tiers_l2_l3_preload.yaml"],
+     ("kv_tiers", "engine.kv")),
+    (["b1_closed_vllm.yaml", "b1_closed_sglang.yaml"], ("engine",)),
+    (["b2_mix_vllm.yaml", "b2_mix_sglang.yaml"], ("engine",)),
+    (["b3_abnormal_vllm.yaml", "b3_abnormal_sglang.yaml"], ("engine",)),
+])
+def test_arms_differ_only_where_they_say(group, differ):
+    first = _without(_raw(group[0]), *differ)
+    for other in group[1:]:
+        assert _without(_raw(other), *differ) == first, other
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_engine_arms_are_the_presets(engine):
+    """Experiment B runs the shipped presets' flags; the one documented change: vLLM's token
+    budget without chunked prefill is max(max_model_len, 2048) = 32,768 for Qwen3's context."""
+    preset = yaml.safe_load((REPO / "scenarios" / "engines" / f"{engine}.yaml").read_text())["engine"]
+    if engine == "vllm":
+        preset["max_num_batched_tokens"] = 32768
+    for name in (f"b1_closed_{engine}.yaml", f"b2_mix_{engine}.yaml", f"b3_abnormal_{engine}.yaml"):
+        assert _raw(name)["engine"] == preset, name
+
+
+def test_abnormal_arm_is_the_mix_plus_contamination():
+    for e in ("vllm", "sglang"):
+        assert _without(_raw(f"b3_abnormal_{e}.yaml"), "workload.contaminate") == _without(_raw(f"b2_mix_{e}.yaml"))
+        c = _raw(f"b3_abnormal_{e}.yaml")["workload"]["contaminate"]
+        assert c["fraction"] == 0.1 and c["prompt"]["min"] >= 16 * 1024
+
+
+def test_every_arm_file_is_run_by_the_runner():
+    from benchmarks.reference.plan import experiments
+
+    runs = [r for e in experiments() for r in e.runs]
+    used = {r.source.split()[0] for r in runs}
+    specs_used = {s for s in used if "/sweeps/" in s}
+    arms_used = {s for s in used if "/sweeps/" not in s}
+    bases = {"scenarios/reference/" + Path(yaml.safe_load(Path(REPO, s).read_text())["base"]).name for s in specs_used}
+    for p in ARMS:
+        rel = str(p.relative_to(REPO))
+        if p.name.startswith(("a_", "b")):
+            assert rel in arms_used | bases, f"{rel} is not run by python -m benchmarks.reference"
+    assert {str(p.relative_to(REPO)) for p in SPECS} == specs_used
+
+
+def test_doc_fill_replaces_blocks_and_names_missing_markers():
+    from benchmarks.reference.doc import DocError, blocks_in, fill
+
+    text = "a\n<!-- generated: t1 -->\nold\n<!-- end: t1 -->\nb\n<!-- generated: t2 -->\nkeep\n<!-- end: t2 -->\n"
+    out = fill(text, {"t1": "| new |"})
+    assert "| new |" in out and "old" not in out and "keep" in out and blocks_in(out) == ["t1", "t2"]
+    assert fill(out, {"t1": "| new |"}) == out  # idempotent
+    with pytest.raises(DocError, match="no block 'nope'"):
+        fill(text, {"nope": "x"})
+
+
+def test_the_document_has_every_block_and_chart():
+    from benchmarks.reference.doc import blocks_in
+
+    text = DOC.read_text()
+    names = set(blocks_in(text))
+    for need in ("A-load", "A-prefill", "A-fleet", "A-fleet-kv", "A-capacity", "A-sessions", "A-rounds", "A-tiers",
+                 "B1-latency", "B1-throughput", "B2-ttft", "B2-e2e", "B2-run", "B2-waits", "B3", "B3-waits", "B3-run",
+                 "B4", "chart-a_fleet", "chart-a_sessions", "chart-a_tiers", "chart-b1_closed", "chart-b2_b3_mix",
+                 "chart-b4_knobs"):
+        assert need in names, need
+    for link in __import__("re").findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", text):
+        assert (DOC.parent / link).is_file(), link
+    assert "quick smoke run" not in text  # the checked-in tables come from a full run
+
+
+def test_runner_smoke(tmp_path, capsys):
+    """The one command, on tiny sizes: runs, records, tables, charts, the document's blocks; a
+    second call finds every run stored."""
+    from benchmarks.reference.__main__ import main
+
+    doc = tmp_path / "doc.md"
+    shutil.copy(DOC, doc)
+    args = ["--quick", "--only", "A-sessions,B1", "--capacity", "none", "--out", str(tmp_path / "out"),
+            "--doc", str(doc), "--charts", str(tmp_path / "charts")]
+    assert main(args) == 0
+    text = doc.read_text()
+    assert text.count("quick smoke run") == 4  # A-sessions, A-rounds, B1-latency, B1-throughput
+    assert (tmp_path / "charts" / "a_sessions.png").stat().st_size > 1000
+    assert (tmp_path / "charts" / "b1_closed.png").stat().st_size > 1000
+    rec = json.loads((tmp_path / "out" / "records" / "A-sessions" / "paged.json").read_text())
+    rounds = rec["rounds"]
+    assert sum(d["requests"] for d in rounds) == rec["summary"]["requests"]["measured"]
+    assert [d["round"] for d in rounds] == sorted(d["round"] for d in rounds)
+    assert all(0 <= d["reuse_share"] <= 1 and 0 <= d["waste_share"] < 1 for d in rounds)
+    static = json.loads((tmp_path / "out" / "records" / "A-sessions" / "static.json").read_text())
+    assert all(d["waste_share"] > 0.9 for d in static["rounds"])  # 32,768 slots held for < 1,500 tokens
+    assert (tmp_path / "out" / "runs" / "B1" / "vllm-qwen3-8b-c32" / "requests.parquet").is_file()
+    capsys.readouterr()
+    assert main(args) == 0
+    assert capsys.readouterr().out.count(" stored ") == 28  # 4 + 24 runs, none run again
+
+
+def test_runner_refuses_bad_input(tmp_path, capsys):
+    from benchmarks.reference.__main__ import main
+
+    assert main(["--only", "B9", "--doc", str(tmp_path / "x.md")]) == 2
+    assert "not an experiment" in capsys.readouterr().err
+    assert main(["--only", "B1", "--doc", str(tmp_path / "missing.md"), "--out", str(tmp_path)]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_runner_smoke_with_fleets_and_capacity(tmp_path):
+    from benchmarks.reference.__main__ import main
+
+    doc = tmp_path / "doc.md"
+    shutil.copy(DOC, doc)
+    assert main(["--quick", "--only", "A-fleet", "--capacity", "all", "--out", str(tmp_path / "out"), "--doc", str(doc),
+                 "--charts", str(tmp_path / "charts")]) == 0
+    cap = json.loads((tmp_path / "out" / "capacity" / "spark-qwen3-8b-max-rate.json").read_text())
+    assert cap["find"] == "max-rate" and cap["path"]
+    assert (tmp_path / "out" / "capacity" / "spark-qwen3-8b-fleet-size.json").is_file()
