@@ -181,3 +181,31 @@ def test_runner_smoke_with_fleets_and_capacity(tmp_path):
     cap = json.loads((tmp_path / "out" / "capacity" / "spark-qwen3-8b-max-rate.json").read_text())
     assert cap["find"] == "max-rate" and cap["path"]
     assert (tmp_path / "out" / "capacity" / "spark-qwen3-8b-fleet-size.json").is_file()
+
+
+# ------------------------------------------------------------------------ the shipped examples
+MOONCAKE = [REPO / "scenarios" / "traces" / f"mooncake_{n}.yaml" for n in ("conversation", "synthetic")]
+
+
+@pytest.mark.parametrize("path", MOONCAKE, ids=lambda p: p.stem)
+def test_mooncake_examples_cache_prefixes(path):
+    """They say prefix caching matters: it is on, with a tier large enough to hold the prefixes."""
+    sc = load_scenario(path)
+    assert sc.engine.enable_prefix_caching and sc.kv_tiers and sc.kv_tiers[0].capacity_gib >= 256
+
+
+@pytest.mark.slow
+@pytest.mark.needs_shared
+def test_mooncake_conversation_caching_is_what_keeps_the_queue_bounded(shared_dir):
+    """At the example's rate, without the cache the A100 preempts and recomputes long prompts
+    and the queue grows for the whole run; with it, TTFT stays within seconds (measured on 1,500
+    requests: ~4 s mean against minutes)."""
+    from servesim import simulate
+
+    path = MOONCAKE[0]
+    on = simulate(load_scenario(path, {"stop.requests": 1500})).summary
+    off = simulate(load_scenario(path, {"stop.requests": 1500, "kv_tiers": [],
+                                        "engine.enable_prefix_caching": False})).summary
+    assert on["kv"]["prefix_hit_rate"]["tokens"] > 0.15
+    assert on["latency_s"]["ttft"]["mean"] < 10.0
+    assert off["latency_s"]["ttft"]["mean"] > 10 * on["latency_s"]["ttft"]["mean"]
