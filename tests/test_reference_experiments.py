@@ -125,7 +125,7 @@ def test_the_document_has_every_block_and_chart():
     text = DOC.read_text()
     names = set(blocks_in(text))
     for need in ("A-load", "A-prefill", "A-fleet", "A-fleet-kv", "A-capacity", "A-sessions", "A-rounds", "A-tiers",
-                 "B1-latency", "B1-throughput", "B2-ttft", "B2-e2e", "B2-run", "B2-waits", "B3", "B3-waits", "B3-run",
+                 "B1-latency", "B1-throughput", "B2-ttft", "B2-e2e", "B2-run", "B2-waits", "B2-capacity", "B3", "B3-waits", "B3-run",
                  "B4", "chart-a_fleet", "chart-a_sessions", "chart-a_tiers", "chart-b1_closed", "chart-b2_b3_mix",
                  "chart-b4_knobs"):
         assert need in names, need
@@ -178,9 +178,9 @@ def test_runner_smoke_with_fleets_and_capacity(tmp_path):
     shutil.copy(DOC, doc)
     assert main(["--quick", "--only", "A-fleet", "--capacity", "all", "--out", str(tmp_path / "out"), "--doc", str(doc),
                  "--charts", str(tmp_path / "charts")]) == 0
-    cap = json.loads((tmp_path / "out" / "capacity" / "spark-qwen3-8b-max-rate.json").read_text())
+    cap = json.loads((tmp_path / "out" / "capacity" / "A-fleet" / "spark-qwen3-8b-max-rate.json").read_text())
     assert cap["find"] == "max-rate" and cap["path"]
-    assert (tmp_path / "out" / "capacity" / "spark-qwen3-8b-fleet-size.json").is_file()
+    assert (tmp_path / "out" / "capacity" / "A-fleet" / "spark-qwen3-8b-fleet-size.json").is_file()
 
 
 # ------------------------------------------------------------------------ the shipped examples
@@ -209,3 +209,51 @@ def test_mooncake_conversation_caching_is_what_keeps_the_queue_bounded(shared_di
     assert on["kv"]["prefix_hit_rate"]["tokens"] > 0.15
     assert on["latency_s"]["ttft"]["mean"] < 10.0
     assert off["latency_s"]["ttft"]["mean"] > 10 * on["latency_s"]["ttft"]["mean"]
+
+
+# ------------------------------------------------------------------------ the capacity tables
+def _counts(verdict_of):
+    calls = []
+
+    def probe(n):
+        calls.append(n)
+        return verdict_of(n)
+
+    return probe, calls
+
+
+def test_fleet_size_search_doubles_then_bisects_to_the_tolerance():
+    from benchmarks.reference.capacity import search_count
+
+    probe, calls = _counts(lambda n: "pass" if n >= 700 else "fail")
+    lo, hi, opens, refused = search_count(probe, 24, 0.15, 4096)
+    assert refused is None and opens == [] and hi >= 700 > lo and hi / lo - 1 <= 0.15
+    assert calls[:6] == [24, 48, 96, 192, 384, 768]
+
+
+def test_fleet_size_search_stops_at_the_noise_and_reports_the_bracket():
+    from benchmarks.reference.capacity import search_count
+
+    probe, calls = _counts(lambda n: "pass" if n >= 90 else "open" if n >= 85 else "fail")
+    lo, hi, opens, refused = search_count(probe, 6, 0.05, 4096)
+    assert refused is None and lo < 85 and hi >= 90 and opens and all(85 <= o < 90 for o in opens)
+    probe, _ = _counts(lambda n: "fail")
+    assert search_count(probe, 6, 0.15, 48)[3] == "no count up to 48 replicas meets every SLO"
+    probe, _ = _counts(lambda n: "pass")
+    assert "already meets every SLO" in search_count(probe, 6, 0.15, 48)[3]
+
+
+def test_a_refused_rate_search_still_shows_its_verified_bracket():
+    from benchmarks.reference.tables import _bracket
+
+    def p(x, verdict):
+        return {"x": x, "rate_req_per_s": 350 * x, "replications": 6, "verdict": verdict,
+                "slos": {"e2e_p99@P3 <= 5": {"verdict": verdict}}}
+
+    refused = {"answered": False, "refused": "no answer: ...", "first_failure": None,
+               "path": [p(1.0, "fail"), p(0.05, "pass"), p(0.06, "open"), p(0.07, "fail"), p(0.057, "pass")]}
+    ok, fail = _bracket(refused, lambda q: f"x{q['x']:g}")
+    assert ok == "at least x0.057; between, e2e_p99@P3 <= 5 stays within the noise of 6 replications"
+    assert fail == "x0.07 (e2e_p99@P3 <= 5)"
+    answered = {"answered": True, "answer": p(0.057, "pass"), "first_failure": p(0.06, "fail"), "path": []}
+    assert _bracket(answered, lambda q: f"x{q['x']:g}") == ("x0.057", "x0.06 (e2e_p99@P3 <= 5)")

@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.reference import capacity as cap
@@ -46,18 +47,24 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 
 class Progress:
-    """One line per finished run: count, label, its wall time, elapsed and an estimate of the rest."""
+    """One line per run: count, label, its wall time (or "stored"), elapsed, and an estimate of
+    the time left from the runs simulated so far."""
 
     def __init__(self, total: int):
         self.total, self.done, self.t0 = total, 0, time.perf_counter()
+        self.ran, self.to_run = 0, total
 
-    def tick(self, run: Run, wall: float | None, note: str = "") -> None:
+    def tick(self, run: Run, wall: float | None) -> None:
         self.done += 1
+        if wall is None:
+            self.to_run -= 1
+        else:
+            self.ran += 1
         el = time.perf_counter() - self.t0
-        left = el / self.done * (self.total - self.done)
+        left = el / self.ran * (self.to_run - self.ran) if self.ran else 0.0
         took = "stored" if wall is None else f"{wall:6.1f} s"
         say(f"[{self.done:>3}/{self.total}] {run.exp:<10} {run.label:<28} {took}  "
-            f"(elapsed {_hms(el)}, ~{_hms(left)} left){note}")
+            f"(elapsed {_hms(el)}, ~{_hms(left)} left)")
 
 
 def _hms(s: float) -> str:
@@ -161,7 +168,7 @@ def build_blocks(exps, recs: dict, out: Path, caps: dict, chart_dir: Path, doc_d
         blocks["A-prefill"] = tables.prefill_speed(prefill_speeds(summ))
         blocks["A-fleet"] = tables.fleet_results(r)
         blocks["A-fleet-kv"] = tables.fleet_kv(r)
-        if caps:
+        if caps.get("rate") or caps.get("fleet"):
             blocks["A-capacity"] = tables.capacity(caps.get("rate", []), caps.get("fleet", []))
         chart("a_fleet", charts.fleet(r))
     if "A-sessions" in ids:
@@ -184,6 +191,8 @@ def build_blocks(exps, recs: dict, out: Path, caps: dict, chart_dir: Path, doc_d
         blocks["B2-e2e"] = tables.mix_latency(b2, "e2e")
         blocks["B2-run"] = tables.mix_run(b2)
         blocks["B2-waits"] = tables.waits(b2)
+        if caps.get("mix"):
+            blocks["B2-capacity"] = tables.mix_capacity(caps["mix"])
     if "B3" in ids:
         r = _by_exp(recs, "B3", out)
         blocks["B3"] = tables.abnormal(r, b2)
@@ -204,14 +213,27 @@ def build_blocks(exps, recs: dict, out: Path, caps: dict, chart_dir: Path, doc_d
 
 
 def run_capacity(exps, out: Path, mode: str, quick: bool, force: bool) -> dict:
-    fleet_exp = next((e for e in exps if e.id == "A-fleet"), None)
-    if fleet_exp is None or mode == "none":
-        return {}
+    """Experiment A: each 8B fleet's largest rate scale and, with --capacity all, the fleet size
+    for the full rate. Experiment B2: each engine and model's largest rate of the mix."""
+    caps: dict = {"rate": [], "fleet": [], "mix": []}
+    if mode == "none":
+        return caps
     budget = cap.Budget(seeds=2, max_seeds=2, tol=0.5, fleet_duration_s=4.0, fleet_limit=48) if quick else cap.Budget()
+    mix_exp = next((e for e in exps if e.id == "B2"), None)
+    for r in (mix_exp.runs[:1] if quick else mix_exp.runs) if mix_exp else []:
+        say(f"capacity: B2 {r.label}: largest rate of the mix meeting every stream's SLO")
+        # probes of a fixed size (2,700 requests: 30 minutes at 1.5 req/s), so a low rate is not
+        # judged on a handful of requests
+        sized = replace(r, scenario=r.scenario.override(
+            {"stop": {"requests": 120 if quick else 2700, "warmup_requests": 10 if quick else 100}}, source="capacity"))
+        caps["mix"].append(cap.max_rate(sized, out, cap.Budget(seeds=4, max_seeds=16, tol=0.1) if not quick else budget,
+                                        say, force))
+    fleet_exp = next((e for e in exps if e.id == "A-fleet"), None)
+    if fleet_exp is None:
+        return caps
     arms = [r for r in fleet_exp.runs if r.tags["model"] == "qwen3-8b"]
     if quick:
         arms = arms[:1]
-    caps: dict = {"rate": [], "fleet": []}
     for r in arms:
         say(f"capacity: {r.label}: largest rate scale meeting every stream's SLO")
         caps["rate"].append(cap.max_rate(r, out, budget, say, force))

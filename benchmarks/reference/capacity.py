@@ -31,7 +31,7 @@ class Budget:
 
 
 def _path(out: Path, run: Run, kind: str) -> Path:
-    return out / "capacity" / f"{run.label}-{kind}.json"
+    return out / "capacity" / run.exp / f"{run.label}-{kind}.json"
 
 
 def _load(out: Path, run: Run, kind: str, params: dict) -> dict | None:
@@ -67,66 +67,82 @@ def max_rate(run: Run, out: Path, budget: Budget, say: Callable[[str], None], fo
 
 def fleet_size(run: Run, out: Path, budget: Budget, say: Callable[[str], None], force: bool = False) -> dict:
     """The fewest replicas of this fleet's kind that meet every SLO at the full rate (within
-    ``budget.tol``), from probes of ``budget.fleet_duration_s`` simulated seconds."""
+    ``budget.tol``), from probes of ``budget.fleet_duration_s`` simulated seconds.
+
+    Doubling from the given fleet until a count passes, then bisection (geometric) between the
+    last failing and the first passing count. A probe left open (an SLO's interval straddles its
+    bound at the budget) is neither: bisection stops there, and the answer is the bracket of
+    verified counts with the undecided ones named. Probes of an earlier search with the same
+    configuration and budget are reused, not run again."""
     from servesim.sweep.capacity import Budget as CapBudget, Prober, scenario_slos
 
     params = {"seeds": budget.seeds, "max_seeds": budget.max_seeds, "tol": budget.tol,
               "duration_s": budget.fleet_duration_s}
-    if not force and (hit := _load(out, run, "fleet-size", params)) is not None:
-        say(f"  {run.label}: fleet-size search stored")
-        return hit
+    earlier = None if force else _load(out, run, "fleet-size", params)
+    done = {p["replicas"]: p for p in (earlier or {}).get("path", [])}
     sc = run.scenario
     st = sc.stop
     dur = min(st.duration_s or budget.fleet_duration_s, budget.fleet_duration_s)
     warm = min(st.warmup_requests, int(0.25 * dur * _rate(sc)))  # at most the first quarter of a probe
-    base = sc.override({"hardware.servers": None,
-                        "stop.duration_s": dur,
-                        "stop.warmup_requests": warm}, source="fleet size")
+    base = sc.override({"hardware.servers": None, "stop.duration_s": dur, "stop.warmup_requests": warm},
+                       source="fleet size")
     slos = scenario_slos(sc)
     prober = Prober(lambda n: base.override({"hardware.replicas": int(n)}, source="fleet size"), slos,
-                    CapBudget(budget.seeds, budget.max_seeds), progress=lambda m: say(f"  {run.label}: replicas {m.removeprefix('probe ')}"))
-    path, verdicts = [], {}
+                    CapBudget(budget.seeds, budget.max_seeds),
+                    progress=lambda m: say(f"  {run.label}: replicas {m.removeprefix('probe ')}"))
+    path: list[dict] = []
 
     def probe(n: int) -> str:
+        if n in done:
+            say(f"  {run.label}: replicas {n}: {done[n]['verdict']} (stored)")
+            path.append(done[n])
+            return done[n]["verdict"]
         p = prober(n)
-        verdicts[n] = p.verdict
         path.append({"replicas": n, "replications": p.n, "verdict": p.verdict,
                      "slos": {str(s): {**iv.to_dict(), "verdict": v} for s, iv, v in p.checks}})
         return p.verdict
 
-    start = sc.hardware.replicas
-    lo, hi, refused = None, None, None
+    lo, hi, opens, refused = search_count(probe, sc.hardware.replicas, budget.tol, budget.fleet_limit)
+    gpus = sc.tp * sc.pp
+    return _save(out, run, "fleet-size", {
+        "key": key_of(run), "params": params, "label": run.label, "tags": run.tags, "refused": refused,
+        "answer_replicas": hi if refused is None else None, "first_failure_replicas": lo,
+        "undecided_replicas": sorted(opens), "gpus_per_replica": gpus,
+        "answer_gpus": hi * gpus if refused is None and hi else None, "path": path})
+
+
+def search_count(probe: Callable[[int], str], start: int, tol: float, limit: int):
+    """Fewest passing count: double from ``start`` (expected to fail) until one passes, then
+    bisect geometrically while the bracket is wider than ``tol``. An open verdict is neither
+    pass nor fail: while doubling the search goes on; while bisecting it stops there. Returns
+    (last failing count, first passing count, open counts, reason for no answer or None)."""
+    lo, hi, opens, refused = None, None, [], None
     n = start
     while hi is None:
         v = probe(n)
         if v == "pass":
             hi = n
-        elif v == "fail":
-            lo = n
-            if n >= budget.fleet_limit:
-                refused = f"no count up to {budget.fleet_limit} replicas meets every SLO"
-                break
-            n = min(2 * n, budget.fleet_limit)
         else:
-            refused = f"{n} replicas: an SLO stays within the noise after {budget.max_seeds} replications"
-            break
-    if hi is not None and lo is None and start > 1:
-        refused = f"the given fleet of {start} replicas already meets every SLO: the search starts above the answer"
-    while refused is None and lo is not None and hi / lo - 1 > budget.tol and hi - lo > 1:
-        mid = int(round(math.sqrt(lo * hi)))
-        mid = min(max(mid, lo + 1), hi - 1)
+            if v == "fail":
+                lo = n
+            else:
+                opens.append(n)
+            if n >= limit:
+                return lo, None, opens, f"no count up to {limit} replicas meets every SLO"
+            n = min(2 * n, limit)
+    if lo is None and not opens:
+        return lo, hi, opens, f"the given fleet of {start} replicas already meets every SLO: the search starts above the answer"
+    while lo is not None and hi / lo - 1 > tol and hi - lo > 1:
+        mid = min(max(int(round(math.sqrt(lo * hi))), lo + 1), hi - 1)
         v = probe(mid)
         if v == "pass":
             hi = mid
         elif v == "fail":
             lo = mid
-        else:
-            refused = f"{mid} replicas: an SLO stays within the noise after {budget.max_seeds} replications"
-    gpus = sc.tp * sc.pp
-    return _save(out, run, "fleet-size", {
-        "key": key_of(run), "params": params, "label": run.label, "tags": run.tags, "refused": refused,
-        "answer_replicas": hi if refused is None else None, "first_failure_replicas": lo,
-        "gpus_per_replica": gpus, "answer_gpus": hi * gpus if refused is None and hi else None, "path": path})
+        else:  # the SLO is within the noise here: the answer is the bracket around it
+            opens.append(mid)
+            break
+    return lo, hi, [o for o in opens if lo is None or o > lo], refused
 
 
 def _rate(sc) -> float:

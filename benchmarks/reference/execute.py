@@ -57,7 +57,9 @@ def execute(run: Run, out: Path) -> dict:
     rec = {
         "exp": run.exp, "label": run.label, "source": run.source, "tags": run.tags, "key": key_of(run),
         "wall_s": wall, "summary": res.summary, "memory": kv_memory(run, res),
-        "jitter": jitter(done), "streams": stream_extra(df, done),
+        "jitter": jitter(done), "streams": stream_extra(df, done, res.summary["sim_time_s"], _stream_slos(run),
+                                                    run.scenario.stop.warmup_requests),
+        "finished_per_s": float((df["status"] == "finished").sum() / max(res.summary["sim_time_s"], 1e-9)),
     }
     if run.per_round:
         rec["rounds"] = per_round(b, df, done)
@@ -103,12 +105,41 @@ def jitter(done) -> dict:
     return out
 
 
-def stream_extra(df, done) -> dict:
-    """Per stream: what happened to its requests (the summary's by_stream has latencies)."""
+def _stream_slos(run: Run) -> dict[str, dict[str, float]]:
+    """Each named stream's SLO targets (``{"ttft_p99": 0.8}``)."""
+    out = {}
+    for s in run.scenario.workload.streams or []:
+        if s.slo is not None:
+            out[s.name] = {k: v for k, v in s.slo.model_dump().items() if v is not None}
+    return out
+
+
+def stream_extra(df, done, end_s: float, slos: dict[str, dict[str, float]], warmup: int) -> dict:
+    """Per stream: what happened to its requests (the summary's by_stream has latencies), how
+    long its oldest unfinished request had waited when the run ended (an overloaded run's
+    backlog: its finished requests alone would hide it), and how many of its measured requests
+    missed each TTFT / E2E target -- counting the unfinished ones that had already missed it
+    when the run ended (no first token yet after longer than a TTFT target; older than an E2E
+    target), so a backlog is not a pass by survivorship."""
     out = {}
     for name, g in df.groupby("stream", observed=True):
         d = done[done["stream"] == name]
+        left = g[~g["status"].isin(["finished", "rejected"]) & g["arrival_s"].notna()]  # arrived, unfinished
+        age = end_s - left["arrival_s"]
+        miss = {}
+        for target, bound in slos.get(str(name), {}).items():
+            metric = target.split("_")[0]
+            if metric not in ("ttft", "e2e"):
+                continue
+            late = int((d[f"{metric}_s"] > bound).sum())
+            stuck = age > bound if metric == "e2e" else (age > bound) & left["first_token_s"].isna()
+            after = left["id"] >= warmup  # the measured set's rule: the first N arrivals are warm-up
+            miss[target] = {"bound": bound, "measured": int(len(d)), "late": late,
+                            "unfinished_late": int((stuck & after).sum())}
         out[str(name)] = {
+            "in_flight": int(len(left)),
+            "oldest_in_flight_s": float(age.max()) if len(left) else None,
+            "missed": miss,
             "arrived": int(g["arrival_s"].notna().sum()),
             "finished": int((g["status"] == "finished").sum()),
             "rejected": int((g["status"] == "rejected").sum()),

@@ -126,7 +126,7 @@ def tiers(quick: bool = False) -> Experiment:
     runs = [_file_run("A-tiers", arm, f"a_tiers_{arm}.yaml", None, quick, arm=arm, prompts=4) for arm in TIER_ARMS]
     # sensitivity: where preload matters (32 system prompts, each hot but used less often than the
     # small pool turns over); overrides on the same files
-    for arm in ("l2", "l2_l3_preload"):
+    for arm in ("l2", "l2_l3", "l2_l3_preload"):
         runs.append(_file_run("A-tiers", f"{arm}-32prompts", f"a_tiers_{arm}.yaml",
                               {"workload.sessions.num_system_prompts": 32}, quick, arm=arm, prompts=32))
     return Experiment("A-tiers", "KV tiers under a small GPU pool", runs)

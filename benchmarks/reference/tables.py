@@ -83,14 +83,23 @@ def fleet_results(recs: dict[str, dict]) -> str:
             req = bs.get("requests", {})
             metric = slo_name.split("_")[0]
             val = lat(r, metric, "p99", stream)
-            met = None if val is None else val <= bound
+            left = get(r, "streams", stream, "in_flight") or 0
+            miss = get(r, "streams", stream, "missed", slo_name) or {}
+            n_late = miss.get("late", 0) + miss.get("unfinished_late", 0)
+            n_all = miss.get("measured", 0) + miss.get("unfinished_late", 0)
+            share = n_late / n_all if n_all else None
+            if not n_all:
+                verdict = "**missed**: none finished after the warm-up"
+            else:
+                verdict = ("met" if share <= 0.01 else "**missed**") + f" ({pct(share)} late"
+                verdict += f", {num(miss['unfinished_late'])} of them unfinished)" if miss.get("unfinished_late") else ")"
             rows.append([f"{ENGINE_NAMES[t['engine']]} {t['model']}", stream, num(req.get("arrived")),
-                         num(req.get("completed")), num(req.get("in_flight")),
+                         num(req.get("completed")), num(left), sec(get(r, "streams", stream, "oldest_in_flight_s")),
                          sec(lat(r, "ttft", "p50", stream)), sec(lat(r, "ttft", "p99", stream)),
                          sec(lat(r, "ttft", "p999", stream)), sec(lat(r, "e2e", "p99", stream)),
-                         f"{slo_name.replace('_p99', '')} P99 <= {bound:g} s: " + ("-" if met is None else "met" if met else "**missed**")])
-    return table(["arm", "stream", "arrived", "completed", "in flight at the end", "TTFT P50", "TTFT P99",
-                  "TTFT P99.9", "E2E P99", "SLO"], rows)
+                         f"{slo_name.replace('_p99', '')} P99 <= {bound:g} s: {verdict}"])
+    return table(["arm", "stream", "arrived", "completed", "unfinished at the end", "oldest unfinished waited",
+                  "TTFT P50", "TTFT P99", "TTFT P99.9", "E2E P99", "SLO"], rows)
 
 
 def fleet_kv(recs: dict[str, dict]) -> str:
@@ -100,10 +109,33 @@ def fleet_kv(recs: dict[str, dict]) -> str:
         rows.append([f"{ENGINE_NAMES[t['engine']]} {t['model']}", s["cluster"]["replicas"], m["gpus_per_replica"],
                      f"{m['kv_gib_per_replica']:.1f} GiB", num(m["tokens_per_replica"]),
                      pct(m["peak_usage_max_replica"]), pct(m["mean_usage_mean_replica"]),
-                     num(get(s, "throughput", "req_per_s"), 1), num(get(s, "throughput", "output_tok_per_s")),
-                     pct(get(s, "engine", "busy_fraction"))])
+                     num(r.get("finished_per_s"), 1), pct(get(s, "engine", "busy_fraction"))])
     return table(["arm", "replicas", "GPUs each", "KV per replica", "KV tokens per replica", "KV peak (busiest)",
-                  "KV mean", "completed req/s", "output tok/s", "busy"], rows)
+                  "KV mean", "finished req/s (of 350 offered)", "busy"], rows)
+
+
+def _bracket(d: dict, unit) -> tuple[str, str]:
+    """A max-rate search's answer, or, when it refused, the verified bracket from its probes."""
+    ff = d.get("first_failure")
+    binding = [k for k, v in (ff or {}).get("slos", {}).items() if v.get("verdict") == "fail"]
+    fail = "-" if not ff else f"{unit(ff)} ({', '.join(binding) or 'open'})"
+    if d.get("answered"):
+        return unit(d["answer"]), fail
+    path = d.get("path", [])
+    passes = [p for p in path if p["verdict"] == "pass"]
+    fails = [p for p in path if p["verdict"] == "fail"]
+    if not passes:
+        return (d.get("refused") or "no answer")[:200], fail
+    best = max(passes, key=lambda p: p["x"])
+    above = [p for p in fails if p["x"] > best["x"]]
+    opens = [p for p in path if p["verdict"] == "open" and p["x"] > best["x"] and (not above or p["x"] < min(q["x"] for q in above))]
+    first = min(above, key=lambda p: p["x"]) if above else None
+    open_slos = sorted({k for p in opens for k, v in p["slos"].items() if v.get("verdict") == "open"})
+    note = (f"; between, {', '.join(open_slos)} stays within the noise of {max(p['replications'] for p in opens)} "
+            f"replications" if opens else "")
+    fail = "-" if first is None else unit(first) + " (" + ", ".join(
+        k for k, v in first["slos"].items() if v.get("verdict") == "fail") + ")"
+    return f"at least {unit(best)}{note}", fail
 
 
 def capacity(rates: list[dict], fleets: list[dict]) -> str:
@@ -116,20 +148,32 @@ def capacity(rates: list[dict], fleets: list[dict]) -> str:
     for label, d in by.items():
         r, f = d.get("rate"), d.get("fleet")
         tags = (r or f)["tags"]
-        if r and r.get("answered"):
-            a, ff = r["answer"], r.get("first_failure")
-            rate = f"x{a['x']:.3g} = {a['rate_req_per_s']:.3g} req/s"
-            fail = "-" if not ff else f"x{ff['x']:.3g}"
+        if r:
+            rate, fail = _bracket(r, lambda p: f"x{p['x']:.3g} = {p['rate_req_per_s']:.3g} req/s")
         else:
-            rate, fail = ("not run" if not r else (r.get("refused") or "no answer")[:200]), "-"
+            rate, fail = "not run", "-"
         if f and f.get("answer_replicas"):
-            fleet = (f"{f['answer_replicas']} replicas = {f['answer_gpus']} GPUs "
-                     f"({f['first_failure_replicas']} fail)")
+            g = f["gpus_per_replica"]
+            fleet = f"{f['answer_replicas']} replicas = {f['answer_gpus']} GPUs"
+            if f.get("first_failure_replicas"):
+                fleet += f"; {f['first_failure_replicas']} ({f['first_failure_replicas'] * g} GPUs) fail"
+            if f.get("undecided_replicas"):
+                fleet += f"; {', '.join(map(str, f['undecided_replicas']))} within the noise"
         else:
             fleet = "not run" if not f else "no answer: " + (f.get("refused") or "")[:200]
         rows.append([f"{ENGINE_NAMES[tags['engine']]} {tags['model']}", rate, fail, fleet])
     return table(["arm", "largest rate meeting every SLO on 24 GPUs (x the offered 350 req/s)",
-                  "first failing scale", "fleet for the full 350 req/s"], rows)
+                  "first failing scale (SLOs failed there)", "fleet for the full 350 req/s"], rows)
+
+
+def mix_capacity(rates: list[dict]) -> str:
+    models = {"qwen3-4b": 0, "qwen3-8b": 1, "qwen3-14b": 2}
+    rows = []
+    for d in sorted(rates, key=lambda d: (models.get(d["tags"]["model"], 9), d["tags"]["engine"])):
+        t = d["tags"]
+        ok, fail = _bracket(d, lambda p: f"{p['rate_req_per_s']:.3g} req/s")
+        rows.append([t["model"], ENGINE_NAMES[t["engine"]], ok, fail])
+    return table(["model", "engine", "largest rate meeting every stream's SLO", "first failing rate (SLOs failed there)"], rows)
 
 
 # --------------------------------------------------------------------------------- A: sessions
