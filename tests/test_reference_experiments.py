@@ -56,14 +56,16 @@ def test_every_sweep_spec_loads_on_an_arm(path):
 
 def test_fleet_arms_share_workload_router_and_duration():
     spark, halo = _raw("a_fleet_spark.yaml"), _raw("a_fleet_halo.yaml")
-    assert _without(spark, "engine", "hardware.replicas", "kv_tiers") == _without(halo, "engine", "hardware.replicas", "kv_tiers")
+    differ = ("engine", "hardware.replicas", "kv_tiers")
+    assert _without(spark, *differ) == _without(halo, *differ)
     assert spark["hardware"]["replicas"] * 1 == 24 and halo["hardware"]["replicas"] * 4 == 24  # 24 GPUs each
 
 
 @pytest.mark.parametrize("group,differ", [
     (["a_sessions_paged.yaml", "a_sessions_paged_nocache.yaml", "a_sessions_elastic.yaml", "a_sessions_static.yaml"],
      ("engine.kv_allocator", "engine.kv", "engine.enable_prefix_caching")),
-    (["a_tiers_none.yaml", "a_tiers_l2.yaml", "a_tiers_l2_64g.yaml", "a_tiers_l2_l3.yaml", "a_tiers_l2_l3_preload.yaml"],
+    (["a_tiers_none.yaml", "a_tiers_l2.yaml", "a_tiers_l2_64g.yaml", "a_tiers_l2_l3.yaml",
+      "a_tiers_l2_l3_preload.yaml"],
      ("kv_tiers", "engine.kv")),
     (["b1_closed_vllm.yaml", "b1_closed_sglang.yaml"], ("engine",)),
     (["b2_mix_vllm.yaml", "b2_mix_sglang.yaml"], ("engine",)),
@@ -125,7 +127,8 @@ def test_the_document_has_every_block_and_chart():
     text = DOC.read_text()
     names = set(blocks_in(text))
     for need in ("A-load", "A-prefill", "A-fleet", "A-fleet-kv", "A-capacity", "A-sessions", "A-rounds", "A-tiers",
-                 "B1-latency", "B1-throughput", "B2-ttft", "B2-e2e", "B2-run", "B2-waits", "B2-capacity", "B3", "B3-waits", "B3-run",
+                 "B1-latency", "B1-throughput", "B2-ttft", "B2-e2e", "B2-run", "B2-waits", "B2-capacity", "B3",
+                 "B3-waits", "B3-run",
                  "B4", "chart-a_fleet", "chart-a_sessions", "chart-a_tiers", "chart-b1_closed", "chart-b2_b3_mix",
                  "chart-b4_knobs"):
         assert need in names, need

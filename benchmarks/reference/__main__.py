@@ -30,7 +30,8 @@ from benchmarks.reference.plan import REPO, Run, experiments
 def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.reference", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="", help="comma-separated experiments: A-fleet, A-sessions, A-tiers, B1, B2, B3, B4")
+    ap.add_argument("--only", default="",
+                    help="comma-separated experiments: A-fleet, A-sessions, A-tiers, B1, B2, B3, B4")
     ap.add_argument("--out", default=str(REPO / "out" / "reference"), help="where runs and records go")
     ap.add_argument("--doc", default=str(REPO / "docs" / "reference-experiments.md"), help="the document to fill")
     ap.add_argument("--charts", default=None, help="folder of the PNG charts (default: beside --doc, <doc stem>/)")
@@ -114,7 +115,8 @@ def offered_load(run: Run) -> list[dict]:
     for s in run.scenario.workload.streams or []:
         rate = s.arrival.rate * run.scenario.workload.rate_scale
         p, o = mean_length(s.prompt), mean_length(s.output)
-        out.append({"stream": s.name, "rate": rate, "prompt_mean": p, "prompt_tok_s": rate * p, "output_tok_s": rate * o})
+        out.append({"stream": s.name, "rate": rate, "prompt_mean": p, "prompt_tok_s": rate * p,
+                    "output_tok_s": rate * o})
     return out
 
 
@@ -149,7 +151,8 @@ def _stored(out: Path, exp: str) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
 
 
-def build_blocks(exps, recs: dict, out: Path, caps: dict, chart_dir: Path, doc_dir: Path, quick: bool) -> dict[str, str]:
+def build_blocks(exps, recs: dict, out: Path, caps: dict, chart_dir: Path, doc_dir: Path,
+                 quick: bool) -> dict[str, str]:
     blocks: dict[str, str] = {}
     ids = {e.id for e in exps}
 

@@ -131,7 +131,8 @@ def search_count(probe: Callable[[int], str], start: int, tol: float, limit: int
                 return lo, None, opens, f"no count up to {limit} replicas meets every SLO"
             n = min(2 * n, limit)
     if lo is None and not opens:
-        return lo, hi, opens, f"the given fleet of {start} replicas already meets every SLO: the search starts above the answer"
+        return lo, hi, opens, (f"the given fleet of {start} replicas already meets every SLO: "
+                               f"the search starts above the answer")
     while lo is not None and hi / lo - 1 > tol and hi - lo > 1:
         mid = min(max(int(round(math.sqrt(lo * hi))), lo + 1), hi - 1)
         v = probe(mid)

@@ -125,8 +125,8 @@ def closed(recs: dict[str, dict]):
         x=alt.X("clients:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(values=[8, 16, 32, 64])),
         y=alt.Y("value:Q", title=None), color="engine:N", strokeDash="model:N", shape="model:N",
         tooltip=["model", "engine", "clients", "what", alt.Tooltip("value:Q", format=".3f")]).properties(
-        width=WIDTH, height=HEIGHT).facet(column=alt.Column("what:N", title=None)).resolve_scale(y="independent").properties(
-        title="B1: closed loop, 2,048 in / 512 out, one A100-80GB")
+        width=WIDTH, height=HEIGHT).facet(column=alt.Column("what:N", title=None)).resolve_scale(
+        y="independent").properties(title="B1: closed loop, 2,048 in / 512 out, one A100-80GB")
 
 
 def mix(recs: dict[str, dict], abnormal: dict[str, dict] | None = None):
@@ -144,8 +144,9 @@ def mix(recs: dict[str, dict], abnormal: dict[str, dict] | None = None):
         return None
     d = pd.DataFrame(rows)
     return alt.Chart(d).mark_bar().encode(
-        x=alt.X("stream:N", title=None, sort=list(MIX_STREAMS)), xOffset="engine:N", y=_log_y("TTFT P99 (s, log)"), y2=_floor(),
-        color="engine:N", tooltip=["model", "engine", "stream", "workload", alt.Tooltip("seconds:Q", format=".3f")]).properties(
+        x=alt.X("stream:N", title=None, sort=list(MIX_STREAMS)), xOffset="engine:N",
+        y=_log_y("TTFT P99 (s, log)"), y2=_floor(), color="engine:N",
+        tooltip=["model", "engine", "stream", "workload", alt.Tooltip("seconds:Q", format=".3f")]).properties(
         width=160, height=HEIGHT).facet(row=alt.Row("workload:N", title=None), column=alt.Column(
             "model:N", sort=["qwen3-4b", "qwen3-8b", "qwen3-14b"], title=None)).properties(
         title="B2/B3: TTFT P99 per stream, 30 simulated minutes at 1.5 req/s")
@@ -168,5 +169,5 @@ def knobs(recs: dict[str, dict]):
         x=alt.X("chunk:N", sort=["128", "256", "512", "off"], title="prefill chunk (tokens)"),
         y=_log_y("seconds (log)"), color="engine:N", strokeDash="block:N",
         tooltip=["engine", "block", "chunk", "what", alt.Tooltip("seconds:Q", format=".3f")]).properties(
-        width=WIDTH, height=HEIGHT).facet(column=alt.Column("what:N", title=None)).resolve_scale(y="independent").properties(
-        title="B4: knobs on the 3:5:2 mix, Qwen3-8B")
+        width=WIDTH, height=HEIGHT).facet(column=alt.Column("what:N", title=None)).resolve_scale(
+        y="independent").properties(title="B4: knobs on the 3:5:2 mix, Qwen3-8B")

@@ -168,7 +168,8 @@ def kv_memory(run: Run, res) -> dict:
     else:
         blocks = float(res.memory.num_blocks)
         peak, mean = res.summary["kv"]["peak_usage"], res.summary["kv"]["mean_usage"]
-    return {"gpus_per_replica": gpus, "kv_gib_per_gpu": plan.kv_bytes / GIB, "kv_gib_per_replica": gpus * plan.kv_bytes / GIB,
+    return {"gpus_per_replica": gpus, "kv_gib_per_gpu": plan.kv_bytes / GIB,
+            "kv_gib_per_replica": gpus * plan.kv_bytes / GIB,
             "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token, "blocks_per_replica": blocks,
             "tokens_per_replica": blocks * sc.engine.block_size, "peak_usage_max_replica": peak,
             "mean_usage_mean_replica": mean}

@@ -54,7 +54,8 @@ def _quick_stop(sc: Scenario) -> dict[str, Any]:
     if st.requests is not None:
         return {"stop.requests": 120, "stop.warmup_requests": min(st.warmup_requests, 20)}
     rate = base_rate(sc) or 1.0
-    return {"stop.duration_s": min(st.duration_s, max(6.0, 150.0 / rate)), "stop.warmup_requests": min(st.warmup_requests, 10)}
+    return {"stop.duration_s": min(st.duration_s, max(6.0, 150.0 / rate)),
+            "stop.warmup_requests": min(st.warmup_requests, 10)}
 
 
 def _file_run(exp: str, label: str, name: str, overrides: dict | None = None, quick: bool = False,
@@ -108,7 +109,8 @@ def fleet(quick: bool = False) -> Experiment:
     runs = []
     for model in ("qwen3-8b", "qwen3-14b"):
         over = {} if model == "qwen3-8b" else {"model": model}
-        runs.append(_file_run("A-fleet", f"spark-{model}", "a_fleet_spark.yaml", over, quick, engine="spark", model=model))
+        runs.append(_file_run("A-fleet", f"spark-{model}", "a_fleet_spark.yaml", over, quick, engine="spark",
+                              model=model))
         runs.append(_file_run("A-fleet", f"halo-{model}", "a_fleet_halo.yaml", over, quick, engine="halo", model=model))
     return Experiment("A-fleet", "Spark vs Halo on 24 A100s, three streams", runs)
 

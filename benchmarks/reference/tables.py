@@ -69,7 +69,8 @@ def fleet_load(load: list[dict]) -> str:
 
 
 def prefill_speed(speeds: list[dict]) -> str:
-    return table(["model", "GPUs (tp)", "8,192-token prefill", "prompt tokens/s per GPU", "GPUs for the summaries' prefill alone"],
+    return table(["model", "GPUs (tp)", "8,192-token prefill", "prompt tokens/s per GPU",
+                  "GPUs for the summaries' prefill alone"],
                  [[d["model"], d["tp"], sec(d["prefill_8k_s"]), num(d["tok_s_per_gpu"]), num(d["gpus_for_summaries"])]
                   for d in speeds])
 
@@ -92,7 +93,8 @@ def fleet_results(recs: dict[str, dict]) -> str:
                 verdict = "**missed**: none finished after the warm-up"
             else:
                 verdict = ("met" if share <= 0.01 else "**missed**") + f" ({pct(share)} late"
-                verdict += f", {num(miss['unfinished_late'])} of them unfinished)" if miss.get("unfinished_late") else ")"
+                unfinished = miss.get("unfinished_late")
+                verdict += f", {num(unfinished)} of them unfinished)" if unfinished else ")"
             rows.append([f"{ENGINE_NAMES[t['engine']]} {t['model']}", stream, num(req.get("arrived")),
                          num(req.get("completed")), num(left), sec(get(r, "streams", stream, "oldest_in_flight_s")),
                          sec(lat(r, "ttft", "p50", stream)), sec(lat(r, "ttft", "p99", stream)),
@@ -128,7 +130,8 @@ def _bracket(d: dict, unit) -> tuple[str, str]:
         return (d.get("refused") or "no answer")[:200], fail
     best = max(passes, key=lambda p: p["x"])
     above = [p for p in fails if p["x"] > best["x"]]
-    opens = [p for p in path if p["verdict"] == "open" and p["x"] > best["x"] and (not above or p["x"] < min(q["x"] for q in above))]
+    ceiling = min((q["x"] for q in above), default=float("inf"))
+    opens = [p for p in path if p["verdict"] == "open" and best["x"] < p["x"] < ceiling]
     first = min(above, key=lambda p: p["x"]) if above else None
     open_slos = sorted({k for p in opens for k, v in p["slos"].items() if v.get("verdict") == "open"})
     note = (f"; between, {', '.join(open_slos)} stays within the noise of {max(p['replications'] for p in opens)} "
@@ -173,7 +176,8 @@ def mix_capacity(rates: list[dict]) -> str:
         t = d["tags"]
         ok, fail = _bracket(d, lambda p: f"{p['rate_req_per_s']:.3g} req/s")
         rows.append([t["model"], ENGINE_NAMES[t["engine"]], ok, fail])
-    return table(["model", "engine", "largest rate meeting every stream's SLO", "first failing rate (SLOs failed there)"], rows)
+    return table(["model", "engine", "largest rate meeting every stream's SLO",
+                  "first failing rate (SLOs failed there)"], rows)
 
 
 # --------------------------------------------------------------------------------- A: sessions
@@ -276,7 +280,8 @@ def mix_run(recs: dict[str, dict]) -> str:
     rows = []
     for r in _order(recs, "model", "engine"):
         t, s = r["tags"], r["summary"]
-        rows.append([t["model"], ENGINE_NAMES[t["engine"]], num(s["requests"]["completed"]), num(s["requests"]["in_flight"]),
+        rows.append([t["model"], ENGINE_NAMES[t["engine"]], num(s["requests"]["completed"]),
+                     num(s["requests"]["in_flight"]),
                      num(s["throughput"]["req_per_s"], 2), num(s["throughput"]["output_tok_per_s"]),
                      pct(s["slo"]["attainment"]), pct(s["kv"]["peak_usage"]), pct(s["kv"]["mean_usage"]),
                      pct(get(s, "kv", "of_allocated", "waste"), 2), num(s["requests"].get("preemptions")),
@@ -299,10 +304,12 @@ def abnormal(recs: dict[str, dict], base: dict[str, dict]) -> str:
             with_ = lat(r, "ttft", "p99", st)
             without = lat(b, "ttft", "p99", st) if b else None
             cells.append(f"{sec(without)} -> {sec(with_)}")
-        cells += [num(s["throughput"]["req_per_s"], 2) + (f" ({num(b['summary']['throughput']['req_per_s'], 2)})" if b else ""),
+        base_rate = f" ({num(b['summary']['throughput']['req_per_s'], 2)})" if b else ""
+        cells += [num(s["throughput"]["req_per_s"], 2) + base_rate,
                   pct(s["kv"]["peak_usage"])]
         rows.append(cells)
-    return table(["model", "engine", "abnormal arrived", "completed", "rejected", "in flight at 30 min", "preemptions (all)",
+    return table(["model", "engine", "abnormal arrived", "completed", "rejected", "in flight at 30 min",
+                  "preemptions (all)",
                   "abnormal TTFT P50", "abnormal TTFT P99", "chat TTFT P99 (without -> with)",
                   "education TTFT P99", "code TTFT P99", "req/s (without)", "KV peak"], rows)
 
@@ -314,7 +321,8 @@ def waits(recs: dict[str, dict]) -> str:
     for r in _order(recs, "model", "engine"):
         t, b = r["tags"], get(r["summary"], "blockage", "all") or {}
         share = b.get("share", {})
-        rows.append([t["model"], ENGINE_NAMES[t["engine"]], num(b.get("waiting_s"))] + [pct(share.get(c), 0) for c in causes])
+        rows.append([t["model"], ENGINE_NAMES[t["engine"]], num(b.get("waiting_s"))] +
+                    [pct(share.get(c), 0) for c in causes])
     return table(["model", "engine", "waiting s (all requests)", "no free KV", "token budget", "batch slots",
                   "iteration boundary", "preempted"], rows)
 
@@ -322,9 +330,13 @@ def waits(recs: dict[str, dict]) -> str:
 def knobs(recs: dict[str, dict]) -> str:
     rows = []
     order = {"off": 0, "128": 1, "256": 2, "512": 3}
-    for r in sorted(recs.values(), key=lambda r: (r["tags"]["engine"] != "vllm", r["tags"]["block"], order.get(r["tags"]["chunk"], 9))):
+    def key(r):
+        return r["tags"]["engine"] != "vllm", r["tags"]["block"], order.get(r["tags"]["chunk"], 9)
+
+    for r in sorted(recs.values(), key=key):
         t, s = r["tags"], r["summary"]
-        rows.append([ENGINE_NAMES[t["engine"]], t["block"], t["chunk"], sec(lat(r, "ttft", "p50")), sec(lat(r, "ttft", "p99")),
+        rows.append([ENGINE_NAMES[t["engine"]], t["block"], t["chunk"], sec(lat(r, "ttft", "p50")),
+                     sec(lat(r, "ttft", "p99")),
                      sec(lat(r, "ttft", "p999")), sec(lat(r, "tpot", "p99")), sec(lat(r, "itl", "p99")),
                      sec(lat(r, "e2e", "p99")), num(s["throughput"]["req_per_s"], 2), num(s["requests"]["in_flight"]),
                      pct(get(s, "kv", "of_allocated", "waste"), 2), num(s["requests"].get("preemptions")),
