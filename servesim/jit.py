@@ -42,12 +42,17 @@ _PKG = Path(__file__).resolve().parent
 
 
 def _source_hash() -> str:
+    """The kernels' sources, where they are and their modification stamps. numba keys its own
+    cache index by each file's path and stamp, so an install at another path (a new venv) or a
+    touched file recompiles whatever the READY marker (engine/warm.py) of a shared folder said;
+    keying the folder the same way keeps the marker truthful."""
     h = hashlib.sha256()
     for rel in KERNEL_MODULES:
         p = _PKG / rel
         if p.is_file():
             h.update(rel.encode())
             h.update(p.read_bytes())
+            h.update(f"{p}:{p.stat().st_mtime_ns}".encode())
     return h.hexdigest()[:16]
 
 

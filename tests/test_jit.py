@@ -42,3 +42,30 @@ def test_pure_rebuilds_callees_and_applies_overrides(monkeypatch):
     assert q(3) == 4
     assert outer(3) == 8  # compiled
     assert ns["inner"] is inner  # the module itself is untouched
+
+
+def test_cache_folder_follows_the_install_and_the_files_stamps(tmp_path, monkeypatch):
+    """numba's own index keys by path and modification stamp: a copy elsewhere (a new venv) or a
+    touched file gets a folder of its own, so a READY marker never speaks for code numba will
+    recompile."""
+    import os
+    import shutil
+
+    from servesim import jit
+
+    def copy_to(root):
+        for rel in jit.KERNEL_MODULES:
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(jit._PKG / rel, root / rel)
+        return root
+
+    a, b = copy_to(tmp_path / "a"), copy_to(tmp_path / "b")
+    monkeypatch.setattr(jit, "_PKG", a)
+    h_a = jit._source_hash()
+    assert jit._source_hash() == h_a  # stable while nothing changes
+    monkeypatch.setattr(jit, "_PKG", b)
+    assert jit._source_hash() != h_a  # same bytes, another install
+    monkeypatch.setattr(jit, "_PKG", a)
+    st = os.stat(a / jit.KERNEL_MODULES[0])
+    os.utime(a / jit.KERNEL_MODULES[0], ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert jit._source_hash() != h_a  # touched: numba would recompile it

@@ -1,8 +1,9 @@
 """Is the compiled engine built on this machine? Build it (``servesim warm``), in the background.
 
 numba compiles the engine's kernels the first time they run on a machine (about a minute on two
-cores) and caches them on disk (servesim/jit.py; keyed by the kernels' sources, so an upgrade or
-an edit rebuilds them). A marker in the cache folder records that a compiled run completed, so a
+cores) and caches them on disk (servesim/jit.py; keyed by the kernels' sources, where they are
+installed and their modification stamps, as numba's own index is, so an upgrade, an edit or a new
+install rebuilds them). A marker in the cache folder records that a compiled run completed, so a
 caller can tell a warm machine (start-up well under a second) from a cold one.
 
 The CLI does not make a small run wait for that minute: on a cold machine it runs the same source
