@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
+import time
 import types
 from pathlib import Path
 from typing import Any, Callable
@@ -56,6 +58,21 @@ def _source_hash() -> str:
     return h.hexdigest()[:16]
 
 
+UNUSED_DAYS = 14  # a cache folder no import has used this long is removed (each is ~200 MB)
+
+
+def _prune(root: Path, keep: Path) -> None:
+    """Remove other versions' and installs' folders unused for UNUSED_DAYS (every import marks
+    its own folder used), so upgrades and new environments do not pile up compiled code."""
+    cutoff = time.time() - UNUSED_DAYS * 86400
+    try:
+        for sib in root.iterdir():
+            if sib != keep and sib.is_dir() and sib.stat().st_mtime < cutoff:
+                shutil.rmtree(sib, ignore_errors=True)
+    except OSError:
+        pass
+
+
 def _cache_dir() -> str:
     """A writable folder for compiled kernels, keyed by the kernels' sources."""
     base = os.environ.get("SERVESIM_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -66,6 +83,8 @@ def _cache_dir() -> str:
             probe = d / ".probe"
             probe.write_text("")
             probe.unlink()
+            os.utime(d)  # last used now
+            _prune(root, keep=d)
             return str(d)
         except OSError:
             continue

@@ -69,3 +69,22 @@ def test_cache_folder_follows_the_install_and_the_files_stamps(tmp_path, monkeyp
     st = os.stat(a / jit.KERNEL_MODULES[0])
     os.utime(a / jit.KERNEL_MODULES[0], ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
     assert jit._source_hash() != h_a  # touched: numba would recompile it
+
+
+def test_unused_cache_folders_are_pruned(tmp_path, monkeypatch):
+    import os
+    import time
+
+    from servesim import jit
+
+    monkeypatch.setenv("SERVESIM_CACHE_DIR", str(tmp_path))
+    root = tmp_path / "servesim-numba"
+    old, recent = root / "0ld", root / "recent"
+    for d in (old, recent):
+        d.mkdir(parents=True)
+        (d / "x.nbi").write_text("")
+    stale = time.time() - (jit.UNUSED_DAYS + 1) * 86400
+    os.utime(old, (stale, stale))
+    mine = jit._cache_dir()
+    assert mine.startswith(str(root)) and os.path.isdir(mine)
+    assert not old.exists() and recent.exists()
