@@ -30,6 +30,20 @@ RAW = merge(BASE, {"stop": {"requests": 400},
                                 "output": {"dist": "uniform", "min": 1, "max": 60}}})
 
 
+@pytest.fixture(autouse=True)
+def sigint_not_ignored():
+    """Ctrl-C as a terminal delivers it. A test run started in the background by a shell without
+    job control (`cmd &`, nohup) inherits SIGINT ignored, and servesim rightly leaves an ignored
+    SIGINT alone: restore Python's handler here, and the default for the CLI's subprocesses."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+def _sigint_default():  # preexec_fn of CLI subprocesses (see sigint_not_ignored)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def ctrl_c_at(*iterations):
     """An iteration hook that sends this process SIGINT at the given iteration numbers."""
     seen = [0]
@@ -158,7 +172,8 @@ def test_cli_ctrl_c_writes_partial_results(tmp_path, engine):
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "servesim.cli", "run", str(path), "--out", str(out),
                              "--set", f"sim.engine={engine}"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"},
+                            preexec_fn=_sigint_default)
     try:
         for line in proc.stdout:  # the header's last line is printed just before the run starts
             if line.startswith("step time"):
