@@ -51,6 +51,19 @@ def closed_groups(sc, table: RequestTable, workload: Workload, seed: int) -> tup
     return (ClosedGroup(0, n, clients, np.zeros(clients), think),)
 
 
+def client_columns(groups: tuple, n: int) -> dict:
+    """The closed loops' per-request columns for ``new_state`` (think time, group of each row, each
+    group's row range) and the arrival heap's size (one pending arrival per client at most)."""
+    think = np.zeros(n if groups else 0)
+    group_of = np.full(n if groups else 0, -1, dtype=np.int16)
+    for gi, g in enumerate(groups):
+        think[g.lo:g.hi] = g.think_s
+        group_of[g.lo:g.hi] = gi
+    return {"think": think, "group_of": group_of, "heap_cap": sum(g.clients for g in groups) + 1,
+            "g_next": np.array([g.lo for g in groups], dtype=np.int64),
+            "g_hi": np.array([g.hi for g in groups], dtype=np.int64)}
+
+
 def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", seed: int, *,
                   workload: Workload,
                   on_iteration: Callable | None = None, progress: Callable[[int], None] | None = None,
@@ -84,21 +97,11 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", 
         check=sc.sim.check_invariants, n=n, stop_when_drained=stop_when_drained,
         kv_tokens=int(kv_obj.num_blocks) * int(kv_obj.block_size), routed=routed, report_ended=report_ended)
     s = new_scalars() if scalars is None else scalars  # (a fleet: this engine's row of the fleet's array)
-    heap_cap = sum(g.clients for g in groups) + 1
-    think = np.zeros(0)
-    group_of = np.zeros(0, dtype=np.int16)
-    if groups:
-        think = np.zeros(n)
-        group_of = np.full(n, -1, dtype=np.int16)
-        for gi, g in enumerate(groups):
-            think[g.lo:g.hi] = g.think_s
-            group_of[g.lo:g.hi] = gi
     tab = kernel_tables(model, e.max_num_batched_tokens, e.max_num_seqs)
     # the tier-fetch bookkeeping (per-request arrays) only where a Python piece may start fetches
     fetches = kv_state is None or force_python is not None or bool(user_parts)
-    st = new_state(table, s=s[0], run_cap=cfg.max_seqs + 1, object_kv=fetches, heap_cap=heap_cap,
-                   think=think, group_of=group_of, g_next=np.array([g.lo for g in groups], dtype=np.int64),
-                   g_hi=np.array([g.hi for g in groups], dtype=np.int64), class_slots=class_slots,
+    st = new_state(table, s=s[0], run_cap=cfg.max_seqs + 1, object_kv=fetches, **client_columns(groups, n),
+                   class_slots=class_slots,
                    **({"run_steps": buffers[0], "step_buffer": buffers[1]} if buffers else {}),
                    **({"shared": shared} if shared is not None else {}))
     rec0 = s[0]

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from servesim.engine.build import arrival_cap, build_replica, closed_groups, send_first_requests
+from servesim.engine.build import arrival_cap, build_replica, client_columns, closed_groups, send_first_requests
 from servesim.engine.cluster import Engine, Fleet, FleetInbox
 from servesim.engine.router import make_router
 from servesim.memory import MemoryPlan, plan_memory
@@ -160,17 +160,8 @@ def fleet_inbox(sc, table: RequestTable, workload: Workload, groups: tuple, cfg0
     cfg = cfg0._replace(routed=False, report_ended=False, closed=closed,
                         max_arrivals=arrival_cap(sc, workload, n), warmup_id=-1, n=n)
     s = new_scalars()
-    think = np.zeros(0)
-    group_of = np.zeros(0, dtype=np.int16)
-    if groups:
-        think = np.zeros(n)
-        group_of = np.full(n, -1, dtype=np.int16)
-        for gi, g in enumerate(groups):
-            think[g.lo:g.hi] = g.think_s
-            group_of[g.lo:g.hi] = gi
-    st = new_state(table, s=s[0], run_cap=1, object_kv=False, heap_cap=sum(g.clients for g in groups) + 1,
-                   think=think, group_of=group_of, g_next=np.array([g.lo for g in groups], dtype=np.int64),
-                   g_hi=np.array([g.hi for g in groups], dtype=np.int64), class_slots=np.zeros(7, dtype=np.int64),
+    st = new_state(table, s=s[0], run_cap=1, object_kv=False, **client_columns(groups, n),
+                   class_slots=np.zeros(7, dtype=np.int64),
                    run_steps=1, step_buffer=4, shared=request_arrays(0, False, False))
     send_first_requests(st, s[0], table, groups, delay_in)
     return FleetInbox(cfg, st, s, compiled)
