@@ -38,6 +38,7 @@ KERNEL_MODULES = (
     "sched/parts.py",
     "sched/reserve.py",
     "sched/policies.py",
+    "engine/inbox.py",
     "engine/kernel.py",
 )
 _PKG = Path(__file__).resolve().parent

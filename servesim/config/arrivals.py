@@ -1,7 +1,7 @@
 """Arrival processes in configs: open loop (Poisson, gamma, constant) and closed loop.
 
 Plain, frozen, validated data; sampling lives in :mod:`servesim.workload.arrivals`, the closed
-loop's run-time part in :mod:`servesim.engine.kernel` (the inbox). ServeGen fits
+loop's run-time part in :mod:`servesim.engine.inbox`. ServeGen fits
 (:class:`~servesim.config.traces.ServeGenArrivalConfig`) are the fifth process.
 """
 

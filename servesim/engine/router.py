@@ -6,7 +6,7 @@ fleet (engine/cluster.py advances every replica to that instant first). It sees 
 
 ``requests(r)``   outstanding requests: sent to replica ``r`` and not yet finished or rejected
 ``tokens(r)``     outstanding work in tokens: ``prompt + output - computed`` summed over those
-                  requests (prefill and decode work left; servesim.engine.kernel.outstanding_work)
+                  requests (prefill and decode work left; servesim.engine.inbox.outstanding_work)
 
 Policies (``cluster.router``):
 

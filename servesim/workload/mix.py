@@ -12,7 +12,7 @@ The streams are then merged into one request table::
 
 Open-loop rows are sorted by arrival (ties keep stream order) and cut to the stop condition. A
 closed-loop stream is a group of clients of its own; its rows arrive during the run (the
-engine's inbox, :mod:`servesim.engine.kernel`). Prefix chains of different streams are
+engine's inbox, :mod:`servesim.engine.inbox`). Prefix chains of different streams are
 mapped to the smallest block size among them (sound for any sizes, see
 :func:`~servesim.workload.sessions.expand_prefix_blocks`) and keyed by the stream's name, so two
 streams never share prefix-cache blocks by accident of numbering; session ids are made distinct.
