@@ -22,11 +22,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 import time
 import types
 from pathlib import Path
 from typing import Any, Callable
+
+from servesim.diskmemo import cache_bases
 
 # modules that define kernels, relative to the package folder; their sources key the cache
 KERNEL_MODULES = (
@@ -76,8 +77,7 @@ def _prune(root: Path, keep: Path) -> None:
 
 def _cache_dir() -> str:
     """A writable folder for compiled kernels, keyed by the kernels' sources."""
-    base = os.environ.get("SERVESIM_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    for root in (Path(base) / "servesim-numba", Path(tempfile.gettempdir()) / "servesim-numba"):
+    for root in (base / "servesim-numba" for base in cache_bases()):
         d = root / _source_hash()
         try:
             d.mkdir(parents=True, exist_ok=True)
@@ -110,7 +110,30 @@ def _configure_numba():
         _CACHE_DIR = _cache_dir()
         if _CACHE_DIR:
             numba.config.CACHE_DIR = _CACHE_DIR
+    if not numba.config.DISABLE_JIT:
+        _load_numba_without_blas_probe()
     return numba
+
+
+def _load_numba_without_blas_probe() -> None:
+    """Import numba's array implementations with its BLAS probe answered "no".
+
+    The first compiled call loads them all, and one of them imports ``scipy.linalg`` just to learn
+    whether ``np.correlate``/``np.convolve`` may call BLAS: 0.1-0.2 s, a tenth of a small run's
+    whole process. No kernel uses them (or ``np.dot``, which checks for BLAS itself when it is
+    compiled, so it keeps working). Where scipy.linalg is loaded already, the probe is free and
+    left alone."""
+    import sys
+
+    probe = "scipy.linalg.cython_blas"
+    if "scipy.linalg" in sys.modules or "numba.np.arraymath" in sys.modules:
+        return
+    sys.modules[probe] = None  # type: ignore[assignment]  # importing it raises ImportError
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        if sys.modules.get(probe, 0) is None:
+            del sys.modules[probe]
 
 
 _numba = _configure_numba()

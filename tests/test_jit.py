@@ -88,3 +88,20 @@ def test_unused_cache_folders_are_pruned(tmp_path, monkeypatch):
     mine = jit._cache_dir()
     assert mine.startswith(str(root)) and os.path.isdir(mine)
     assert not old.exists() and recent.exists()
+
+
+def test_numba_loads_without_importing_scipy_linalg():
+    """numba's BLAS probe imports scipy.linalg (0.1-0.2 s of a small run's start-up) only to choose
+    np.correlate's inner loop; servesim answers it "no", and np.dot still compiles and runs."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np, servesim.jit as j, numba\n"
+            "assert not numba.config.DISABLE_JIT\n"
+            "print('scipy.linalg' in sys.modules)\n"
+            "f = numba.njit(lambda a, b: np.dot(a, b))\n"
+            "print(f(np.ones(3), np.ones(3)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={k: v for k, v in __import__("os").environ.items() if k != "NUMBA_DISABLE_JIT"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "3.0"]

@@ -62,10 +62,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from servesim.diskmemo import code_stamp, disk_memo, stamp
 from servesim.errors import PackError
 from servesim.models import MODELS, ModelShape
 from servesim.perf.base import KernelModel, check_bounds
-from servesim.perf.pack import LAYER_TOKEN_OPS, OpRows, Pack, check_shape, load_pack, required_ops
+from servesim.perf.pack import LAYER_TOKEN_OPS, OpRows, Pack, check_shape, load_pack, pack_path, required_ops
 
 from servesim.perf.packtables import (  # noqa: F401 (re-exported: the tables the model is built from)
     FAR,
@@ -338,12 +339,26 @@ def _tail(curve: Curve) -> tuple[float, float, float]:
     return float(curve.x[-1]), float(curve.y[-1]), float(curve.slope)
 
 
+# the sources a built model derives from, besides its pack's two files (they key the disk memo)
+_MODEL_CODE = ("models.py", "hardware.py", "perf/base.py", "perf/pack.py", "perf/packmodel.py", "perf/packtables.py")
+
+
 @lru_cache(maxsize=32)
 def _cached_model(gpu: str, shape: ModelShape, tp: int, pp: int, cuda_graph: bool,
                   graph_scope: str, cross: tuple = (0, 0.0, 0.0)) -> PackStepModel:
-    return PackStepModel(load_pack(gpu, shape, tp), shape, tp=tp, pp=pp, cuda_graph=cuda_graph,
-                         graph_scope=graph_scope, cross_hops=cross[0], link_bytes_per_s=cross[1],
-                         link_latency_s=cross[2])
+    def build() -> PackStepModel:
+        return PackStepModel(load_pack(gpu, shape, tp), shape, tp=tp, pp=pp, cuda_graph=cuda_graph,
+                             graph_scope=graph_scope, cross_hops=cross[0], link_bytes_per_s=cross[1],
+                             link_latency_s=cross[2])
+
+    csv_path = pack_path(gpu, shape.name, tp)
+    yaml_path = csv_path.with_suffix(".yaml")
+    if not (csv_path.is_file() and yaml_path.is_file()):
+        return build()  # says which pack is missing and what exists
+    # parsing the pack and building its tables is most of a small run's start-up: kept on disk
+    key = (gpu, repr(shape), tp, pp, cuda_graph, graph_scope, cross, stamp(csv_path), stamp(yaml_path),
+           code_stamp(_MODEL_CODE))
+    return disk_memo("pack-models", key, build)
 
 
 def load_pack_model(gpu: str, model: ModelShape | str, tp: int = 1, pp: int = 1,

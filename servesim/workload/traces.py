@@ -28,6 +28,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from servesim.diskmemo import code_stamp, disk_memo
 from servesim.errors import TraceError
 from servesim.request import Workload
 from servesim.workload.sessions import chain_hashes, expand_prefix_blocks, session_chains
@@ -272,8 +273,20 @@ def _session_codes(values: Sequence[str]) -> np.ndarray:
 @lru_cache(maxsize=16)
 def _cached_pairs(path_s: str, mtime_ns: int, size: int, cfg: LengthsConfig) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
     """Filtered pairs of one file version; read-only arrays, so sharing them is safe (a sweep
-    samples the same file thousands of times)."""
-    path = Path(path_s)
+    samples the same file thousands of times). Kept on disk too: reading a trace of tens of
+    thousands of rows is a tenth of a second of every small run's start-up."""
+    key = (path_s, mtime_ns, size, cfg.model_dump_json(), code_stamp(_PAIRS_CODE))
+    p, o, notes = disk_memo("length-pairs", key, lambda: _filtered_pairs(Path(path_s), cfg))
+    p.setflags(write=False)
+    o.setflags(write=False)
+    return p, o, notes
+
+
+# the sources filtered pairs derive from, besides the file itself (they key the disk memo)
+_PAIRS_CODE = ("workload/traces.py", "workload/trace_readers.py", "config/traces.py", "fields.py")
+
+
+def _filtered_pairs(path: Path, cfg: LengthsConfig) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
     label = f"lengths {path.name}"
     bad = BadRows(cfg.on_bad_row)
     prompt, output, read = read_pairs(path, cfg, bad)
@@ -285,8 +298,6 @@ def _cached_pairs(path_s: str, mtime_ns: int, size: int, cfg: LengthsConfig) -> 
         notes += (f"{label}: {clipped:,} pairs clipped to {cfg.clip_total:,} total tokens (proportionally)",)
     if len(p) == 0:
         raise TraceError(f"{path}: no length pairs left after the filters ({notes[-1]})")
-    p.setflags(write=False)
-    o.setflags(write=False)
     return p, o, notes
 
 
