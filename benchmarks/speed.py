@@ -12,7 +12,8 @@ Workloads (each run in its own subprocess, so start-up and peak RSS are its own)
 Every workload runs with each policy of ``--policies`` (vllm, chunked, priority, static-fifo).
 ``--baseline PATH`` runs the same scenarios on another checkout of servesim (e.g. a worktree of an
 older commit) in the same session, so ratios are measured side by side; the baseline takes its
-compiled core where it had one (sim.engine: compiled), else its Python engine.
+compiled core where it had one (sim.engine: compiled), else its Python engine
+(``--baseline-engine compiled``: a baseline with the one-kernel engine, every policy compiled).
 
 ``--whole-process N`` times ``servesim run`` end to end (interpreter start, imports, scenario,
 workload, run, files written) at N requests per policy on workload (a), and reports the ratio to
@@ -21,7 +22,8 @@ Vidur's cost model (9 s of start-up plus 5.9 ms per request, measured on a machi
 which is printed beside the results.
 
 Usage:  python benchmarks/speed.py [--requests 100000] [--only a,b] [--policies vllm,chunked]
-                                   [--baseline /path/to/old/checkout] [--whole-process 10000]
+                                   [--baseline /path/to/old/checkout] [--baseline-engine old|compiled]
+                                   [--whole-process 10000]
 Append the printed tables to benchmarks/RESULTS.md with the date and machine.
 """
 
@@ -151,6 +153,9 @@ def main() -> None:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--step-model", default="roofline", choices=["roofline", "pack"])
     ap.add_argument("--baseline", help="another servesim checkout to run beside this one")
+    ap.add_argument("--baseline-engine", default="old", choices=["old", "compiled"],
+                    help="old: the baseline predates the one-kernel engine (compiled for vllm, else its "
+                         "Python engine); compiled: every policy compiled there too")
     ap.add_argument("--whole-process", type=int, default=0, help="also time `servesim run` end to end at N requests")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -161,7 +166,7 @@ def main() -> None:
     # warm the numba caches of both checkouts (a first compiled run on a machine compiles)
     for policy in policies:
         subprocess_run({"workload": "a", "policy": policy, "requests": 200, "step_model": args.step_model}, None)
-        if args.baseline and policy == "vllm":
+        if args.baseline and (policy == "vllm" or args.baseline_engine == "compiled"):
             subprocess_run({"workload": "a", "policy": policy, "requests": 200, "step_model": args.step_model,
                             "engine": "compiled"}, args.baseline)
     t_ms = timeit_ms()
@@ -174,7 +179,8 @@ def main() -> None:
             new = subprocess_run(spec, None)
             old = None
             if args.baseline:
-                spec_old = {**spec, "engine": "compiled" if policy == "vllm" else "python"}
+                compiled = policy == "vllm" or args.baseline_engine == "compiled"
+                spec_old = {**spec, "engine": "compiled" if compiled else "python"}
                 old = subprocess_run(spec_old, args.baseline)
             rows.append((new, old))
             line = f"{name:5s} {policy:12s} {new['engine']:9s} {new['req_per_wall_s']:>9,} req/s"

@@ -97,7 +97,7 @@ class Engine:
         self.rep, self.index, self.replica = rep, index, replica
         self.s = Scalars(rep.st, getattr(rep, "scalars", None))
         if rep.path == "compiled":  # one pointer per call (kernel.EngineRef)
-            ref = K.make_engine_ref(rep.cfg, rep.kst, rep.kv, rep.tab)
+            ref = K.make_engine_ref(rep.cfg, rep.kst, rep.kkv, rep.tab)
             adv = entry_point(K.advance_ref, ref, 0.0)
             route = entry_point(K.route_in_ref, ref, 0)
             work = entry_point(K.outstanding_work_ref, ref, 0.0)

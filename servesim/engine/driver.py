@@ -179,6 +179,7 @@ class Replica:
             self._advance = K.advance
         self.st = st  # the arrays, as Python sees them
         self.kst = compiled_state(st) if self.path == "compiled" else st  # as the kernel sees them
+        self.kkv = kvk.compiled_kv(kv) if self.path == "compiled" else kv
         recorder.itl_from = float(st.s.itl_from)
 
     @property
@@ -200,7 +201,7 @@ class Replica:
 
     def _advance_held(self, until: float, held: HeldInterrupt) -> bool:
         while True:
-            code = self._advance(self.cfg, self.kst, self.kv, self.tab, until)
+            code = self._advance(self.cfg, self.kst, self.kkv, self.tab, until)
             if code != K.PROGRESS:
                 self._drain()
             if code == K.DONE:

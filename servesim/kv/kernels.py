@@ -141,6 +141,37 @@ def make_kv(kind, num_blocks: int, block_size: int, n_requests: int, *, base_blo
                    np.full(n, -1, dtype=np.int32), reserve, hole_start, hole_len)
 
 
+# Compiled kernels receive the pool as a numba StructRef (one reference-counted pointer), as they
+# do the replica state: a NamedTuple argument costs a reference-count update of each of its six
+# arrays at every kernel call that takes it, and in an iteration of chunked prefill those calls
+# (one per request admitted, chunked or finished) were most of the time. Same field names, same
+# kernels; the uncompiled path keeps the NamedTuple.
+from numba.core import types as _nbtypes  # noqa: E402
+from numba.experimental import structref as _structref  # noqa: E402
+
+
+@_structref.register
+class KVStateType(_nbtypes.StructRef):
+    def preprocess_fields(self, fields):
+        return tuple((name, _nbtypes.unliteral(typ)) for name, typ in fields)
+
+
+class KVStateRef(_structref.StructRefProxy):
+    """The compiled view of a :class:`KVState`: the same arrays (updates show in both)."""
+
+
+_structref.define_proxy(KVStateRef, KVStateType, list(KVState._fields))
+_ARGS = ", ".join(KVState._fields)
+_ns: dict = {"KVStateRef": KVStateRef, "__name__": __name__}
+exec(compile(f"def make_kv_ref({_ARGS}):\n    return KVStateRef({_ARGS})\n", __file__, "exec"), _ns)
+make_kv_ref = kernel(_ns["make_kv_ref"])
+
+
+def compiled_kv(kv: KVState) -> KVStateRef:
+    """The pool as compiled kernels take it (sharing ``kv``'s arrays)."""
+    return make_kv_ref(*kv)
+
+
 def copy_kv(kv: KVState) -> KVState:
     """An independent copy (arrays and scalars)."""
     return kv._replace(s=kv.s.copy(), held=kv.held.copy(), start=kv.start.copy(), reserve=kv.reserve.copy(),
