@@ -16,9 +16,8 @@ from servesim.errors import ScenarioError
 from servesim.memory import MemoryPlan, plan_memory
 from servesim.metrics.collect import Recorder
 from servesim.metrics.flat import flat_metrics
-from servesim.metrics.output import latency_sketches, write_columns_parquet, write_requests_parquet
 from servesim.metrics.sketch import LogSketch
-from servesim.metrics.summary import Labels, build_summary, request_frame, request_labels, timeseries_columns, timeseries_frame
+from servesim.metrics.summary import Labels, build_summary, latency_sketches, request_frame, request_labels, timeseries_columns, timeseries_frame
 from servesim.perf.base import StepTimeModel
 from servesim.policy_catalog import POLICIES, python_only_reasons
 from servesim.request import RequestTable, Workload
@@ -81,6 +80,8 @@ class Result:
             (out / name).unlink(missing_ok=True)
         for chart in stale_charts(out):  # a report of the earlier run must not describe this one
             chart.unlink(missing_ok=True)
+        from servesim.metrics.output import write_columns_parquet, write_requests_parquet  # (pyarrow)
+
         writers = {
             "requests.parquet": lambda p: write_requests_parquet(self.table, p, self.labels),
             "timeseries.parquet": lambda p: write_columns_parquet(

@@ -1,4 +1,6 @@
-"""Per-request output in bounded memory: chunked parquet, latency sketches."""
+"""Parquet files in bounded memory (a chunk of rows at a time), written with pyarrow alone.
+
+Imported when a run is written, not with servesim: pyarrow is a twentieth of a second of start-up."""
 
 from __future__ import annotations
 
@@ -8,12 +10,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from servesim.request import FINISHED, Reject, RequestTable
-from servesim.metrics.collect import Recorder
-from servesim.metrics.sketch import LogSketch
-from servesim.metrics.summary import LABEL_COLUMNS, STATUS_NAMES, Labels, request_columns
+from servesim.request import Reject, RequestTable
+from servesim.metrics.summary import CHUNK_ROWS, LABEL_COLUMNS, STATUS_NAMES, Labels, request_columns
 
-CHUNK_ROWS = 1 << 18
 REJECT_LABELS = [""] + [Reject.NAMES[k] for k in sorted(Reject.NAMES)]
 
 
@@ -65,22 +64,6 @@ def write_requests_parquet(req: RequestTable, path: Path, labels: Labels | None 
     finally:
         if writer is not None:
             writer.close()
-
-
-def latency_sketches(req: RequestTable, rec: Recorder, warmup: int, rel_err: float = 0.01) -> dict[str, LogSketch]:
-    """Sketches of the measured requests' latencies, filled chunk by chunk (bounded memory)."""
-    sk = {name: LogSketch(rel_err) for name in ("ttft", "tpot", "itl", "e2e", "queue")}
-    for lo in range(0, req.n, CHUNK_ROWS):
-        hi = min(lo + CHUNK_ROWS, req.n)
-        cols = request_columns(req, lo, hi)
-        m = cols["status"] == FINISHED
-        m[: max(0, warmup - lo)] = False
-        for name in ("ttft", "tpot", "e2e", "queue"):
-            sk[name].add(cols[f"{name}_s"][m])
-    rec.flush()
-    for v, w in rec.itl.parts():
-        sk["itl"].add(np.asarray(v), np.asarray(w))
-    return sk
 
 
 def write_columns_parquet(cols: dict[str, np.ndarray], path: Path) -> None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 from servesim.request import FINISHED, REJECTED, Reject, RequestTable
 from servesim.metrics.by_class import GlobalSLO, GroupStats, class_groups, slo_per_group, stream_groups, update_good
 from servesim.metrics.collect import Recorder
+from servesim.metrics.sketch import LogSketch
 from servesim.metrics.stats import describe
 from servesim.request import CLASS_NAMES, NUM_CLASSES
 from servesim.request import CAUSE_NAMES, NUM_CAUSES, Cause
@@ -335,3 +336,21 @@ def timeseries_columns(rec: Recorder, num_blocks: int = 1, block_size: int = 1) 
         out[f"kv_{name}_mean"] = mean(i) / slots
         out[f"kv_{name}_peak"] = s.peak[i, :nb] / slots
     return out
+
+
+CHUNK_ROWS = 1 << 18  # rows per chunk of the request table's columns (parquet row groups, sketches)
+
+def latency_sketches(req: RequestTable, rec: Recorder, warmup: int, rel_err: float = 0.01) -> dict[str, LogSketch]:
+    """Sketches of the measured requests' latencies, filled chunk by chunk (bounded memory)."""
+    sk = {name: LogSketch(rel_err) for name in ("ttft", "tpot", "itl", "e2e", "queue")}
+    for lo in range(0, req.n, CHUNK_ROWS):
+        hi = min(lo + CHUNK_ROWS, req.n)
+        cols = request_columns(req, lo, hi)
+        m = cols["status"] == FINISHED
+        m[: max(0, warmup - lo)] = False
+        for name in ("ttft", "tpot", "e2e", "queue"):
+            sk[name].add(cols[f"{name}_s"][m])
+    rec.flush()
+    for v, w in rec.itl.parts():
+        sk["itl"].add(np.asarray(v), np.asarray(w))
+    return sk
