@@ -425,14 +425,19 @@ def entry() -> None:
     Python's own teardown after a finished command (collecting every module, numba's types and
     LLVM's compiled code) takes 0.3-0.4 s -- a third of a 10k-request ``servesim run``, end to
     end -- and does nothing the command needs: its files are written and closed, the background
-    compile runs in a session of its own. So the exit handlers run (they flush logs and close
-    clients), the standard streams are flushed, and the process ends. Tests and notebooks call
-    :func:`main`, which returns by ``SystemExit`` as usual."""
+    compile runs in a session of its own. So the exit handlers run (they flush logs, close
+    clients, join child processes), the standard streams are flushed, and the process ends --
+    unless a non-daemon thread is still running, which Python's normal exit waits for. Tests and
+    notebooks call :func:`main`, which returns by ``SystemExit`` as usual."""
     try:
         main()
         code: object = 0
     except SystemExit as exc:
         code = exc.code
+    import threading
+
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.current_thread()):
+        sys.exit(code)  # a thread still working (a client of a sweep's cluster): Python's own exit waits for it
     if code is not None and not isinstance(code, int):  # sys.exit("message"): Python prints it, status 1
         print(code, file=sys.stderr)
         code = 1

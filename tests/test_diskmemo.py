@@ -3,11 +3,6 @@ reads what an earlier one built, and never reads an entry whose inputs or code c
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -124,16 +119,3 @@ def test_memoized_length_pairs_equal_the_file_read(cache, tmp_path):
     assert any("malformed" in n for n in notes2)  # the skipped row is still reported from the memo
     assert not p2.flags.writeable
 
-
-def test_cli_entry_flushes_and_keeps_the_exit_status(tmp_path):
-    """The console script leaves without Python's teardown: what it printed must still arrive,
-    and its status must be the command's."""
-    env = {**os.environ, "SERVESIM_NO_DISK_MEMO": "1"}
-    code = "import sys; sys.argv = ['servesim', *sys.argv[1:]]; from servesim.cli import entry; entry()"
-    ok = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, env=env)
-    bad = subprocess.run([sys.executable, "-c", code, "run", str(tmp_path / "missing.yaml")],
-                         capture_output=True, text=True, env=env)
-    assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.strip()
-    assert bad.returncode == 2
-    assert "no such scenario file" in bad.stderr
