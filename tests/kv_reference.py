@@ -14,7 +14,7 @@ import bisect
 import numpy as np
 
 from servesim.kv.base import NO_HIT, KVUsage, PrefixHit
-from servesim.kv.frag import ExtentUsage, StepUsage
+from servesim.kv.frag import StepUsage
 
 # --------------------------------------------------------------------------------
 # servesim/kv/steps.py (main @ 41701e2)
@@ -592,9 +592,9 @@ class StaticKV:
         c = self._computed[self.holders.ids]
         alloc = (self.num_blocks - self.extents.free) * bs
         touched = int((-(-c // bs)).sum()) * bs
-        return ExtentUsage(total_slots=self.num_blocks * bs, allocated_slots=alloc, used_slots=int(c.sum()),
-                           reserved_unused_slots=alloc - touched, largest_free_extent=self.extents.largest * bs,
-                           free_slots=self.extents.free * bs, external_slots=self.external_slots())
+        return KVUsage(total_slots=self.num_blocks * bs, allocated_slots=alloc, used_slots=int(c.sum()),
+                       reserved_unused_slots=alloc - touched, largest_free_extent=self.extents.largest * bs,
+                       free_slots=self.extents.free * bs, external_slots=self.external_slots())
 
     def check(self) -> None:
         self.extents.check()

@@ -21,13 +21,16 @@ INF = float("inf")
 
 def kernel_kv(kv_obj):
     """The kernels' KV state behind a built-in allocator, or None (a Python KV manager)."""
-    return getattr(kv_obj, "state", None)
+    from servesim.kv.counting import KernelKV
+
+    return kv_obj.state if isinstance(kv_obj, KernelKV) else None
 
 
 def kernel_tables(model, max_tokens: int, max_seqs: int):
     """The kernels' step-time tables of a built-in model, or None (a Python model)."""
-    tables = getattr(model, "tables", None)
-    return tables(max_tokens, max_seqs) if tables is not None else None
+    from servesim.perf.base import KernelModel
+
+    return model.tables(max_tokens, max_seqs) if isinstance(model, KernelModel) else None
 
 
 def closed_groups(sc, table: RequestTable, workload: Workload, seed: int) -> tuple:

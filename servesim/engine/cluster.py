@@ -95,7 +95,7 @@ class Engine:
 
     def __init__(self, rep, index: int, replica: int):
         self.rep, self.index, self.replica = rep, index, replica
-        self.s = Scalars(rep.st, getattr(rep, "scalars", None))
+        self.s = Scalars(rep.st, rep.scalars)
         if rep.path == "compiled":  # one pointer per call (kernel.EngineRef)
             ref = K.make_engine_ref(rep.cfg, rep.kst, rep.kkv, rep.tab)
             adv = entry_point(K.advance_ref, ref, 0.0)

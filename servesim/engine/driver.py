@@ -74,10 +74,8 @@ def object_kv_overrides(kv_obj) -> dict:
         hit = kv_obj.reuse_prefix(int(rid), now)
         return hit.tokens, hit.ready_at
 
-    stable = getattr(kv_obj, "stable_steps", None)
     return {
-        parts.kv_stable_steps: (lambda kv, computed, ids, nb, k: stable(ids[:nb], int(k))) if stable else
-        (lambda kv, computed, ids, nb, k: k),
+        parts.kv_stable_steps: lambda kv, computed, ids, nb, k: kv_obj.stable_steps(ids[:nb], int(k)),
         kvk.kv_allocate: lambda kv, computed, rid, n: kv_obj.allocate(int(rid), int(n)),
         kvk.kv_allocate_decodes: lambda kv, computed, ids, nb: kv_obj.allocate_decodes(ids[:nb]),
         kvk.kv_free: lambda kv, rid: kv_obj.free(int(rid)),
@@ -143,6 +141,7 @@ class Replica:
 
     stop_on_interrupt = False
     interrupted = False
+    scalars = None  # the state's scalar records (``st.s`` as an array), set by engine.build
 
     def __init__(self, cfg, st, kv, tab, recorder, *, kv_object=None, model_object=None,
                  on_iteration: Callable | None = None, progress: Callable[[int], None] | None = None,

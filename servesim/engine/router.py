@@ -81,6 +81,10 @@ class Router:
         self.ptr = i + 1 if i + 1 < self.n else 0
         return i
 
+    def summary_entries(self) -> dict:
+        """What this router adds to the run's ``summary.cluster`` (its own counters)."""
+        return {}
+
 
 class RoundRobin(Router):
     name = "round-robin"
@@ -153,6 +157,9 @@ class Affinity(Router):
 
     def cap(self, loads) -> int:
         return math.ceil(self.load_cap * (int(np.sum(loads)) + 1) / self.n)
+
+    def summary_entries(self) -> dict:
+        return {"affinity": {"hits": int(self.hits), "overflows": int(self.overflows), "keys": len(self.bound)}}
 
     def choose(self, rid, klass, view):
         loads = view.requests()

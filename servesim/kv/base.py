@@ -3,6 +3,8 @@
 Policies ask; they never touch blocks. The engine advances decode runs through the same object.
 Every allocator (paged, static reservation, elastic, prefix caching, tiered) implements this::
 
+    name, prefix_caching          the allocator's name; whether it is a prefix cache (block ids and
+                                  hashes: hit rates and tier traffic to report)
     num_blocks, block_size        pool geometry (blocks of ``block_size`` token slots)
     free_blocks                   blocks an allocation could take right now (free + evictable)
     used_blocks                   blocks holding live KV of requests
@@ -19,9 +21,9 @@ Every allocator (paged, static reservation, elastic, prefix caching, tiered) imp
     decode_run(ids, k_max)        the engine's fast path: how many more decode steps of ``ids`` the
                                   pool can serve (step 1 already allocated), and blocks in use per step
     commit_decodes(ids)           after a run advanced ``computed[ids]``, take the blocks it used
-    stable_steps(ids, k)          optional: of a fast-path run's ``k`` steps, how many can run before
-                                  a policy decision could differ (the prefix cache cuts before an
-                                  eviction that changes a blocked request's lookup)
+    stable_steps(ids, k)          of a fast-path run's ``k`` steps, how many can run before a policy
+                                  decision could differ (all ``k`` but for the prefix cache, which
+                                  cuts before an eviction that changes a blocked request's lookup)
     check()                       invariants (raise AssertionError); called when invariants are on
     usage()                       a KVUsage snapshot for fragmentation metrics
 
@@ -55,10 +57,12 @@ class KVUsage:
     reserved_unused_slots: int  # reserved ahead of need (static/elastic reservations), never yet written
     largest_free_extent: int  # largest contiguous free run, in slots (== free slots when paged)
     free_slots: int
+    external_slots: int = 0  # free slots that cannot hold the next allocation (extents; 0 when paged)
 
 
 class KVManager(Protocol):
     name: str
+    prefix_caching: bool
     num_blocks: int
     block_size: int
     free_blocks: int
@@ -79,6 +83,8 @@ class KVManager(Protocol):
     def decode_run(self, ids: np.ndarray, k_max: int) -> tuple[int, np.ndarray]: ...
 
     def commit_decodes(self, ids: np.ndarray) -> None: ...
+
+    def stable_steps(self, ids: np.ndarray, k: int) -> int: ...
 
     def check(self) -> None: ...
 

@@ -30,6 +30,7 @@ def as_ids(ids) -> np.ndarray:
 
 class KernelKV:
     name = ""
+    prefix_caching = False
 
     def __init__(self, state: KVState, computed: np.ndarray, pure: bool = False):
         self.state = state
@@ -119,6 +120,10 @@ class KernelKV:
         """After a decode run advanced ``computed``, take the blocks its steps used."""
         ids = as_ids(ids)
         self._k.kv_commit_decodes(self.state, self._computed, ids, len(ids))
+
+    def stable_steps(self, ids: np.ndarray, k: int) -> int:
+        """Every step of a run: no allocation here changes what a policy would decide."""
+        return k
 
     # -- metrics -------------------------------------------------------------------------------------
     def step_usage(self, ids: np.ndarray, num_new: np.ndarray, k: int = 1,

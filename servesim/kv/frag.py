@@ -63,19 +63,11 @@ class StepUsage:
         return np.vstack([self.allocated / t, self.internal / t, self.reserved_unused / t, self.external / t])
 
 
-@dataclass(frozen=True)
-class ExtentUsage(KVUsage):
-    """A snapshot of an allocator with real extents: adds the free slots that cannot hold the
-    next allocation (proposed for :class:`KVUsage` itself; 0 for paged allocators)."""
-
-    external_slots: int = 0
-
-
 def usage_shares(u: KVUsage) -> dict[str, float]:
     """The four metrics for one :class:`servesim.kv.base.KVUsage` snapshot."""
     t = float(u.total_slots)
     internal = u.allocated_slots - u.used_slots - u.reserved_unused_slots
-    external = getattr(u, "external_slots", 0)
+    external = u.external_slots
     return {
         "utilization": u.allocated_slots / t,
         "internal_fragmentation": internal / t,

@@ -65,6 +65,7 @@ _EMPTY = np.empty(0, dtype=np.int64)
 
 class PrefixCacheKV:
     name = "prefix"
+    prefix_caching = True
 
     def __init__(self, num_blocks: int, block_size: int, table, offsets: np.ndarray | None = None,
                  hashes: np.ndarray | None = None, *, eviction: str = "lru", protect_share=None,

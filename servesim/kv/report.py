@@ -41,7 +41,7 @@ def kv_report(kv, ttft: np.ndarray | None = None) -> dict:
     merge into the summary's ``"kv"`` dict; fragmentation comes from the engine's recorder.
     ``ttft``: per-request TTFT in seconds indexed by request id (NaN: not measured)."""
     out: dict = {}
-    if hasattr(kv, "hit_tokens"):
+    if kv.prefix_caching:
         out.update(prefix_report(kv, ttft))
     return out
 

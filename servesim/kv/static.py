@@ -31,7 +31,7 @@ import numpy as np
 
 from servesim.kv.counting import KernelKV
 from servesim.kv.extents import ExtentAllocator
-from servesim.kv.frag import ExtentUsage
+from servesim.kv.base import KVUsage
 from servesim.kv.kernels import STATIC, make_kv
 
 
@@ -73,7 +73,7 @@ class StaticKV(KernelKV):
     def external_slots(self) -> int:
         return self.extents.unusable(self.next_need) * self.block_size
 
-    def usage(self) -> ExtentUsage:
+    def usage(self) -> KVUsage:
         total, alloc, used, reserved, largest, free, external = (int(x) for x in self._usage_numbers())
-        return ExtentUsage(total_slots=total, allocated_slots=alloc, used_slots=used, reserved_unused_slots=reserved,
-                           largest_free_extent=largest, free_slots=free, external_slots=external)
+        return KVUsage(total_slots=total, allocated_slots=alloc, used_slots=used, reserved_unused_slots=reserved,
+                       largest_free_extent=largest, free_slots=free, external_slots=external)

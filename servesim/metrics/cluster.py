@@ -144,16 +144,13 @@ def cluster_summary(sc, fleet, engines, replicas, table, sim_time: float) -> dic
         "per_replica": rows,
         "balance": {"requests": _spread(routed), "busy_share": _spread(busy), "tokens": _spread(tokens)},
     }
-    router = fleet.router
-    if hasattr(router, "overflows"):
-        out["affinity"] = {"hits": int(router.hits), "overflows": int(router.overflows),
-                           "keys": len(router.bound)}
+    out.update(fleet.router.summary_entries())
     return out
 
 
 def _prefix_hits(kvs) -> float | None:
     """Token hit rate of a replica's prefix caches (None without prefix caching)."""
-    if not all(hasattr(kv, "hit_tokens") for kv in kvs):
+    if not all(kv.prefix_caching for kv in kvs):
         return None
     q = sum(int(kv.query_tokens.sum()) for kv in kvs)
     h = sum(int(kv.hit_tokens.sum()) for kv in kvs)
@@ -167,7 +164,7 @@ def fleet_kv_report(kvs: list, ttft: np.ndarray) -> dict:
     from servesim.kv.report import _rate, kv_report, ttft_effect
     from servesim.request import CLASS_NAMES, NUM_CLASSES
 
-    if not kvs or not all(hasattr(kv, "hit_tokens") for kv in kvs):
+    if not kvs or not all(kv.prefix_caching for kv in kvs):
         return {}
     if len(kvs) == 1:
         return kv_report(kvs[0], ttft)

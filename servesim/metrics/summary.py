@@ -92,7 +92,7 @@ def request_columns(req: RequestTable, lo: int = 0, hi: int | None = None,
             col = np.where(req.preemptions[sl] > 0, blocked[:, c], 0.0)
             col = np.where(status == 1, np.nan, col)  # still waiting after a preemption
         cols[f"blocked_{CAUSE_NAMES[c]}_s"] = col
-    if getattr(req, "replica", None) is not None:  # a fleet's run
+    if req.replica is not None:  # a fleet's run
         cols["replica"] = req.replica[sl]
     if labels is not None:
         cols["stream"] = req.stream[sl]
