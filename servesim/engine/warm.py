@@ -62,8 +62,12 @@ def warm_in_background() -> bool:
         return False
     if warming():
         return True
+    # ``-m`` puts the working folder first on the path: run from the folder that holds *this*
+    # servesim, or a source checkout in the user's folder (``pip install .`` then ``servesim run``
+    # in the repository) would be warmed instead of the installed copy that asked
+    home = Path(jit.__file__).resolve().parents[1]
     try:
-        subprocess.Popen([sys.executable, "-m", "servesim.warmup"], stdin=subprocess.DEVNULL,
+        subprocess.Popen([sys.executable, "-m", "servesim.warmup"], stdin=subprocess.DEVNULL, cwd=home,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError:
         return False
