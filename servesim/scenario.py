@@ -574,6 +574,12 @@ class Scenario(Frozen):
                 f"raise it, set engine.max_model_len <= {e.max_num_batched_tokens}, "
                 f"or set engine.enable_chunked_prefill: true (vLLM refuses this config too)"
             )
+        if e.scheduler in ("vllm", "priority") and e.max_num_batched_tokens < e.max_num_seqs:
+            raise ValueError(
+                f"engine.max_num_batched_tokens {e.max_num_batched_tokens} is smaller than engine.max_num_seqs "
+                f"{e.max_num_seqs}: a full batch of decodes could not fit one iteration's token budget; raise it "
+                f"to >= {e.max_num_seqs} or lower max_num_seqs (vLLM refuses this config too)"
+            )
         spec = POLICIES.get(e.scheduler)
         if spec is None and not _import_path(e.scheduler):
             raise ValueError(

@@ -111,8 +111,10 @@ def test_trace_workload_keeps_its_sources_rule():
 def test_override_valid_iff_fields_valid(seqs, bs, rate):
     """Property: an override succeeds exactly when every value is in its documented range, and
     then holds exactly the values given."""
-    ok = 1 <= seqs <= 65536 and 1 <= bs <= 256 and rate > 0
     sc = scenario()
+    ok = 1 <= seqs <= 65536 and 1 <= bs <= 256 and rate > 0
+    if sc.engine.scheduler in ("vllm", "priority"):  # and within the token budget, as vLLM requires
+        ok = ok and seqs <= sc.engine.max_num_batched_tokens
     try:
         new = sc.override({"engine.max_num_seqs": seqs, "engine.block_size": bs, "workload.arrival.rate": rate})
     except ScenarioError as exc:

@@ -151,7 +151,8 @@ def engine_configs(draw, *, policy_names: Sequence[str] = POLICIES, allocator_na
                    overheads: bool | None = None) -> dict:
     """A whole ``engine`` section: a policy, an allocator (or prefix caching when ``prefix``), a
     KV pool of ``kv_blocks`` blocks (tiny pools reject long requests and force preemptions),
-    ``block_sizes``, batch slots, budgets, CPU overheads."""
+    ``block_sizes``, batch slots, budgets, CPU overheads. Under vllm and priority, batch slots are
+    capped by the drawn token budget (vLLM refuses a budget below max_num_seqs)."""
     eng = draw(policies(policy_names, budgets=budgets, max_model_len=max_model_len))
     if _maybe(draw, prefix):
         eng.update(draw(prefix_caching()))
@@ -159,7 +160,11 @@ def engine_configs(draw, *, policy_names: Sequence[str] = POLICIES, allocator_na
         eng.update(draw(allocators(allocator_names)))
     eng["block_size"] = draw(st.sampled_from(list(block_sizes)))
     eng["num_gpu_blocks_override"] = draw(st.integers(*kv_blocks))
-    eng["max_num_seqs"] = draw(st.integers(*max_num_seqs))
+    lo, hi = max_num_seqs
+    if eng["scheduler"] in ("vllm", "priority"):  # vLLM refuses a token budget below max_num_seqs
+        hi = min(hi, eng["max_num_batched_tokens"])
+        lo = min(lo, hi)
+    eng["max_num_seqs"] = draw(st.integers(lo, hi))
     eng["max_model_len"] = max_model_len
     if _maybe(draw, overheads):
         eng["cpu_overhead_s"] = draw(st.sampled_from([0.0, 0.002]))
