@@ -360,6 +360,11 @@ def advance(cfg, st, kv, tab, until):
             now = st.s.now
             pull_arrivals(cfg, st, now)
             if now >= cfg.stop_time or (cfg.stop_when_drained and drained(cfg, st)):
+                # a closed loop's successor of a request rejected in that pull arrives now too:
+                # it is in the system when the run ends (waiting, or rejected), as the summary
+                # counts it, not left unseen
+                while next_arrival(cfg, st) <= now:
+                    pull_arrivals(cfg, st, now)
                 return DONE
             schedule(cfg, st, kv, now)
             set_causes(st, now)
