@@ -70,3 +70,25 @@ def test_requests_arriving_at_the_final_boundary_are_in_the_system(engine, prefi
         counts[FINISHED], counts[REJECTED], counts[WAITING] + counts[RUNNING])
     unseen = (t.status == PENDING) & ~np.isnan(t.arrival) & (t.arrival <= res.summary["sim_time_s"])
     assert not unseen.any()
+
+
+@pytest.mark.xfail(strict=True, reason="known gap (closing note 2026-12-01): a fleet's closed-loop successors sent at "
+                   "the final instant stay unrouted while the summary counts them in flight")
+def test_fleet_requests_arriving_at_the_final_instant_are_in_the_system():
+    """The fleet counterpart of the test above: two replicas behind a router, the fleet inbox makes
+    the closed loop's successors. Fails today (14 of 100 duration cuts of this scenario)."""
+    import numpy as np
+
+    from servesim.request import FINISHED, REJECTED, RUNNING, WAITING
+
+    raw = {"name": "edge-fleet", "seed": 1, "stop": {"duration_s": 0.02, "requests": 40},
+           "hardware": {"replicas": 2}, "cluster": {"router": "round-robin"},
+           "engine": {"scheduler": "vllm", "max_num_seqs": 1, "max_num_batched_tokens": 512, "max_model_len": 512,
+                      "num_gpu_blocks_override": 4, "block_size": 16},
+           "workload": {"arrival": {"process": "closed", "clients": 3, "think_s": 0.0, "think_dist": "fixed"},
+                        "prompt": {"dist": "fixed", "value": 61}, "output": {"dist": "uniform", "min": 1, "max": 15}}}
+    res = simulate(scenario_from_dict(raw))
+    counts = np.bincount(res.table.status, minlength=5)
+    r = res.summary["requests"]
+    assert (r["completed"], r["rejected"], r["in_flight"]) == (
+        counts[FINISHED], counts[REJECTED], counts[WAITING] + counts[RUNNING])
