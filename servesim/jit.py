@@ -162,6 +162,26 @@ def kernel(fn: Callable | None = None, *, inline: bool = False):
     return _numba.njit(cache=True)(fn)
 
 
+class FieldStruct(_numba.core.types.StructRef):
+    """Base of servesim's StructRef types (one pointer per kernel call instead of a NamedTuple's
+    every field): fields typed as given, literals widened (a field first set from a constant must
+    still take any value of its type)."""
+
+    def preprocess_fields(self, fields):
+        return tuple((name, _numba.core.types.unliteral(typ)) for name, typ in fields)
+
+
+def struct_constructor(proxy: type, fields: list[str], name: str, module: str, filename: str):
+    """A kernel ``name(*fields) -> proxy(*fields)``: numba builds a StructRef only inside compiled
+    code, so every StructRef of the engine (the replica state, the KV pool) gets its constructor
+    from here. Compiled from source naming each field (the StructRef constructor takes them
+    positionally), attributed to the caller's module so that module keys its cache."""
+    args = ", ".join(fields)
+    ns: dict = {"_Proxy": proxy, "__name__": module}
+    exec(compile(f"def {name}({args}):\n    return _Proxy({args})\n", filename, "exec"), ns)
+    return kernel(ns[name])
+
+
 def pure(k: Callable, overrides: dict[Any, Callable] | None = None,
          _memo: dict | None = None) -> Callable:
     """The uncompiled version of kernel ``k``: its Python source with every kernel it calls

@@ -46,7 +46,7 @@ from servesim.engine.inbox import (  # noqa: F401 (the fleet driver reaches them
     request_ended,
     route_in,
 )
-from servesim.jit import kernel
+from servesim.jit import FieldStruct, kernel
 from servesim.kv.kernels import (
     kv_check,
     kv_commit_decodes,
@@ -416,14 +416,12 @@ def advance(cfg, st, kv, tab, until):
 # A fleet calls each replica's kernels from Python once per event. Passed separately, the
 # configuration, KV state and step tables are NamedTuples numba unboxes field by field at every
 # call (~15 us for ~40 arrays); held in one StructRef, a call passes one pointer (engine/cluster.py).
-from numba.core import types as _nbtypes  # noqa: E402
 from numba.experimental import structref as _structref  # noqa: E402
 
 
 @_structref.register
-class EngineRefType(_nbtypes.StructRef):
-    def preprocess_fields(self, fields):
-        return tuple((name, _nbtypes.unliteral(typ)) for name, typ in fields)
+class EngineRefType(FieldStruct):
+    pass
 
 
 class EngineRef(_structref.StructRefProxy):

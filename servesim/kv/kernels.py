@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from servesim.jit import kernel
+from servesim.jit import FieldStruct, kernel, struct_constructor
 
 PAGED, ELASTIC, STATIC = 0, 1, 2
 KINDS = {"paged": PAGED, "elastic": ELASTIC, "static": STATIC}
@@ -146,14 +146,12 @@ def make_kv(kind, num_blocks: int, block_size: int, n_requests: int, *, base_blo
 # arrays at every kernel call that takes it, and in an iteration of chunked prefill those calls
 # (one per request admitted, chunked or finished) were most of the time. Same field names, same
 # kernels; the uncompiled path keeps the NamedTuple.
-from numba.core import types as _nbtypes  # noqa: E402
 from numba.experimental import structref as _structref  # noqa: E402
 
 
 @_structref.register
-class KVStateType(_nbtypes.StructRef):
-    def preprocess_fields(self, fields):
-        return tuple((name, _nbtypes.unliteral(typ)) for name, typ in fields)
+class KVStateType(FieldStruct):
+    pass
 
 
 class KVStateRef(_structref.StructRefProxy):
@@ -161,10 +159,7 @@ class KVStateRef(_structref.StructRefProxy):
 
 
 _structref.define_proxy(KVStateRef, KVStateType, list(KVState._fields))
-_ARGS = ", ".join(KVState._fields)
-_ns: dict = {"KVStateRef": KVStateRef, "__name__": __name__}
-exec(compile(f"def make_kv_ref({_ARGS}):\n    return KVStateRef({_ARGS})\n", __file__, "exec"), _ns)
-make_kv_ref = kernel(_ns["make_kv_ref"])
+make_kv_ref = struct_constructor(KVStateRef, list(KVState._fields), "make_kv_ref", __name__, __file__)
 
 
 def compiled_kv(kv: KVState) -> KVStateRef:

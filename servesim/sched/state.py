@@ -406,14 +406,14 @@ def request_arrays(n: int, object_kv: bool, routed: bool) -> RequestArrays:
 # NamedTuple, whose ~50 arrays numba would pass (and LLVM optimise) as hundreds of scalar
 # arguments at every call: that made compilation take minutes. The uncompiled path keeps the
 # NamedTuple (fast attribute access in Python). Same field names, same kernels.
-from numba.core import types as _nbtypes  # noqa: E402
 from numba.experimental import structref as _structref  # noqa: E402
+
+from servesim.jit import FieldStruct, struct_constructor  # noqa: E402
 
 
 @_structref.register
-class ReplicaStateType(_nbtypes.StructRef):
-    def preprocess_fields(self, fields):
-        return tuple((name, _nbtypes.unliteral(typ)) for name, typ in fields)
+class ReplicaStateType(FieldStruct):
+    pass
 
 
 class ReplicaStateRef(_structref.StructRefProxy):
@@ -421,12 +421,8 @@ class ReplicaStateRef(_structref.StructRefProxy):
 
 
 _structref.define_proxy(ReplicaStateRef, ReplicaStateType, list(ReplicaState._fields))
-
-_ARGS = ", ".join(ReplicaState._fields)
-_src = f"def make_state_ref({_ARGS}):\n    return ReplicaStateRef({_ARGS})\n"
-_ns: dict = {"ReplicaStateRef": ReplicaStateRef, "__name__": __name__}
-exec(compile(_src, __file__, "exec"), _ns)
-make_state_ref = kernel(_ns["make_state_ref"])
+make_state_ref = struct_constructor(ReplicaStateRef, list(ReplicaState._fields), "make_state_ref", __name__,
+                                    __file__)
 
 
 def compiled_state(st: ReplicaState) -> ReplicaStateRef:
