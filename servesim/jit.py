@@ -111,29 +111,36 @@ def _configure_numba():
         if _CACHE_DIR:
             numba.config.CACHE_DIR = _CACHE_DIR
     if not numba.config.DISABLE_JIT:
-        _load_numba_without_blas_probe()
+        _load_cached_code_without_registries()
     return numba
 
 
-def _load_numba_without_blas_probe() -> None:
-    """Import numba's array implementations with its BLAS probe answered "no".
+def _load_cached_code_without_registries() -> None:
+    """Let numba load a cached kernel without first installing every implementation it has.
 
-    The first compiled call loads them all, and one of them imports ``scipy.linalg`` just to learn
-    whether ``np.correlate``/``np.convolve`` may call BLAS: 0.1-0.2 s, a tenth of a small run's
-    whole process. No kernel uses them (or ``np.dot``, which checks for BLAS itself when it is
-    compiled, so it keeps working). Where scipy.linalg is loaded already, the probe is free and
-    left alone."""
-    import sys
-
-    probe = "scipy.linalg.cython_blas"
-    if "scipy.linalg" in sys.modules or "numba.np.arraymath" in sys.modules:
-        return
-    sys.modules[probe] = None  # type: ignore[assignment]  # importing it raises ImportError
+    Before it reads a function from its on-disk cache, numba refreshes its target context: it
+    imports and registers the lowering of all of Python and NumPy it supports (~60 modules, and
+    ``scipy.linalg`` for a BLAS probe) -- 0.2-0.4 s, a third of a small run's whole process, spent
+    on code that is already compiled. Loading cached code needs only numba's runtime (NRT: the
+    allocator symbols the code links against), so that is what is initialised here. Compiling
+    still refreshes the context first (numba's compiler does so itself), and a lowering looked
+    up later refreshes it on demand (``BaseContext.get_function``), so nothing that compiles can
+    miss a registry. Where numba's internals differ from what this expects, it is left alone."""
     try:
-        import numba.np.arraymath  # noqa: F401
-    finally:
-        if sys.modules.get(probe, 0) is None:
-            del sys.modules[probe]
+        from numba.core.caching import Cache
+        from numba.core.runtime import rtsys
+    except ImportError:  # pragma: no cover - another numba layout
+        return
+    if not hasattr(Cache, "_load_overload") or not hasattr(Cache, "_guard_against_spurious_io_errors"):
+        return  # pragma: no cover
+
+    def load_overload(self, sig, target_context):
+        rtsys.initialize(target_context)
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+        return None  # the guard swallowed an I/O error: a cache miss
+
+    Cache.load_overload = load_overload
 
 
 _numba = _configure_numba()
@@ -160,6 +167,36 @@ def kernel(fn: Callable | None = None, *, inline: bool = False):
     if inline:
         return _numba.njit(cache=True, inline="always")(fn)
     return _numba.njit(cache=True)(fn)
+
+
+@kernel(inline=True)
+def bisect_right(a, q):
+    """How many of sorted ``a`` are <= ``q``: ``np.searchsorted(a, q, side="right")`` for a scalar
+    ``q``. Written out because numba's searchsorted lives in a module whose import (0.2 s, on
+    every process that loads the cached engine) would cost more than the search ever does."""
+    lo = 0
+    hi = a.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if q < a[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@kernel(inline=True)
+def bisect_left(a, q):
+    """How many of sorted ``a`` are < ``q``: ``np.searchsorted(a, q, side="left")``, scalar ``q``."""
+    lo = 0
+    hi = a.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < q:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 class FieldStruct(_numba.core.types.StructRef):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from servesim.jit import kernel
+from servesim.jit import bisect_left, bisect_right, kernel
 from servesim.request import REJECTED
 from servesim.sched.queues import enqueue
 from servesim.sched.state import start_waiting
@@ -248,7 +248,7 @@ def route_in(cfg, st, rid):
     if st.s.inflight == INFLIGHT_RUN and st.s.b_steps <= 1 and k > 1:
         t = st.arrival[rid]
         if st.ends[k - 1] >= t:
-            k = np.searchsorted(st.ends[:k], t, side="left") + 1
+            k = bisect_left(st.ends[:k], t) + 1
             st.s.run_k = k
             st.s.t_end = st.ends[k - 1]
 
@@ -277,6 +277,6 @@ def outstanding_work(cfg, st, t):
             w += np.int64(st.prompt[r]) + np.int64(st.output[r]) - np.int64(st.computed[r])
             r = st.in_next[r]
     if st.s.inflight == INFLIGHT_RUN:
-        done = np.searchsorted(st.ends[:st.s.run_k], t, side="right")
+        done = bisect_right(st.ends[:st.s.run_k], t)
         w -= np.int64(done) * st.s.b_len
     return w

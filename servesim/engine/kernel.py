@@ -46,7 +46,7 @@ from servesim.engine.inbox import (  # noqa: F401 (the fleet driver reaches them
     request_ended,
     route_in,
 )
-from servesim.jit import FieldStruct, kernel
+from servesim.jit import FieldStruct, bisect_left, kernel
 from servesim.kv.kernels import (
     kv_check,
     kv_commit_decodes,
@@ -174,7 +174,7 @@ def plan_decode_run(cfg, st, kv, tab, until):
         if until < t_cut and not cfg.routed:
             t_cut = until
         if st.ends[k - 1] >= t_cut:
-            k = np.searchsorted(st.ends[:k], t_cut, side="left") + 1
+            k = bisect_left(st.ends[:k], t_cut) + 1
         if k > 1 and st.ends[k - 1] > until and not cfg.routed:
             k -= 1  # the straddling step is planned again at that boundary
     return k

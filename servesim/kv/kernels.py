@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from servesim.jit import FieldStruct, kernel, struct_constructor
+from servesim.jit import FieldStruct, bisect_left, kernel, struct_constructor
 
 PAGED, ELASTIC, STATIC = 0, 1, 2
 KINDS = {"paged": PAGED, "elastic": ELASTIC, "static": STATIC}
@@ -269,7 +269,7 @@ def extent_release(hole_start, hole_len, sc, start, n):
     RELEASE_OVERLAP (it overlaps a free hole) / RELEASE_FULL, and then nothing changes."""
     s = sc[0]
     nh = s.nholes
-    i = np.searchsorted(hole_start[:nh], start)
+    i = bisect_left(hole_start[:nh], start)
     if i > 0 and hole_start[i - 1] + hole_len[i - 1] > start:
         return RELEASE_OVERLAP
     if i < nh and start + n > hole_start[i]:

@@ -31,7 +31,7 @@ from typing import NamedTuple  # (no postponed annotations: step_tables reads th
 
 import numpy as np
 
-from servesim.jit import kernel
+from servesim.jit import bisect_right, kernel
 
 CONSTANT, ROOFLINE, PACK = 0, 1, 2
 
@@ -235,7 +235,7 @@ def interp_at(q, x, y):
         return y[0]
     if q >= x[n - 1]:
         return y[n - 1]
-    j = np.searchsorted(x, q, side="right") - 1
+    j = bisect_right(x, q) - 1
     if x[j] == q:
         return y[j]
     slope = (y[j + 1] - y[j]) / (x[j + 1] - x[j])
@@ -279,7 +279,7 @@ def decode_lattice_into(batch, kv, n, out, grid, table, batches, beta, far):
     blend = False
     w = 0.0
     if batch < b_last:
-        row = np.searchsorted(batches, batch, side="right") - 1
+        row = bisect_right(batches, batch) - 1
         if row < 0:
             row = 0
         blend = not (batches[row] == batch or batch < batches[0])
@@ -289,7 +289,7 @@ def decode_lattice_into(batch, kv, n, out, grid, table, batches, beta, far):
         c = kv[e] / batch
         if c > far:
             c = far
-        j = np.searchsorted(grid, c, side="right") - 1
+        j = bisect_right(grid, c) - 1
         if j > ng - 2:
             j = ng - 2
         f = (c - grid[j]) * (1.0 / (grid[j + 1] - grid[j]))
@@ -320,7 +320,7 @@ def prefill_lattice_ms(t, c, chunks, grid, flat, far):
     nc = chunks.shape[0]
     if c > far:
         c = far
-    j = np.searchsorted(grid, c, side="right") - 1
+    j = bisect_right(grid, c) - 1
     if j > ng - 2:
         j = ng - 2
     fc = (c - grid[j]) * (1.0 / (grid[j + 1] - grid[j]))
@@ -331,7 +331,7 @@ def prefill_lattice_ms(t, c, chunks, grid, flat, far):
         t = chunks[0]
     if t > chunks[nc - 1]:
         t = chunks[nc - 1]
-    i = np.searchsorted(chunks, t, side="right") - 1
+    i = bisect_right(chunks, t) - 1
     if i > nc - 2:
         i = nc - 2
     ft = (t - chunks[i]) * (1.0 / (chunks[i + 1] - chunks[i]))
