@@ -66,6 +66,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=7)
     args = ap.parse_args()
+    from speed import byte_compile  # benchmarks/ is this script's folder, so on sys.path
+
+    byte_compile(None)
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "floor_mod.py").write_text(FLOOR_MODULE)
         sample(FLOOR, tmp, tmp)  # compile and cache the floor's function
