@@ -19,12 +19,21 @@ heap, arrival cap) run on a state of the fleet's own::
               closed loops also stop at the next other engine's event, whose ending requests
               may send new ones; requests e ended go back to the inbox (their clients' next
               requests), e is keyed again
+    end:  every engine has ended its run; arrivals up to the fleet's final instant are routed
 
 An engine thus plans at a boundary only after every arrival up to it is routed, which makes a
 fleet of one replica reproduce the lone replica exactly (tests/test_cluster_identity.py). The
 heap stands in for SimPy's event queue -- same (time, priority, index) ordering -- because a
 routed arrival can move an engine's next event earlier (it cuts a decode run), which SimPy
 timeouts cannot express; the whole loop is one SimPy process, as a lone replica is.
+
+A duration stop ends each engine at its own first boundary at or after the duration; the fleet's
+final instant is the latest of them. What arrives by then -- a closed loop's successors sent at
+a final boundary, theirs in turn (rejections without think time), or a request that reaches a
+replica after that replica stopped -- is in the system when the run ends, as a lone replica takes
+in what arrives at its final boundary: an engine that has ended takes in what is routed to it at
+its arrival (rejected, or waiting), its clock moving on to the arrival (never back), and plans
+nothing (``Fleet._take_in``; the routing-first loop does the same).
 
 Cost: one kernel call per engine event (an iteration, a decode run, a wake-up) plus the router's
 reads: linear in the requests for round robin and random, times the replica count for the
@@ -139,6 +148,17 @@ class Engine:
         self.s.set_i("in_head", int(ids[0]))
         self.s.set_i("in_tail", int(ids[-1]))
         self.routed += len(ids)
+
+    def last_arrival_by(self, t: float) -> float | None:
+        """The latest arrival at or before ``t`` among the requests routed here and not pulled yet
+        (None: none)."""
+        r = self.s.get_i("in_head")
+        arrival = self.rep.st.arrival
+        last = None
+        while r >= 0 and arrival[r] <= t:
+            last = float(arrival[r])
+            r = int(self.in_next[r])
+        return last
 
     def work(self, t: float) -> int:
         return int(self._work(t))
@@ -272,7 +292,8 @@ class Fleet:
         return max(e.s.get_f("now") for e in self.engines)
 
     # -- routing -----------------------------------------------------------------------------
-    def _route(self, rid: int, t: float, key: list, heap: list) -> None:
+    def _route(self, rid: int, t: float, key: list, heap: list) -> int:
+        """Route ``rid`` (arriving at ``t``) to an engine; returns the engine."""
         table = self.table
         r = self.router.choose(rid, int(table.klass[rid]), self.view)
         if self.decisions is not None:
@@ -302,6 +323,46 @@ class Fleet:
         if k != key[e]:
             key[e] = k
             heapq.heappush(heap, (k, e))
+        return e
+
+    def _route_due(self, t: float, key: list, heap: list, done: list) -> None:
+        """Route every arrival at ``t``; engines whose run has ended take theirs in (``_take_in``),
+        in engine order, once the router has placed them all (it reads the loads every engine
+        had at ``t``, as for engines still running)."""
+        self._t = t
+        late = []
+        for rid in self.inbox.due(t):
+            e = self._route(int(rid), t, key, heap)
+            if done[e] and e not in late:
+                late.append(e)
+        for e in sorted(late):
+            self._take_in(e, t)
+
+    def _take_in(self, e: int, t: float) -> None:
+        """Engine ``e`` ended its run (a duration stop, at its final boundary) and a request routed
+        to it arrives at ``t``, no later than the fleet's final instant (routing is in time order,
+        and a running engine's final boundary is no earlier than its next event): the engine takes
+        it in as a lone replica takes in what arrives at its final boundary -- rejected, or waiting
+        -- and the fleet's closed loops send the rejected requests' successors. The engine waited,
+        stopped, for the arrival: its clock moves on to ``t`` (never back), and it plans nothing."""
+        eng = self.engines[e]
+        if eng.s.get_f("now") < t:
+            eng.s.set_f("now", t)
+        code = eng.advance(t)  # (its final boundary again: the pull, then DONE)
+        assert code == K.DONE, code
+        if self.closed:
+            self._send_successors(eng)
+
+    def _send_successors(self, eng: Engine) -> bool:
+        """The clients of the requests ``eng`` ended send their next requests (the fleet inbox);
+        False when none ended."""
+        ended = eng.take_ended()
+        if not ended:
+            return False
+        t = eng.s.get_f("now") + self.delay_out + self.delay_in
+        for rid in ended:
+            self.inbox.ended(rid, t)
+        return True
 
     def _shut(self, key: list, heap: list, done: list) -> None:
         """The inbox is exhausted: engines may end once drained; idle ones are woken to see it."""
@@ -384,6 +445,13 @@ class Fleet:
             done += eng.s.get_i("ended")
             if self.progress is not None:
                 self.progress(done)
+        # a duration stop: each engine ran to its own final boundary; what reached an engine by
+        # the fleet's final instant is in the system, as in the event loop (``_take_in``)
+        end = self.now
+        for eng in self.engines:
+            t = eng.last_arrival_by(end)
+            if t is not None:
+                self._take_in(eng.index, t)
 
     def _run_events(self) -> None:
         engines, inbox, closed = self.engines, self.inbox, self.closed
@@ -393,7 +461,6 @@ class Fleet:
         done = [False] * n_eng
         n_done = 0
         shut = False
-        back = self.delay_out + self.delay_in
         T = inbox.next()
         if not shut and T == INF and inbox.exhausted():
             self._shut(key, heap, done)
@@ -412,9 +479,7 @@ class Fleet:
         while n_done < n_eng:
             k_min = top()
             if T <= k_min and T < INF:
-                self._t = T
-                for rid in inbox.due(T):
-                    self._route(int(rid), T, key, heap)
+                self._route_due(T, key, heap, done)
                 T = inbox.next()
                 if not shut and T == INF and inbox.exhausted():
                     self._shut(key, heap, done)
@@ -433,11 +498,7 @@ class Fleet:
             code = eng.advance(bound)
             if code != K.DONE and self._interrupt_now():
                 return
-            ended = eng.take_ended() if closed else None
-            if ended:
-                t = eng.s.get_f("now") + back
-                for rid in ended:
-                    inbox.ended(rid, t)
+            if closed and self._send_successors(eng):
                 T = inbox.next()
                 if not shut and T == INF and inbox.exhausted():
                     self._shut(key, heap, done)
@@ -453,6 +514,13 @@ class Fleet:
             calls += 1
             if self.progress is not None and calls % 8192 == 0:
                 self.progress(sum(x.s.get_i("ended") for x in engines))
+        # every engine has ended its run (a duration stop): what arrives by the fleet's final
+        # instant is in the system when the run ends -- the successors the last engines' final
+        # boundaries sent, and theirs in turn (think 0, rejections) -- as for a lone replica
+        end = self.now
+        while T <= end:
+            self._route_due(T, key, heap, done)
+            T = inbox.next()
 
     def process(self, env):
         """SimPy process: the whole fleet, then the clock catches up (as a lone replica does)."""
