@@ -37,6 +37,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,6 +49,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SERVESIM_SHARED", REPO.parent / "shared"))  # the data beside the checkout
 CORE_RATE = 2.2  # req/s: 80 % of the 2.76 req/s the core setup sustains, roofline (see --find-capacity)
+INF = float("inf")
 POLICIES = ("vllm", "chunked", "priority", "static-fifo")
 VIDUR_START_S, VIDUR_PER_REQ_S, VIDUR_TIMEIT_MS = 9.0, 5.9e-3, 2.8
 
@@ -221,19 +223,27 @@ def main() -> None:
         byte_compile(None)
         if args.baseline:
             byte_compile(args.baseline)
-        vidur = (VIDUR_START_S + VIDUR_PER_REQ_S * n) * t_ms / VIDUR_TIMEIT_MS  # scaled to this machine
-        print(f"\nWhole process, `servesim run` on (a) at {n:,} requests (Vidur's model scaled to timeit "
-              f"{t_ms:.2f} ms: {vidur:.1f} s)")
+        # timeit sampled beside every timed process (the machine's speed drifts), the median scales
+        # Vidur's model
+        ticks, best, old = [], {}, {}
+        for policy in policies:
+            for _ in range(3):
+                ticks.append(timeit_ms())
+                best[policy] = min(best.get(policy, INF), whole_process(n, policy, None, args.step_model))
+                if args.baseline:
+                    old[policy] = min(old.get(policy, INF), whole_process(n, policy, args.baseline, args.step_model))
+        t_med = statistics.median(ticks)
+        vidur = (VIDUR_START_S + VIDUR_PER_REQ_S * n) * t_med / VIDUR_TIMEIT_MS  # scaled to this machine
+        print(f"\nWhole process, `servesim run` on (a) at {n:,} requests, best of 3 (Vidur's model scaled to "
+              f"timeit {t_med:.2f} ms, the median of {len(ticks)} samples between the runs, "
+              f"{min(ticks):.2f}-{max(ticks):.2f}: {vidur:.1f} s)")
         print("| policy | servesim run s | x Vidur |" + (" baseline s | baseline x Vidur |" if args.baseline else ""))
         print("|---|---|---|" + ("---|---|" if args.baseline else ""))
         for policy in policies:
-            best = min(whole_process(n, policy, None, args.step_model) for _ in range(3))
-            line = f"| {policy} | {best:.2f} | {vidur / best:.0f}x |"
+            line = f"| {policy} | {best[policy]:.2f} | {vidur / best[policy]:.0f}x |"
             if args.baseline:
-                old = min(whole_process(n, policy, args.baseline, args.step_model) for _ in range(3))
-                line += f" {old:.2f} | {vidur / old:.0f}x |"
+                line += f" {old[policy]:.2f} | {vidur / old[policy]:.0f}x |"
             print(line, flush=True)
-
 
 if __name__ == "__main__":
     main()
