@@ -125,22 +125,31 @@ def _load_cached_code_without_registries() -> None:
     allocator symbols the code links against), so that is what is initialised here. Compiling
     still refreshes the context first (numba's compiler does so itself), and a lowering looked
     up later refreshes it on demand (``BaseContext.get_function``), so nothing that compiles can
-    miss a registry. Where numba's internals differ from what this expects, it is left alone."""
+    miss a registry. numba's own loading code runs as it is, with the refresh made a no-op for
+    that call (numba holds its compiler lock meanwhile, so no other thread compiles)."""
     try:
         from numba.core.caching import Cache
         from numba.core.runtime import rtsys
     except ImportError:  # pragma: no cover - another numba layout
         return
-    if not hasattr(Cache, "_load_overload") or not hasattr(Cache, "_guard_against_spurious_io_errors"):
-        return  # pragma: no cover
+    load = Cache.load_overload
 
     def load_overload(self, sig, target_context):
         rtsys.initialize(target_context)
-        with self._guard_against_spurious_io_errors():
-            return self._load_overload(sig, target_context)
-        return None  # the guard swallowed an I/O error: a cache miss
+        outer = "refresh" in vars(target_context)  # a load within a load: the outer one restores
+        if not outer:
+            target_context.refresh = _no_refresh  # shadows the method for this call only
+        try:
+            return load(self, sig, target_context)
+        finally:
+            if not outer:
+                del target_context.refresh
 
     Cache.load_overload = load_overload
+
+
+def _no_refresh() -> None:
+    pass
 
 
 _numba = _configure_numba()
