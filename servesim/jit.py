@@ -181,7 +181,7 @@ def kernel(fn: Callable | None = None, *, inline: bool = False):
 @kernel(inline=True)
 def bisect_right(a, q):
     """How many of sorted ``a`` are <= ``q``: ``np.searchsorted(a, q, side="right")`` for a scalar
-    ``q``. Written out because numba's searchsorted lives in a module whose import (0.2 s, on
+    ``q`` that is not NaN (every caller's is finite or checked). Written out because numba's searchsorted lives in a module whose import (0.2 s, on
     every process that loads the cached engine) would cost more than the search ever does."""
     lo = 0
     hi = a.shape[0]
@@ -196,7 +196,8 @@ def bisect_right(a, q):
 
 @kernel(inline=True)
 def bisect_left(a, q):
-    """How many of sorted ``a`` are < ``q``: ``np.searchsorted(a, q, side="left")``, scalar ``q``."""
+    """How many of sorted ``a`` are < ``q``: ``np.searchsorted(a, q, side="left")``, scalar ``q``
+    not NaN (see :func:`bisect_right`)."""
     lo = 0
     hi = a.shape[0]
     while lo < hi:

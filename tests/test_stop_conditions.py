@@ -132,15 +132,20 @@ def test_fleet_requests_arriving_at_the_final_instant_are_in_the_system(engine):
 CUTS = [0.001 + i * 0.199 / 99 for i in range(100)]  # 67 of these failed before the fix (round robin)
 
 
-def test_fleet_duration_cuts_account_for_every_arrival():
-    """100 duration cuts of the scenario above: at each, the summary's counts are the requests'
-    and nothing that reached a replica by the final instant is left pending (a few seconds)."""
+def _assert_every_cut_accounted(make_raw, delay_in: float = 0.0) -> None:
+    """Run ``make_raw(d)`` at every duration cut of CUTS; fail naming how many cuts and the first."""
     bad = {}
     for d in CUTS:
-        why = _unaccounted(simulate(scenario_from_dict(_fleet_edge(d))))
+        why = _unaccounted(simulate(scenario_from_dict(make_raw(d))), delay_in)
         if why:
             bad[d] = why
     assert not bad, f"{len(bad)} of {len(CUTS)} cuts: {next(iter(bad.items()))}"
+
+
+def test_fleet_duration_cuts_account_for_every_arrival():
+    """100 duration cuts of the scenario above: at each, the summary's counts are the requests'
+    and nothing that reached a replica by the final instant is left pending (a few seconds)."""
+    _assert_every_cut_accounted(_fleet_edge)
 
 
 @pytest.mark.slow
@@ -160,12 +165,7 @@ def test_fleet_duration_cuts_account_for_every_arrival_many(engine, router, shap
     elif shape == "delays":
         cluster = {"network_delay_s": 0.002, "router_overhead_s": 0.001}
         delay_in = 0.003
-    bad = {}
-    for d in CUTS:
-        why = _unaccounted(simulate(scenario_from_dict(_fleet_edge(d, engine, router, **cluster))), delay_in)
-        if why:
-            bad[d] = why
-    assert not bad, f"{len(bad)} of {len(CUTS)} cuts: {next(iter(bad.items()))}"
+    _assert_every_cut_accounted(lambda d: _fleet_edge(d, engine, router, **cluster), delay_in)
 
 
 def _lone_edge(duration_s: float, engine: str, prefix: bool) -> dict:

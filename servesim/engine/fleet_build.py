@@ -19,7 +19,8 @@ from typing import Callable
 import numpy as np
 
 from servesim.engine.build import arrival_cap, build_replica, client_columns, closed_groups, send_first_requests
-from servesim.engine.cluster import Engine, Fleet, FleetInbox
+from servesim.engine.cluster import Fleet
+from servesim.engine.fleet_engine import Engine, FleetInbox
 from servesim.engine.router import make_router
 from servesim.memory import MemoryPlan, plan_memory
 from servesim.request import RequestTable, Workload
