@@ -106,6 +106,7 @@ def run(
         if n > 1:
             _run_replicated(sc, seed, n, out_dir, quiet, workers)
             return
+        _without_numba_if_built(sc)
         reporter = ProgressReporter(console, total=None, enabled=not quiet)
         built = build(sc, seed=seed, progress=reporter.update, cold="python")
         built.replica.stop_on_interrupt = True  # Ctrl-C: stop at the next boundary, keep what ran
@@ -158,6 +159,23 @@ def run(
     if held.hit:
         err_console.print(Text("interrupted (Ctrl-C) while writing; the results were written whole"), highlight=False)
         raise typer.Exit(INTERRUPTED)
+
+
+def _without_numba_if_built(sc) -> None:
+    """One replica, with the ahead-of-time engine built here (or the Python engine asked for):
+    run without importing numba (servesim/aot.py; ~0.6 s of a small run's start-up). A fleet
+    keeps the JIT-compiled engine."""
+    from servesim import aot
+
+    if sc.is_fleet:
+        return
+    if sc.sim.engine == "python" or aot.available():  # (the Python engine needs no numba either)
+        aot.request_plain()
+    elif aot.state() == "missing":
+        from servesim.engine.warm import compiled_ready, warm_in_background
+
+        if compiled_ready():
+            warm_in_background()  # built on a machine that had the compiled engine before the ahead-of-time one
 
 
 def _check_formats(formats: Optional[List[str]]) -> None:
@@ -264,14 +282,19 @@ def check(
 @app.command()
 def warm() -> None:
     """Build the compiled engine for this machine now (about a minute, once per version)."""
+    from servesim import aot
     from servesim.engine.warm import compiled_ready
-    from servesim.warmup import warm as build_engine
+    from servesim.warmup import build_ahead_of_time, warm as build_engine
 
-    if compiled_ready():
-        console.print("the compiled engine is already built on this machine")
+    if compiled_ready() and aot.state() != "missing":
+        console.print("the compiled engine is already built on this machine; " + aot.status(), markup=False)
         return
-    console.print("building the compiled engine (numba; about a minute on two cores, once)...")
-    console.print(f"done in {build_engine():.0f} s")
+    if compiled_ready():
+        console.print("building the ahead-of-time engine (seconds)...")
+        console.print(build_ahead_of_time(), markup=False)
+        return
+    console.print("building the compiled engine (numba; about two minutes on two cores, once)...")
+    console.print(f"done in {build_engine():.0f} s; " + aot.status(), markup=False)
 
 
 @app.command()

@@ -19,97 +19,27 @@ every cached kernel, the cache lives in a folder named by a hash of all kernel m
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import time
 import types
 from pathlib import Path
 from typing import Any, Callable
 
-from servesim.diskmemo import cache_bases
+from servesim import aot
+from servesim.kernel_cache import KERNEL_MODULES, _PKG, cache_dir
 
-# modules that define kernels, relative to the package folder; their sources key the cache
-KERNEL_MODULES = (
-    "jit.py",
-    "kv/kernels.py",
-    "perf/kernels.py",
-    "sched/state.py",
-    "sched/queues.py",
-    "sched/parts.py",
-    "sched/reserve.py",
-    "sched/policies.py",
-    "engine/inbox.py",
-    "engine/kernel.py",
-)
-_PKG = Path(__file__).resolve().parent
-
-
-def _source_hash() -> str:
-    """The kernels' sources, where they are and their modification stamps. numba keys its own
-    cache index by each file's path and stamp, so an install at another path (a new venv) or a
-    touched file recompiles whatever the READY marker (engine/warm.py) of a shared folder said;
-    keying the folder the same way keeps the marker truthful."""
-    h = hashlib.sha256()
-    for rel in KERNEL_MODULES:
-        p = _PKG / rel
-        if p.is_file():
-            h.update(rel.encode())
-            h.update(p.read_bytes())
-            h.update(f"{p}:{p.stat().st_mtime_ns}".encode())
-    return h.hexdigest()[:16]
-
-
-UNUSED_DAYS = 14  # a cache folder no import has used this long is removed (each is ~200 MB)
-
-
-def _prune(root: Path, keep: Path) -> None:
-    """Remove other versions' and installs' folders unused for UNUSED_DAYS (every import marks
-    its own folder used), so upgrades and new environments do not pile up compiled code."""
-    cutoff = time.time() - UNUSED_DAYS * 86400
-    try:
-        for sib in root.iterdir():
-            if sib != keep and sib.is_dir() and sib.stat().st_mtime < cutoff:
-                shutil.rmtree(sib, ignore_errors=True)
-    except OSError:
-        pass
-
-
-def _cache_dir() -> str:
-    """A writable folder for compiled kernels, keyed by the kernels' sources."""
-    for root in (base / "servesim-numba" for base in cache_bases()):
-        d = root / _source_hash()
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-            probe = d / ".probe"
-            probe.write_text("")
-            probe.unlink()
-            os.utime(d)  # last used now
-            _prune(root, keep=d)
-            return str(d)
-        except OSError:
-            continue
-    return ""
-
-
-_CACHE_DIR = ""
-
-
-def cache_dir() -> str:
-    """The folder of this kernel version's compiled cache ("" when numba picks its own)."""
-    return _CACHE_DIR
+# Plain mode: a process that runs the ahead-of-time engine (servesim.aot) never imports numba;
+# kernels are then their plain Python functions (what ``pure`` rebuilds them from)
+PLAIN = aot.plain_requested()
+_PLAIN_KERNELS: set = set()
 
 
 def _configure_numba():
     """Point numba's on-disk cache at the folder keyed by the kernels' sources (before any kernel
     is declared: numba fixes a function's cache location when it is decorated)."""
-    global _CACHE_DIR
     import numba
 
-    if not os.environ.get("NUMBA_CACHE_DIR"):
-        _CACHE_DIR = _cache_dir()
-        if _CACHE_DIR:
-            numba.config.CACHE_DIR = _CACHE_DIR
+    if cache_dir():
+        numba.config.CACHE_DIR = cache_dir()
     if not numba.config.DISABLE_JIT:
         _load_cached_code_without_registries()
     return numba
@@ -152,8 +82,8 @@ def _no_refresh() -> None:
     pass
 
 
-_numba = _configure_numba()
-Dispatcher = _numba.core.registry.CPUDispatcher
+_numba = None if PLAIN else _configure_numba()
+Dispatcher = _numba.core.registry.CPUDispatcher if _numba is not None else type("NoDispatcher", (), {})
 
 
 def kernel(fn: Callable | None = None, *, inline: bool = False):
@@ -173,6 +103,9 @@ def kernel(fn: Callable | None = None, *, inline: bool = False):
     if rel not in KERNEL_MODULES:
         raise RuntimeError(f"kernel {fn.__qualname__} is defined in {rel}, which is not listed in "
                            f"servesim.jit.KERNEL_MODULES (the cache key would miss its edits)")
+    if _numba is None:
+        _PLAIN_KERNELS.add(fn)
+        return fn
     if inline:
         return _numba.njit(cache=True, inline="always")(fn)
     return _numba.njit(cache=True)(fn)
@@ -209,13 +142,14 @@ def bisect_left(a, q):
     return lo
 
 
-class FieldStruct(_numba.core.types.StructRef):
-    """Base of servesim's StructRef types (one pointer per kernel call instead of a NamedTuple's
-    every field): fields typed as given, literals widened (a field first set from a constant must
-    still take any value of its type)."""
+if _numba is not None:
+    class FieldStruct(_numba.core.types.StructRef):
+        """Base of servesim's StructRef types (one pointer per kernel call instead of a NamedTuple's
+        every field): fields typed as given, literals widened (a field first set from a constant
+        must still take any value of its type)."""
 
-    def preprocess_fields(self, fields):
-        return tuple((name, _numba.core.types.unliteral(typ)) for name, typ in fields)
+        def preprocess_fields(self, fields):
+            return tuple((name, _numba.core.types.unliteral(typ)) for name, typ in fields)
 
 
 def struct_constructor(proxy: type, fields: list[str], name: str, module: str, filename: str):
@@ -229,6 +163,23 @@ def struct_constructor(proxy: type, fields: list[str], name: str, module: str, f
     return kernel(ns[name])
 
 
+def struct_ref(type_name: str, proxy_name: str, fields: list[str], constructor: str, module: str,
+               filename: str) -> tuple:
+    """``(type, proxy, constructor kernel)`` of one StructRef of the compiled engine: the replica
+    state, the KV pool and a fleet's engine handle are each passed to kernels as one pointer
+    rather than a NamedTuple numba would unbox field by field at every call. The caller's module
+    binds them to globals of these names (numba pickles a type by its module and name). In plain
+    mode there is no compiled engine to build them for: ``(None, None, None)``."""
+    if _numba is None:
+        return None, None, None
+    from numba.experimental import structref
+
+    typ = structref.register(type(type_name, (FieldStruct,), {"__module__": module, "__qualname__": type_name}))
+    proxy = type(proxy_name, (structref.StructRefProxy,), {"__module__": module, "__qualname__": proxy_name})
+    structref.define_proxy(proxy, typ, fields)
+    return typ, proxy, struct_constructor(proxy, fields, constructor, module, filename)
+
+
 def pure(k: Callable, overrides: dict[Any, Callable] | None = None,
          _memo: dict | None = None) -> Callable:
     """The uncompiled version of kernel ``k``: its Python source with every kernel it calls
@@ -238,19 +189,25 @@ def pure(k: Callable, overrides: dict[Any, Callable] | None = None,
     memo = {} if _memo is None else _memo
     if k in overrides:
         return overrides[k]
-    if not isinstance(k, Dispatcher):
+    f = _source(k)
+    if f is None:
         return k
     if k in memo:
         return memo[k]
-    f = k.py_func
     g: dict = {}
     new = types.FunctionType(f.__code__, g, f.__name__, f.__defaults__, f.__closure__)
     new.__qualname__ = f.__qualname__
     new.__doc__ = f.__doc__
     memo[k] = new
     for name, v in f.__globals__.items():
-        if isinstance(v, Dispatcher):
-            g[name] = pure(v, overrides, memo)
-        else:
-            g[name] = v
+        g[name] = pure(v, overrides, memo) if _source(v) is not None else v
     return new
+
+
+def _source(k) -> Callable | None:
+    """The Python function behind kernel ``k`` (None: ``k`` is not a kernel)."""
+    if isinstance(k, Dispatcher):
+        return k.py_func
+    if isinstance(k, types.FunctionType) and k in _PLAIN_KERNELS:
+        return k
+    return None

@@ -51,31 +51,31 @@ def test_cache_folder_follows_the_install_and_the_files_stamps(tmp_path, monkeyp
     import os
     import shutil
 
-    from servesim import jit
+    from servesim import kernel_cache as kc
 
     def copy_to(root):
-        for rel in jit.KERNEL_MODULES:
+        for rel in kc.KERNEL_MODULES:
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(jit._PKG / rel, root / rel)
+            shutil.copy2(kc._PKG / rel, root / rel)
         return root
 
     a, b = copy_to(tmp_path / "a"), copy_to(tmp_path / "b")
-    monkeypatch.setattr(jit, "_PKG", a)
-    h_a = jit._source_hash()
-    assert jit._source_hash() == h_a  # stable while nothing changes
-    monkeypatch.setattr(jit, "_PKG", b)
-    assert jit._source_hash() != h_a  # same bytes, another install
-    monkeypatch.setattr(jit, "_PKG", a)
-    st = os.stat(a / jit.KERNEL_MODULES[0])
-    os.utime(a / jit.KERNEL_MODULES[0], ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
-    assert jit._source_hash() != h_a  # touched: numba would recompile it
+    monkeypatch.setattr(kc, "_PKG", a)
+    h_a = kc._source_hash()
+    assert kc._source_hash() == h_a  # stable while nothing changes
+    monkeypatch.setattr(kc, "_PKG", b)
+    assert kc._source_hash() != h_a  # same bytes, another install
+    monkeypatch.setattr(kc, "_PKG", a)
+    st = os.stat(a / kc.KERNEL_MODULES[0])
+    os.utime(a / kc.KERNEL_MODULES[0], ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert kc._source_hash() != h_a  # touched: numba would recompile it
 
 
 def test_unused_cache_folders_are_pruned(tmp_path, monkeypatch):
     import os
     import time
 
-    from servesim import jit
+    from servesim import kernel_cache as kc
 
     monkeypatch.setenv("SERVESIM_CACHE_DIR", str(tmp_path))
     root = tmp_path / "servesim-numba"
@@ -83,9 +83,9 @@ def test_unused_cache_folders_are_pruned(tmp_path, monkeypatch):
     for d in (old, recent):
         d.mkdir(parents=True)
         (d / "x.nbi").write_text("")
-    stale = time.time() - (jit.UNUSED_DAYS + 1) * 86400
+    stale = time.time() - (kc.UNUSED_DAYS + 1) * 86400
     os.utime(old, (stale, stale))
-    mine = jit._cache_dir()
+    mine = kc._cache_dir()
     assert mine.startswith(str(root)) and os.path.isdir(mine)
     assert not old.exists() and recent.exists()
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from servesim.engine import kernel as K
 from servesim.engine.warm import mark_ready
+from servesim import aot, jit
 from servesim.jit import pure
 from servesim.kv import kernels as kvk
 from servesim.perf import kernels as pk
@@ -164,7 +165,13 @@ class Replica:
             why.append("user policy parts")
         if force_python:
             why.append(force_python)
+        aot_advance = None
+        if jit.PLAIN and not why:  # numba is not loaded: the ahead-of-time engine, or Python
+            aot_advance, reason = (None, "a fleet's replica") if cfg.routed else aot.entry(cfg, st, kv, tab)
+            if aot_advance is None:
+                why.append(reason)
         self.record = st.s
+        self.ahead_of_time = aot_advance is not None
         if why:
             self.path = "python"
             self.why = ", ".join(why)
@@ -175,10 +182,11 @@ class Replica:
         else:
             self.path = "compiled"
             self.why = ""
-            self._advance = K.advance
+            self._advance = aot_advance or K.advance
         self.st = st  # the arrays, as Python sees them
-        self.kst = compiled_state(st) if self.path == "compiled" else st  # as the kernel sees them
-        self.kkv = kvk.compiled_kv(kv) if self.path == "compiled" else kv
+        jitted = self.path == "compiled" and not self.ahead_of_time
+        self.kst = compiled_state(st) if jitted else st  # as the kernel sees them
+        self.kkv = kvk.compiled_kv(kv) if jitted else kv
         recorder.itl_from = float(st.s.itl_from)
 
     @property

@@ -46,7 +46,7 @@ from servesim.engine.inbox import (  # noqa: F401 (the fleet driver reaches them
     request_ended,
     route_in,
 )
-from servesim.jit import FieldStruct, bisect_left, kernel
+from servesim.jit import bisect_left, kernel, struct_ref
 from servesim.kv.kernels import (
     kv_check,
     kv_commit_decodes,
@@ -54,13 +54,14 @@ from servesim.kv.kernels import (
     kv_free,
     kv_step_usage,
     kv_used_blocks,
+    make_kv_ref,
 )
 from servesim.perf.kernels import decode_seconds, iteration_seconds
 from servesim.request import FINISHED, RUNNING
 from servesim.sched.parts import kv_stable_steps
 from servesim.sched.policies import decode_steps_done, schedule
 from servesim.sched.queues import n_queued, num_waiting
-from servesim.sched.state import ONE, ZERO, set_causes
+from servesim.sched.state import ONE, ZERO, make_state_ref, set_causes
 
 PER_STEP = np.int64(-1)  # record(): blocks in use from st.used, step by step
 
@@ -412,29 +413,22 @@ def advance(cfg, st, kv, tab, until):
         st.s.now = t_next
 
 
+@kernel
+def advance_tuples(cfg, st, kv, tab, until):
+    """:func:`advance` over the state and pool as NamedTuples: the entry point of the
+    ahead-of-time engine (servesim/aot.py), whose compiled module takes arrays and tuples from
+    Python but no StructRef (those need numba's Python side to cross). The pointers are built
+    at each call, over the same arrays, for a few microseconds per return to Python."""
+    return advance(cfg, make_state_ref(*st), make_kv_ref(*kv), tab, until)
+
+
 # ------------------------------------------------------------------- one engine, one pointer
 # A fleet calls each replica's kernels from Python once per event. Passed separately, the
 # configuration, KV state and step tables are NamedTuples numba unboxes field by field at every
 # call (~15 us for ~40 arrays); held in one StructRef, a call passes one pointer (engine/cluster.py).
-from numba.experimental import structref as _structref  # noqa: E402
-
-
-@_structref.register
-class EngineRefType(FieldStruct):
-    pass
-
-
-class EngineRef(_structref.StructRefProxy):
-    """A replica's (cfg, state, kv, step tables) as one compiled object."""
-
-
-# (not "st": numba's generated constructor names its instance so)
-_structref.define_proxy(EngineRef, EngineRefType, ["cfg", "state", "kv", "tab"])
-
-
-@kernel
-def make_engine_ref(cfg, state, kv, tab):
-    return EngineRef(cfg, state, kv, tab)
+# (fields not named "st": numba's generated constructor names its instance so)
+EngineRefType, EngineRef, make_engine_ref = struct_ref("EngineRefType", "EngineRef", ["cfg", "state", "kv", "tab"],
+                                                       "make_engine_ref", __name__, __file__)
 
 
 @kernel

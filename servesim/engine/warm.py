@@ -19,13 +19,13 @@ import sys
 import time
 from pathlib import Path
 
-from servesim import jit
+from servesim import aot, kernel_cache
 
 STALE_LOCK_S = 900.0
 
 
 def marker() -> Path | None:
-    d = jit.cache_dir()
+    d = kernel_cache.cache_dir()
     return Path(d) / "READY" if d else None
 
 
@@ -55,17 +55,23 @@ def warming() -> bool:
         return False
 
 
+def aot_pending() -> bool:
+    """The ahead-of-time engine (servesim/aot.py) is neither built nor known to fail here."""
+    return aot.state() == "missing"
+
+
 def warm_in_background() -> bool:
-    """Start ``python -m servesim.warmup`` detached, unless one is running; True if one is.
+    """Start ``python -m servesim.warmup`` detached (the compiled engine, then the ahead-of-time
+    one), unless one is running or both are built; True if one is running.
     ``SERVESIM_BACKGROUND_WARM=0`` turns it off (test suites, batch jobs that compile anyway)."""
-    if compiled_ready() or os.environ.get("SERVESIM_BACKGROUND_WARM", "1") == "0":
+    if (compiled_ready() and not aot_pending()) or os.environ.get("SERVESIM_BACKGROUND_WARM", "1") == "0":
         return False
     if warming():
         return True
     # ``-m`` puts the working folder first on the path: run from the folder that holds *this*
     # servesim, or a source checkout in the user's folder (``pip install .`` then ``servesim run``
     # in the repository) would be warmed instead of the installed copy that asked
-    home = Path(jit.__file__).resolve().parents[1]
+    home = Path(kernel_cache.__file__).resolve().parents[1]
     try:
         subprocess.Popen([sys.executable, "-m", "servesim.warmup"], stdin=subprocess.DEVNULL, cwd=home,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from servesim.jit import FieldStruct, bisect_left, kernel, struct_constructor
+from servesim.jit import bisect_left, kernel, struct_ref
 
 PAGED, ELASTIC, STATIC = 0, 1, 2
 KINDS = {"paged": PAGED, "elastic": ELASTIC, "static": STATIC}
@@ -146,23 +146,11 @@ def make_kv(kind, num_blocks: int, block_size: int, n_requests: int, *, base_blo
 # arrays at every kernel call that takes it, and in an iteration of chunked prefill those calls
 # (one per request admitted, chunked or finished) were most of the time. Same field names, same
 # kernels; the uncompiled path keeps the NamedTuple.
-from numba.experimental import structref as _structref  # noqa: E402
+KVStateType, KVStateRef, make_kv_ref = struct_ref("KVStateType", "KVStateRef", list(KVState._fields), "make_kv_ref",
+                                                 __name__, __file__)
 
 
-@_structref.register
-class KVStateType(FieldStruct):
-    pass
-
-
-class KVStateRef(_structref.StructRefProxy):
-    """The compiled view of a :class:`KVState`: the same arrays (updates show in both)."""
-
-
-_structref.define_proxy(KVStateRef, KVStateType, list(KVState._fields))
-make_kv_ref = struct_constructor(KVStateRef, list(KVState._fields), "make_kv_ref", __name__, __file__)
-
-
-def compiled_kv(kv: KVState) -> KVStateRef:
+def compiled_kv(kv: KVState):
     """The pool as compiled kernels take it (sharing ``kv``'s arrays)."""
     return make_kv_ref(*kv)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from servesim import jit
 from servesim.kv import kernels
 
 ENTRY_POINTS = ("kv_allocate", "kv_allocate_decodes", "kv_free", "kv_decode_run", "kv_run_used",
@@ -46,7 +47,7 @@ class KernelSet:
         work of a small kernel). The entry point does not check argument types, so callers must
         pass exactly ``state``, ``computed``, Python or numpy integers, contiguous int64 arrays
         and C-ordered float64 2-d arrays where :data:`_ARGS` says so."""
-        if self.pure:
+        if self.pure or jit.PLAIN:  # (plain mode: the kernels are Python functions already)
             return self
         from types import SimpleNamespace
 

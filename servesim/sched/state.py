@@ -406,24 +406,11 @@ def request_arrays(n: int, object_kv: bool, routed: bool) -> RequestArrays:
 # NamedTuple, whose ~50 arrays numba would pass (and LLVM optimise) as hundreds of scalar
 # arguments at every call: that made compilation take minutes. The uncompiled path keeps the
 # NamedTuple (fast attribute access in Python). Same field names, same kernels.
-from numba.experimental import structref as _structref  # noqa: E402
+from servesim.jit import struct_ref  # noqa: E402
 
-from servesim.jit import FieldStruct, struct_constructor  # noqa: E402
-
-
-@_structref.register
-class ReplicaStateType(FieldStruct):
-    pass
+ReplicaStateType, ReplicaStateRef, make_state_ref = struct_ref(
+    "ReplicaStateType", "ReplicaStateRef", list(ReplicaState._fields), "make_state_ref", __name__, __file__)
 
 
-class ReplicaStateRef(_structref.StructRefProxy):
-    """The compiled view of a :class:`ReplicaState` (fields are read in kernels only)."""
-
-
-_structref.define_proxy(ReplicaStateRef, ReplicaStateType, list(ReplicaState._fields))
-make_state_ref = struct_constructor(ReplicaStateRef, list(ReplicaState._fields), "make_state_ref", __name__,
-                                    __file__)
-
-
-def compiled_state(st: ReplicaState) -> ReplicaStateRef:
+def compiled_state(st: ReplicaState):
     return make_state_ref(*st)
