@@ -151,6 +151,16 @@ def byte_compile(src: str | None) -> None:
         subprocess.run([sys.executable, "-m", "compileall", "-q", where], capture_output=True)
 
 
+def warm_up(src: str | None) -> None:
+    """``python -m servesim.warmup`` of a checkout: what ``servesim warm`` builds (the compiled
+    engine and, since cc2a6c5, the ahead-of-time module a ``servesim run`` loads instead of numba)."""
+    env = dict(os.environ)
+    if src:
+        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    subprocess.run([sys.executable, "-m", "servesim.warmup"], env=env, cwd=tempfile.gettempdir(),
+                   capture_output=True)
+
+
 def whole_process(n: int, policy: str, src: str | None, step_model: str) -> float:
     """Seconds of ``servesim run`` on workload (a) at ``n`` requests, end to end, fresh out dir."""
     tmp = Path(tempfile.mkdtemp(prefix="servesim-speed-"))
@@ -220,9 +230,9 @@ def main() -> None:
         print(line)
     if args.whole_process:
         n = args.whole_process
-        byte_compile(None)
-        if args.baseline:
-            byte_compile(args.baseline)
+        for src in (None, args.baseline) if args.baseline else (None,):
+            byte_compile(src)
+            warm_up(src)
         # timeit sampled beside every timed process (the machine's speed drifts), the median scales
         # Vidur's model
         ticks, best, old = [], {}, {}

@@ -142,6 +142,7 @@ class Replica:
 
     stop_on_interrupt = False
     interrupted = False
+    ahead_of_time = False  # the loop is the ahead-of-time module's (servesim/aot.py)
     scalars = None  # the state's scalar records (``st.s`` as an array), set by engine.build
 
     def __init__(self, cfg, st, kv, tab, recorder, *, kv_object=None, model_object=None,
