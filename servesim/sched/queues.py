@@ -16,6 +16,8 @@ The discipline answers "who is next?" (:func:`head`):
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from servesim.jit import kernel
@@ -145,19 +147,37 @@ def head(cfg, st, now):
 
 @kernel
 def aging_horizon(cfg, st, now):
-    """The next time a queue head's effective class drops (the order may change then), a hair
-    early so float rounding never lets the order change before it."""
+    """The next time a queue head's effective class drops (the order may change then): the
+    exact first float time after ``now`` at which :func:`eff_class` gives less, so the engine
+    re-decides at the first boundary that sees the new order -- never earlier, where an idle
+    engine would wake to the same order and wait for the same instant again, and never later."""
     t = np.inf
     for q in range(QUEUED):
         if st.q_len[q] == 0:
             continue
         rid = st.q_head[q]
         if eff_class(cfg, st, rid, now) > 0:
-            a = st.arrival[rid]
-            tq = a + ((now - a) // cfg.aging_s + 1) * cfg.aging_s
+            tq = class_drop_after(st.arrival[rid], cfg.aging_s, now)
             if tq < t:
                 t = tq
-    return t - 1e-9 * max(1.0, abs(t))
+    return t
+
+
+@kernel(inline=True)
+def class_drop_after(a, aging_s, now):
+    """The first float ``t > now`` with ``(t - a) // aging_s`` above its value at ``now``: the
+    arithmetic boundary ``a + (k + 1) * aging_s``, moved by the few ulps its rounding is off."""
+    k = (now - a) // aging_s
+    t = a + (k + 1.0) * aging_s
+    if t <= now:
+        t = math.nextafter(now, math.inf)
+    while (t - a) // aging_s <= k:  # rounded below the boundary: not dropped yet
+        t = math.nextafter(t, math.inf)
+    while True:  # rounded above it: it drops a little earlier
+        p = math.nextafter(t, -math.inf)
+        if p <= now or (p - a) // aging_s <= k:
+            return t
+        t = p
 
 
 @kernel
