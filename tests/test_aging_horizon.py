@@ -54,6 +54,37 @@ def test_an_engine_idling_for_a_class_drop_moves_on():
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
 
+def test_a_horizon_that_is_not_ahead_is_an_error_not_a_hang():
+    """A policy part whose horizon is not after the current time (here the old hair-early aging
+    horizon) stops the run with an error naming it, instead of spinning at one instant."""
+    probe = textwrap.dedent(f"""
+        import numpy as np
+        from servesim import scenario_from_dict
+        from servesim.jit import pure
+        from servesim.sched import queues
+        from servesim.simulate import build, run_built
+
+        eff_class = pure(queues.eff_class)
+
+        def hair_early(cfg, st, now):
+            t = np.inf
+            for q in range(queues.QUEUED):
+                if st.q_len[q] and eff_class(cfg, st, st.q_head[q], now) > 0:
+                    a = st.arrival[st.q_head[q]]
+                    t = min(t, a + ((now - a) // cfg.aging_s + 1) * cfg.aging_s)
+            return t - 1e-9 * max(1.0, abs(t))
+
+        b = build(scenario_from_dict({STUCK!r}), kernel_overrides={{queues.aging_horizon: hair_early}})
+        try:
+            run_built(b)
+        except RuntimeError as exc:
+            print(exc)
+    """)
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "horizon must lie ahead of the current time" in proc.stdout
+
+
 def _floor_class(t: float, a: float, aging: float) -> float:
     return (t - a) // aging
 

@@ -50,6 +50,8 @@ ERRORS = {
     K.E_SEQS: "max_num_seqs exceeded: {arg} running",
     K.E_EMPTY_NEW: "a scheduled request computes no token",
     K.E_STALL: "scheduler returned an empty batch with work pending and nothing left to wait for (a policy bug)",
+    K.E_HORIZON: "the policy asked to be woken at an instant the idle engine has already reached, so it would "
+                 "wait for it forever (a policy bug: a horizon must lie ahead of the current time)",
 }
 
 
@@ -241,7 +243,7 @@ class Replica:
                 f"KV invariant violated (code {int(st.s.error_arg)})"
             raise AssertionError(msg)
         msg = ERRORS.get(err, f"engine error {err}").format(arg=int(st.s.error_arg))
-        if err == K.E_STALL:
+        if err in (K.E_STALL, K.E_HORIZON):
             raise RuntimeError(msg)
         raise AssertionError(msg)
 

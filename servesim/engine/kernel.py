@@ -66,7 +66,7 @@ from servesim.sched.state import ONE, ZERO, make_state_ref, set_causes
 PER_STEP = np.int64(-1)  # record(): blocks in use from st.used, step by step
 
 DONE, UNTIL, FLUSH, PROGRESS, ERROR, ENDED = 0, 1, 2, 3, 4, 5  # why advance() returned
-E_KV, E_BUDGET, E_SEQS, E_EMPTY_NEW, E_STALL = 1, 2, 3, 4, 5  # invariant failures (driver explains)
+E_KV, E_BUDGET, E_SEQS, E_EMPTY_NEW, E_STALL, E_HORIZON = 1, 2, 3, 4, 5, 6  # invariant failures (driver explains)
 PROGRESS_EVERY = 1 << 16  # segments between progress returns
 
 
@@ -398,6 +398,9 @@ def advance(cfg, st, kv, tab, until):
             t_next = cfg.stop_time
         if st.s.b_horizon < t_next:
             t_next = st.s.b_horizon
+            if t_next <= st.s.now:  # the policy's horizon is not ahead: it would wake to this state again
+                st.s.error = E_HORIZON
+                return ERROR
         if t_next == np.inf:
             if num_waiting(st) or st.s.run_len:
                 st.s.error = E_STALL
