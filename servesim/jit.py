@@ -19,7 +19,6 @@ every cached kernel, the cache lives in a folder named by a hash of all kernel m
 
 from __future__ import annotations
 
-import os
 import types
 from pathlib import Path
 from typing import Any, Callable

@@ -34,9 +34,9 @@ from typing import Callable
 
 import numpy as np
 
+from servesim import aot, jit
 from servesim.engine import kernel as K
 from servesim.engine.warm import mark_ready
-from servesim import aot, jit
 from servesim.jit import pure
 from servesim.kv import kernels as kvk
 from servesim.perf import kernels as pk
