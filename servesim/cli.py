@@ -271,7 +271,8 @@ def check(
 
     try:
         sc = load_scenario(scenario, set_ or [])
-        print_header(console, build(sc))
+        _without_numba_if_built(sc)  # (the header says which engine a run would take)
+        print_header(console, build(sc, cold="python"))
     except ServesimError as exc:
         _fail(str(exc))
     except MemoryError:
