@@ -138,13 +138,13 @@ def _import():
         return None, "the ahead-of-time engine is not built"
     so, meta = p
     try:
-        built = json.loads(meta.read_text())
+        layout_built = json.loads(meta.read_text())["layout"]  # (the record first: no module loads without it)
         spec = importlib.util.spec_from_file_location(MODULE, so)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-    except (OSError, ValueError, ImportError) as exc:
-        return None, f"the ahead-of-time engine did not load ({exc})"
-    return mod, built["layout"]
+    except (OSError, ValueError, ImportError, KeyError, TypeError) as exc:  # (a damaged record or module)
+        return None, f"the ahead-of-time engine did not load ({type(exc).__name__}: {exc})"
+    return mod, layout_built
 
 
 def entry(cfg, st, kv, tab):

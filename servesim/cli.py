@@ -171,11 +171,13 @@ def _without_numba_if_built(sc) -> None:
         return
     if sc.sim.engine == "python" or aot.available():  # (the Python engine needs no numba either)
         aot.request_plain()
-    elif aot.state() == "missing":
-        from servesim.engine.warm import compiled_ready, warm_in_background
+    else:
+        from servesim.engine.warm import aot_pending, compiled_ready, warm_in_background
 
-        if compiled_ready():
-            warm_in_background()  # built on a machine that had the compiled engine before the ahead-of-time one
+        # a machine whose compiled engine predates the ahead-of-time one builds that now (a cold
+        # machine builds both: build() starts that, this must not start a second builder)
+        if compiled_ready() and aot_pending():
+            warm_in_background()
 
 
 def _check_formats(formats: Optional[List[str]]) -> None:
@@ -284,10 +286,10 @@ def check(
 def warm() -> None:
     """Build the compiled engine for this machine now (about a minute, once per version)."""
     from servesim import aot
-    from servesim.engine.warm import compiled_ready
+    from servesim.engine.warm import aot_pending, compiled_ready
     from servesim.warmup import build_ahead_of_time, warm as build_engine
 
-    if compiled_ready() and aot.state() != "missing":
+    if compiled_ready() and not aot_pending():
         console.print("the compiled engine is already built on this machine; " + aot.status(), markup=False)
         return
     if compiled_ready():

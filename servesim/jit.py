@@ -14,7 +14,12 @@ iteration hook) plug into the same source on the uncompiled path.
 Caching: numba's on-disk cache checks only the source file of the function it compiled, not the
 files of the kernels that function inlined. So that an edit to any kernel module invalidates
 every cached kernel, the cache lives in a folder named by a hash of all kernel modules' sources
-(:data:`KERNEL_MODULES`; a kernel defined elsewhere is an error at import).
+(:data:`KERNEL_MODULES`, servesim/kernel_cache.py; a kernel defined elsewhere is an error at import).
+
+Plain mode: a process that will run the ahead-of-time engine (servesim/aot.py) asks, before this
+module is imported, not to load numba at all. Each kernel is then left its Python function
+(listed in ``_PLAIN_KERNELS`` so :func:`pure` still rebuilds and rebinds it), and no StructRef
+type exists (:func:`struct_ref` returns Nones): only the uncompiled path and the extension run.
 """
 
 from __future__ import annotations
@@ -26,9 +31,7 @@ from typing import Any, Callable
 from servesim import aot
 from servesim.kernel_cache import KERNEL_MODULES, _PKG, cache_dir
 
-# Plain mode: a process that runs the ahead-of-time engine (servesim.aot) never imports numba;
-# kernels are then their plain Python functions (what ``pure`` rebuilds them from)
-PLAIN = aot.plain_requested()
+PLAIN = aot.plain_requested()  # (see the module docstring)
 _PLAIN_KERNELS: set = set()
 
 
@@ -82,6 +85,7 @@ def _no_refresh() -> None:
 
 
 _numba = None if PLAIN else _configure_numba()
+# (plain mode: a class nothing is an instance of, so ``isinstance(k, Dispatcher)`` stays a valid test)
 Dispatcher = _numba.core.registry.CPUDispatcher if _numba is not None else type("NoDispatcher", (), {})
 
 

@@ -46,14 +46,13 @@ CHILD = textwrap.dedent("""
     import json, sys, pickle
     from servesim import aot
     assert aot.request_plain()
-    from servesim import scenario_from_dict, simulate
-    from servesim.simulate import build
+    from servesim import scenario_from_dict
+    from servesim.simulate import build, run_built
     out = {}
     for name, raw in json.loads(sys.stdin.read()).items():
-        sc = scenario_from_dict(raw, name)
-        b = build(sc)
+        b = build(scenario_from_dict(raw, name))
         rep = b.replica if b.fleet is None else None
-        res = simulate(sc)
+        res = run_built(b)
         out[name] = (None if rep is None else (rep.path, rep.ahead_of_time, rep.why), res.requests, res.summary)
     out["numba imported"] = "numba" in sys.modules
     sys.stdout.buffer.write(pickle.dumps(out))
@@ -154,3 +153,18 @@ def test_cli_runs_without_numba_when_the_module_is_built(aot_built, tmp_path):
     a = pd.read_parquet(tmp_path / "aot" / "requests.parquet")
     b = pd.read_parquet(tmp_path / "jit" / "requests.parquet")
     pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+def test_a_damaged_module_or_record_is_refused_in_one_line(tmp_path, monkeypatch):
+    """A truncated extension or a record without its layout: the run is told why, nothing raises."""
+    from servesim import kernel_cache
+
+    monkeypatch.setattr(kernel_cache, "cache_dir", lambda: str(tmp_path))
+    so, meta = aot.paths()
+    so.write_bytes(b"not an ELF file")
+    meta.write_text(json.dumps({"format": aot.FORMAT, "layout": "()"}))
+    mod, why = aot._import()
+    assert mod is None and why.startswith("the ahead-of-time engine did not load (ImportError")
+    meta.write_text(json.dumps({"format": aot.FORMAT}))
+    mod, why = aot._import()
+    assert mod is None and why.startswith("the ahead-of-time engine did not load (KeyError")
