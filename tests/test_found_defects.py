@@ -111,10 +111,9 @@ def test_a_bin_a_few_ulps_wide_keeps_its_means_within_the_peaks():
 
 
 # A third way to the same stall, drawn at random by test_the_knobs_reach_the_edge_cases[tier_hits]
-# on 2026-12-03 (it stalls on 6564e1c too): at t = 1.796 s a preempted request heads the queue
-# while another waiting request holds 10 fetched blocks; replaying the policy's schedule on the
-# state it left admits the head, so the failing pass differs from a fresh one (not yet found).
-# Kept as a strict xfail: it starts to pass, and must be moved to the tests above, when fixed.
+# on 2026-12-03 (it stalled on 6564e1c too): chunk_only, the running request's decode retracted
+# (its KV was short) after the admission pass had failed, so the iteration came out empty with
+# nothing running. Now a pass whose every decode was retracted turns into a prefill iteration.
 STALL_PREEMPTED_HEAD = {
     "name": "hypothesis", "seed": 55171, "stop": {"requests": 33}, "hardware": {"gpu": "a100-80g"},
     "model": "llama-3-8b",
@@ -135,8 +134,7 @@ STALL_PREEMPTED_HEAD = {
 }
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="known stall: SGLang admission, preempted head, "
-                   "another waiting holder of fetched blocks (see STALL_PREEMPTED_HEAD)")
-def test_sglang_admission_with_a_preempted_head_does_not_stall():
+def test_sglang_admission_with_every_decode_retracted_does_not_stall():
     r = simulate(scenario_from_dict(STALL_PREEMPTED_HEAD)).summary["requests"]
     assert r["completed"] == r["arrived"] == 33
+    check_run(STALL_PREEMPTED_HEAD)  # every invariant, fast path, compiled = Python, reproducible

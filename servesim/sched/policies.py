@@ -255,6 +255,14 @@ def schedule_chunk_batch(cfg, st, kv, now):
         return False
     st.s.last_prefill = 0
     decode_pass(cfg, st, kv, now)
+    if st.s.b_len == 0 and st.s.preempted and num_waiting(st):
+        # every decode was retracted: their KV is back, so a prefill iteration after all (an
+        # empty batch with nothing running would wait for an event that may never come)
+        prefill_chunks(cfg, st, kv, now, cfg.chunk, NO, NO)
+        if st.s.b_len:
+            st.s.last_prefill = 1
+            end_batch(cfg, st, NO, now)
+            return False
     end_batch(cfg, st, not st.s.preempted, now)
     return True
 
