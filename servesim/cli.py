@@ -8,22 +8,37 @@ line saying so (status 130); before the run or at a second Ctrl-C nothing is wri
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
 from servesim.errors import ServesimError
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="servesim: simulate LLM serving schedulers on calibrated GPU models.")
-err_console = Console(stderr=True)
-console = Console()
 INTERRUPTED = 130  # the shell's status for a run ended by SIGINT (128 + 2)
+
+
+@functools.cache
+def _console(stderr: bool = False) -> Console:
+    """rich's console on stdout (stderr), made on first use: ``servesim run -q`` prints one plain
+    line and so never imports rich (~30 ms of a 10k-request run's start-up)."""
+    from rich.console import Console
+
+    return Console(stderr=stderr)
+
+
+def _print_folder(path: Path) -> None:
+    """The quiet commands' one line: the output folder, plain (never wrapped at a terminal's
+    width or styled, so a script can read it)."""
+    print(path, flush=True)
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -34,8 +49,10 @@ def _fail(message: str, code: int = 2) -> None:
 def _error_line(message: str) -> None:
     """``error: <message>`` on stderr, on one line (a newline inside a message from a library
     becomes a space); plain text, never rich markup (a value such as ``[foo]`` must survive)."""
+    from rich.text import Text
+
     message = " ".join(str(message).split())
-    err_console.print(Text("error:", style="bold red"), Text(message), highlight=False, soft_wrap=True)
+    _console(stderr=True).print(Text("error:", style="bold red"), Text(message), highlight=False, soft_wrap=True)
 
 
 def _check_out(out: Path, force: bool) -> None:
@@ -87,7 +104,7 @@ def run(
 ) -> None:
     """Run one scenario; write requests.parquet, timeseries.parquet, summary.json and
     scenario.resolved.yaml (the scenario as run: re-running it reproduces summary.json)."""
-    from servesim.report.console import print_header, print_summary, ProgressReporter
+    from servesim.report.progress import ProgressReporter
     from servesim.scenario import load_scenario
     from servesim.simulate import build, run_built
 
@@ -107,12 +124,14 @@ def run(
             _run_replicated(sc, seed, n, out_dir, quiet, workers)
             return
         _without_numba_if_built(sc)
-        reporter = ProgressReporter(console, total=None, enabled=not quiet)
+        reporter = ProgressReporter(None if quiet else _console(), total=None)
         built = build(sc, seed=seed, progress=reporter.update, cold="python")
         built.replica.stop_on_interrupt = True  # Ctrl-C: stop at the next boundary, keep what ran
         reporter.total = len(built.workload)
         if not quiet:
-            print_header(console, built)
+            from servesim.report.console import print_header
+
+            print_header(_console(), built)
         with reporter:
             res = run_built(built, seed)
     except ServesimError as exc:
@@ -142,22 +161,28 @@ def run(
 
         written = _write_report(lambda: write_run_report(out_dir, format_ or ["html"]))
     if quiet:
-        console.print(str(out_dir), markup=False, highlight=False)
+        _print_folder(out_dir)
     else:
-        print_summary(console, res)
-        console.print(f"wrote {out_dir}/requests.parquet, timeseries.parquet, summary.json, scenario.resolved.yaml",
+        from servesim.report.console import print_summary
+
+        print_summary(_console(), res)
+        _console().print(f"wrote {out_dir}/requests.parquet, timeseries.parquet, summary.json, scenario.resolved.yaml",
                       markup=False)
         if written:
-            console.print(_written_line(written), markup=False)
+            _console().print(_written_line(written), markup=False)
     if partial:
         r = res.summary["requests"]
-        err_console.print(
+        from rich.text import Text
+
+        _console(stderr=True).print(
             Text(f"interrupted (Ctrl-C) at simulated time {res.summary['sim_time_s']:,.3f} s: partial results, "
                  f"{r['completed'] + r['rejected']:,} of {len(built.workload):,} requests ended, "
                  f"{r['in_flight']:,} in flight; summary.json says \"partial\": true"), highlight=False, soft_wrap=True)
         raise typer.Exit(INTERRUPTED)
     if held.hit:
-        err_console.print(Text("interrupted (Ctrl-C) while writing; the results were written whole"), highlight=False)
+        from rich.text import Text
+
+        _console(stderr=True).print(Text("interrupted (Ctrl-C) while writing; the results were written whole"), highlight=False)
         raise typer.Exit(INTERRUPTED)
 
 
@@ -223,7 +248,7 @@ def report_cmd(
 
     written = _write_report(lambda: write_report(path, format_ or ["html"], metrics=metric, x=x, y=y,
                                                  pareto=pareto, out=out))
-    console.print(_written_line(written), markup=False)
+    _console().print(_written_line(written), markup=False)
 
 
 @app.command()
@@ -237,27 +262,28 @@ def compare(
     from servesim.report.build import write_compare_report
 
     written = _write_report(lambda: write_compare_report(runs, out, format_ or ["html"], label))
-    console.print(_written_line(written), markup=False)
+    _console().print(_written_line(written), markup=False)
 
 
 def _run_replicated(sc, seed: Optional[int], n: int, out_dir: Path, quiet: bool, workers: Optional[int]) -> None:
-    from servesim.report.console import PointsProgress, print_header, print_replicated_summary
+    from servesim.report.console import print_header, print_replicated_summary
+    from servesim.report.progress import PointsProgress
     from servesim.simulate import build
     from servesim.sweep.executor import make_executor
     from servesim.sweep.replicate import replicate, replication_seeds
 
     seeds = replication_seeds(sc.seed if seed is None else seed, n)
     if not quiet:
-        print_header(console, build(sc, seed=seeds[0], cold="python"))  # a header: nothing to compile for
+        print_header(_console(), build(sc, seed=seeds[0], cold="python"))  # a header: nothing to compile for
     with make_executor(workers) as ex, \
-            PointsProgress(console, "replications", "runs", enabled=not quiet) as bar:
+            PointsProgress(_console(), "replications", "runs", enabled=not quiet) as bar:
         rep = replicate(sc, seeds, executor=ex, out_dir=out_dir / "seeds", progress=bar)
     rep.write(out_dir)
     if quiet:
-        console.print(str(out_dir))
+        _print_folder(out_dir)
         return
-    print_replicated_summary(console, rep.summary)
-    console.print(f"wrote {out_dir}/summary.json (intervals), replications.parquet, "
+    print_replicated_summary(_console(), rep.summary)
+    _console().print(f"wrote {out_dir}/summary.json (intervals), replications.parquet, "
                   f"seeds/seed-<seed>/ (each run's files)")
 
 
@@ -274,12 +300,12 @@ def check(
     try:
         sc = load_scenario(scenario, set_ or [])
         _without_numba_if_built(sc)  # (the header says which engine a run would take)
-        print_header(console, build(sc, cold="python"))
+        print_header(_console(), build(sc, cold="python"))
     except ServesimError as exc:
         _fail(str(exc))
     except MemoryError:
         _fail(f"{scenario}: out of memory building the simulation; ask for fewer requests")
-    console.print("[green]ok[/]")
+    _console().print("[green]ok[/]")
 
 
 @app.command()
@@ -290,14 +316,14 @@ def warm() -> None:
     from servesim.warmup import build_ahead_of_time, warm as build_engine
 
     if compiled_ready() and not aot_pending():
-        console.print("the compiled engine is already built on this machine; " + aot.status(), markup=False)
+        _console().print("the compiled engine is already built on this machine; " + aot.status(), markup=False)
         return
     if compiled_ready():
-        console.print("building the ahead-of-time engine (seconds)...")
-        console.print(build_ahead_of_time(), markup=False)
+        _console().print("building the ahead-of-time engine (seconds)...")
+        _console().print(build_ahead_of_time(), markup=False)
         return
-    console.print("building the compiled engine (numba; about two minutes on two cores, once)...")
-    console.print(f"done in {build_engine():.0f} s; " + aot.status(), markup=False)
+    _console().print("building the compiled engine (numba; about two minutes on two cores, once)...")
+    _console().print(f"done in {build_engine():.0f} s; " + aot.status(), markup=False)
 
 
 @app.command()
@@ -311,7 +337,7 @@ def sweep(
 ) -> None:
     """Run many configurations (a grid or a sampled design) x seeds on Dask; rows go to parquet in
     OUT as they finish; re-running skips what is there."""
-    from servesim.report.console import PointsProgress
+    from servesim.report.progress import PointsProgress
     from servesim.sweep.executor import make_executor
     from servesim.sweep.runner import pending_tasks, raise_errors, run_sweep
     from servesim.sweep.spec import load_spec
@@ -323,16 +349,16 @@ def sweep(
             extra = "".join([f", {sp.duplicates} repeated configurations run once" if sp.duplicates else "",
                              f", {len(sp.invalid_points)} invalid points skipped (see invalid.csv)"
                              if sp.invalid_points else ""])
-            console.print(f"sweep {sp.name}: {len(sp.points):,} points ({sp.design}) x seeds = {tasks:,} runs{extra}")
+            _console().print(f"sweep {sp.name}: {len(sp.points):,} points ({sp.design}) x seeds = {tasks:,} runs{extra}")
         todo = pending_tasks(sp, out)
         with make_executor(workers if todo else 1, scheduler if todo else None) as ex:
             if not quiet:
-                console.print(f"{todo:,} to run on {ex.description}" if todo else "every run is stored already")
-            with PointsProgress(console, "sweep", "runs", enabled=not quiet) as bar:
+                _console().print(f"{todo:,} to run on {ex.description}" if todo else "every run is stored already")
+            with PointsProgress(_console(), "sweep", "runs", enabled=not quiet) as bar:
                 try:
                     res = run_sweep(sp, out, ex, progress=bar, spec_text=spec.read_text())
                 except KeyboardInterrupt:
-                    err_console.print(f"interrupted: finished runs are stored in {out}; "
+                    _console(stderr=True).print(f"interrupted: finished runs are stored in {out}; "
                                       f"run the same command again to resume")
                     raise typer.Exit(130)
         raise_errors(res.report)
@@ -341,9 +367,9 @@ def sweep(
         return
     r = res.report
     if quiet:
-        console.print(str(out))
+        _print_folder(out)
         return
-    console.print(f"{r.ran:,} runs now, {r.skipped:,} already stored; {len(res.frame):,} rows "
+    _console().print(f"{r.ran:,} runs now, {r.skipped:,} already stored; {len(res.frame):,} rows "
                   f"in {out}/rows (servesim.sweep.load_results('{out}'))")
 
 
@@ -394,7 +420,7 @@ def capacity(
     except ServesimError as exc:
         _fail(str(exc))
         return
-    print_capacity(console, res)
+    print_capacity(_console(), res)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(res.to_dict(), indent=2) + "\n")

@@ -24,6 +24,7 @@ type exists (:func:`struct_ref` returns Nones): only the uncompiled path and the
 
 from __future__ import annotations
 
+import functools
 import types
 from pathlib import Path
 from typing import Any, Callable
@@ -98,11 +99,7 @@ def kernel(fn: Callable | None = None, *, inline: bool = False):
     per-function work, which dominates a cold start of the whole engine)."""
     if fn is None:
         return lambda f: kernel(f, inline=inline)
-    rel = fn.__code__.co_filename
-    try:
-        rel = str(Path(rel).resolve().relative_to(_PKG))
-    except ValueError:
-        pass
+    rel = _package_path(fn.__code__.co_filename)
     if rel not in KERNEL_MODULES:
         raise RuntimeError(f"kernel {fn.__qualname__} is defined in {rel}, which is not listed in "
                            f"servesim.jit.KERNEL_MODULES (the cache key would miss its edits)")
@@ -112,6 +109,16 @@ def kernel(fn: Callable | None = None, *, inline: bool = False):
     if inline:
         return _numba.njit(cache=True, inline="always")(fn)
     return _numba.njit(cache=True)(fn)
+
+
+@functools.lru_cache(maxsize=None)
+def _package_path(filename: str) -> str:
+    """``filename`` relative to the package folder (itself if outside), once per file: resolving
+    a path costs ~0.1 ms, and ~200 kernels are declared on every start-up."""
+    try:
+        return str(Path(filename).resolve().relative_to(_PKG))
+    except ValueError:
+        return filename
 
 
 @kernel(inline=True)

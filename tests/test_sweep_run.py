@@ -193,7 +193,7 @@ def test_points_progress_shows_done_rate_and_eta_without_counting_resumed_runs()
 
     from rich.console import Console
 
-    from servesim.report.console import PointsProgress
+    from servesim.report.progress import PointsProgress
 
     con = Console(record=True, width=120, force_terminal=False)
     with PointsProgress(con, "sweep", "runs") as bar:

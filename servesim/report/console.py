@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import time
-
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from servesim.metrics.stats import PCT_KEYS
 from servesim.request import CAUSE_LABELS, CAUSE_NAMES, Cause
 
-SHOW_AFTER_S = 2.0
-CLASS_LABELS = ("P0", "P1", "P2", "P3", "P4")  # a progress bar appears only on runs longer than this
+CLASS_LABELS = ("P0", "P1", "P2", "P3", "P4")
 
 
 def print_header(console: Console, built) -> None:
@@ -78,39 +74,6 @@ def _fleet_header(say, built) -> None:
         say(f"          KV per GPU: {plan_memory(gs).describe()}")
     say(f"router    {c.router}; overhead {c.router_overhead_s * 1e3:g} ms, network {c.network_delay_s * 1e3:g} ms "
         f"each way")
-
-
-class ProgressReporter:
-    """Shows a bar only once a run has lasted a few seconds; cheap to call often."""
-
-    def __init__(self, console: Console, total: int | None, enabled: bool = True):
-        self.console = console
-        self.total = total
-        self.enabled = enabled
-        self._t0 = 0.0
-        self._progress: Progress | None = None
-        self._task = None
-
-    def __enter__(self):
-        self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        if self._progress is not None:
-            self._progress.stop()
-
-    def update(self, done: int) -> None:
-        if not self.enabled:
-            return
-        if self._progress is None:
-            if time.perf_counter() - self._t0 < SHOW_AFTER_S:
-                return
-            self._progress = Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(),
-                                      TextColumn("requests"), TimeElapsedColumn(), console=self.console,
-                                      transient=True)
-            self._progress.start()
-            self._task = self._progress.add_task("sim", total=self.total)
-        self._progress.update(self._task, completed=done)
 
 
 def _ms(x) -> str:
@@ -320,45 +283,6 @@ def print_replicated_summary(console: Console, summary: dict) -> None:
 
 
 # ------------------------------------------------------------------------------ many points
-class PointsProgress:
-    """A progress bar over tasks (points x seeds): done/total, rate per minute, elapsed, ETA.
-    Call it as ``progress(done, total)``; tasks found done on resume count as done from the start
-    and do not inflate the rate."""
-
-    def __init__(self, console: Console, label: str = "sweep", unit: str = "runs", enabled: bool = True):
-        self.console, self.label, self.unit, self.enabled = console, label, unit, enabled
-        self._progress: Progress | None = None
-        self._task = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if self._progress is not None:
-            self._progress.stop()
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        if self._progress is None:
-            from rich.progress import ProgressColumn, TimeRemainingColumn
-            from rich.text import Text
-
-            unit = self.unit
-
-            class Rate(ProgressColumn):
-                def render(self, task) -> Text:
-                    return Text("-" if not task.speed else f"{task.speed * 60:,.1f} {unit}/min")
-
-            self._progress = Progress(TextColumn(self.label), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
-                                      Rate(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                                      console=self.console, transient=False)
-            self._progress.start()
-            self._task = self._progress.add_task(self.label, total=total, completed=done)
-            return
-        self._progress.update(self._task, completed=done, total=total)
-
-
 # ------------------------------------------------------------------------------ capacity
 def _metric_pm(name: str, iv) -> str:
     est, hw = iv.estimate, iv.half_width

@@ -1,0 +1,92 @@
+"""Progress bars of the CLI: one over a run's requests, one over a sweep's or replications' tasks.
+
+rich is imported when a bar first draws, not before: ``servesim run -q`` (scripts, sweeps over
+the shell) shows no bar and so never loads rich's progress machinery.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+SHOW_AFTER_S = 2.0  # a run's bar appears only once the run has lasted this long
+
+
+class ProgressReporter:
+    """Shows a bar only once a run has lasted a few seconds; cheap to call often."""
+
+    def __init__(self, console: Console | None, total: int | None, enabled: bool = True):
+        self.console = console
+        self.total = total
+        self.enabled = enabled and console is not None
+        self._t0 = 0.0
+        self._progress: Progress | None = None
+        self._task = None
+
+    def __enter__(self):
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        if self._progress is not None:
+            self._progress.stop()
+
+    def update(self, done: int) -> None:
+        if not self.enabled:
+            return
+        if self._progress is None:
+            if time.perf_counter() - self._t0 < SHOW_AFTER_S:
+                return
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(),
+                                      TextColumn("requests"), TimeElapsedColumn(), console=self.console,
+                                      transient=True)
+            self._progress.start()
+            self._task = self._progress.add_task("sim", total=self.total)
+        self._progress.update(self._task, completed=done)
+
+
+class PointsProgress:
+    """A progress bar over tasks (points x seeds): done/total, rate per minute, elapsed, ETA.
+    Call it as ``progress(done, total)``; tasks found done on resume count as done from the start
+    and do not inflate the rate."""
+
+    def __init__(self, console: Console | None, label: str = "sweep", unit: str = "runs", enabled: bool = True):
+        self.console, self.label, self.unit = console, label, unit
+        self.enabled = enabled and console is not None
+        self._progress: Progress | None = None
+        self._task = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._progress is not None:
+            self._progress.stop()
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self._progress is None:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
+                                       TimeElapsedColumn, TimeRemainingColumn)
+            from rich.text import Text
+
+            unit = self.unit
+
+            class Rate(ProgressColumn):
+                def render(self, task) -> Text:
+                    return Text("-" if not task.speed else f"{task.speed * 60:,.1f} {unit}/min")
+
+            self._progress = Progress(TextColumn(self.label), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
+                                      Rate(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                      console=self.console, transient=False)
+            self._progress.start()
+            self._task = self._progress.add_task(self.label, total=total, completed=done)
+            return
+        self._progress.update(self._task, completed=done, total=total)
