@@ -189,14 +189,17 @@ def main() -> None:
                     help="old: the baseline predates the one-kernel engine (compiled for vllm, else its "
                          "Python engine); compiled: every policy compiled there too")
     ap.add_argument("--whole-process", type=int, default=0, help="also time `servesim run` end to end at N requests")
+    ap.add_argument("--skip-run", action="store_true", help="only the whole-process table (with --whole-process)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         run_one(json.loads(args.one))
         return
     policies = args.policies.split(",")
+    if args.skip_run:
+        args.only = ""
     # warm the numba caches of both checkouts (a first compiled run on a machine compiles)
-    for policy in policies:
+    for policy in policies if args.only else ():
         subprocess_run({"workload": "a", "policy": policy, "requests": 200, "step_model": args.step_model}, None)
         if args.baseline and (policy == "vllm" or args.baseline_engine == "compiled"):
             subprocess_run({"workload": "a", "policy": policy, "requests": 200, "step_model": args.step_model,
@@ -205,7 +208,7 @@ def main() -> None:
     print(f"{time.strftime('%Y-%m-%d')} · {platform.machine()} · python {platform.python_version()} · "
           f"step model {args.step_model} · timeit sum(range(100000)) = {t_ms:.2f} ms", flush=True)
     rows = []
-    for name in args.only.split(","):
+    for name in filter(None, args.only.split(",")):
         for policy in policies:
             spec = {"workload": name, "policy": policy, "requests": args.requests, "step_model": args.step_model}
             new = subprocess_run(spec, None)
@@ -219,9 +222,10 @@ def main() -> None:
             if old:
                 line += f"   baseline {old['engine']:9s} {old['req_per_wall_s']:>9,} req/s   x{new['req_per_wall_s'] / old['req_per_wall_s']:.1f}"
             print(line, flush=True)
-    print("\n| workload | policy | engine | req/wall s (run) | req/wall s incl. load+build | iterations | peak RSS MB |"
-          + (" baseline engine | baseline req/wall s | ratio |" if args.baseline else ""))
-    print("|---|---|---|---|---|---|---|" + ("---|---|---|" if args.baseline else ""))
+    if rows:
+        print("\n| workload | policy | engine | req/wall s (run) | req/wall s incl. load+build | iterations | peak RSS MB |"
+              + (" baseline engine | baseline req/wall s | ratio |" if args.baseline else ""))
+        print("|---|---|---|---|---|---|---|" + ("---|---|---|" if args.baseline else ""))
     for new, old in rows:
         line = (f"| {new['workload']} | {new['policy']} | {new['engine']} | {new['req_per_wall_s']:,} | "
                 f"{new['req_per_wall_s_total']:,} | {new['iterations']:,} | {new['peak_rss_mb']} |")
