@@ -9,6 +9,8 @@ how many packages its environment holds). This prints, for workload (a) of bench
   by a similar share, so read them as shares);
 * the installed distributions on ``sys.path`` and the time pydantic's plugin lookup takes to scan
   their entry points (it runs once per process, when the first config model is built);
+* which imported packages lacked bytecode (they are byte-compiled first, as ``pip install``
+  would have; see ``speed.byte_compile``);
 * the whole process, alternated: as installed, with ``PYDANTIC_DISABLE_PLUGINS=__all__``, and
   ``--baseline`` (another checkout) if given.
 
@@ -30,7 +32,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed import scenario_dict, timeit_ms  # noqa: E402
+from speed import byte_compile, scenario_dict, timeit_ms  # noqa: E402
 
 
 def cmd(path: Path, out: Path) -> list[str]:
@@ -86,6 +88,11 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="servesim-startup-"))
     path = tmp / "a.yaml"
     path.write_text(yaml.safe_dump(scenario_dict("a", args.requests, "roofline", "vllm")))
+    for src in (None, args.baseline) if args.baseline else (None,):
+        lacking = byte_compile(src)  # as pip install would have (see speed.byte_compile)
+        if lacking:
+            print(f"byte-compiled {len(lacking)} packages that lacked bytecode ({src or 'this checkout'}): "
+                  + ", ".join(Path(p).name for p in lacking))
     whole(path, tmp / "warm", env_for(None))  # first run: caches, page cache
     print(f"{time.strftime('%Y-%m-%d')} · python {sys.version.split()[0]} · timeit {timeit_ms():.2f} ms")
     n, dt = plugin_scan()
