@@ -138,3 +138,36 @@ def test_sglang_admission_with_every_decode_retracted_does_not_stall():
     r = simulate(scenario_from_dict(STALL_PREEMPTED_HEAD)).summary["requests"]
     assert r["completed"] == r["arrived"] == 33
     check_run(STALL_PREEMPTED_HEAD)  # every invariant, fast path, compiled = Python, reproducible
+
+
+# Drawn by a targeted hunt (2026-12-03, priority policy under KV pressure): a class-1 request
+# holds the whole pool (a static reservation of max_model_len), a class-0 request arrives at
+# 0.05 s. Lower-class preemption sized its victim by the blocks its tokens would fill (paged
+# arithmetic), not by its reservation: the eviction waited until the victim had decoded enough
+# tokens (0.15 s stepping one iteration at a time), and the fast path, which never looked at the
+# steps in between, never evicted at all (fast path != single stepping).
+LATE_EVICTION = {
+    "name": "late-eviction", "seed": 5, "stop": {"requests": 2}, "hardware": {"gpu": "a100-80g"},
+    "model": "llama-3-8b",
+    "engine": {"scheduler": "priority", "max_num_batched_tokens": 96, "options": {"preempt_lower": True},
+               "kv_allocator": "static", "kv": {"static": {"reserve": "max_model_len"}}, "block_size": 1,
+               "num_gpu_blocks_override": 96, "max_num_seqs": 2, "max_model_len": 96},
+    "step_time": {"model": "constant", "seconds": 0.01},
+    "workload": {"arrival": {"process": "constant", "rate": 20.0}, "prompt": {"dist": "uniform", "min": 2, "max": 30},
+                 "output": {"dist": "fixed", "value": 40},
+                 "classes": {"rules": [{"when": {"prompt_gt": 15}, "klass": 0}], "default": 1}},
+}
+
+
+@pytest.mark.parametrize("allocator", [{"kv_allocator": "static", "kv": {"static": {"reserve": "max_model_len"}}},
+                                       {"kv_allocator": "elastic", "kv": {"elastic": {"base_tokens": 96}}}],
+                         ids=["static", "elastic"])
+def test_lower_class_preemption_sizes_victims_by_what_they_hold(allocator):
+    """The class-0 arrival evicts the class-1 holder at once (the first boundary after it arrives),
+    under every allocator that reserves ahead; fast path = single stepping."""
+    raw = {**LATE_EVICTION, "engine": {**{k: v for k, v in LATE_EVICTION["engine"].items() if k != "kv"}, **allocator}}
+    req = simulate(scenario_from_dict(raw)).requests.set_index("id")
+    assert list(req.klass) == [1, 0] and req.arrival_s[1] == pytest.approx(0.05)
+    assert req.preemptions[0] == 1
+    assert req.first_scheduled_s[1] <= 0.06 + 1e-9  # was 0.15 (stepping) or 0.40 (fast path)
+    check_run(raw)  # every invariant, fast path = single stepping, compiled = Python, reproducible

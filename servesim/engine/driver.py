@@ -90,6 +90,9 @@ def object_kv_overrides(kv_obj) -> dict:
         kvk.kv_check: check,
         parts.kv_prefix_lookup: lookup,
         parts.kv_holds: lambda kv, rid: kv_obj.held[rid] > 0,
+        parts.kv_held_blocks: lambda kv, rid: int(kv_obj.held[rid]),
+        parts.kv_blocks_to_take: lambda kv, computed, rid, n: max(
+            0, -(-(int(computed[rid]) + int(n)) // kv_obj.block_size) - int(kv_obj.held[rid])),
         reserve.kv_waiting_blocks: lambda kv, rid: int(kv_obj.held[rid]),
     }
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from servesim.jit import kernel
-from servesim.kv.kernels import kv_allocate, kv_allocate_decodes, kv_free, kv_free_blocks
+from servesim.kv.kernels import STATIC, kv_allocate, kv_allocate_decodes, kv_blocks_needed, kv_free, kv_free_blocks
 from servesim.request import RUNNING
 from servesim.sched.queues import enqueue, q_pop_front, queue_of, requeue, waiting_ids
 from servesim.sched.reserve import chunk_cap, fits, take
@@ -65,6 +65,24 @@ def kv_holds(kv, rid):
 
 
 @kernel(inline=True)
+def kv_held_blocks(kv, rid):
+    """Blocks ``rid`` holds: what preempting it gives back to the pool."""
+    return np.int64(kv.held[rid])
+
+
+@kernel(inline=True)
+def kv_blocks_to_take(kv, computed, rid, n):
+    """Free blocks ``kv_allocate(kv, computed, rid, n)`` takes: paged and elastic the growth of
+    its holding; static its whole reservation the first time (which also needs a hole that
+    large), nothing after. Lower-class preemption sizes its victims by this, so that it asks of
+    every allocator what that allocator will take (make_room)."""
+    if kv.kind == STATIC:
+        return np.int64(kv.reserve[rid]) if kv.held[rid] == 0 else np.int64(0)
+    need = np.int64(kv_blocks_needed(kv, np.int64(computed[rid]) + n)) - np.int64(kv.held[rid])
+    return need if need > 0 else np.int64(0)
+
+
+@kernel(inline=True)
 def kv_stable_steps(kv, computed, ids, nb, k):
     """Of a fast-path run's ``k`` steps, how many can run before a policy decision could change
     without an event. The compiled allocators: all of them. A prefix cache (object path) cuts
@@ -96,14 +114,6 @@ def batch_remove(st, rid):
             j += 1
     st.s.b_len = j
     return tokens
-
-
-@kernel(inline=True)
-def batch_tokens_of(st, rid):
-    for i in range(st.s.b_len):
-        if st.b_ids[i] == rid:
-            return st.b_new[i]
-    return np.int64(0)
 
 
 @kernel
@@ -452,17 +462,18 @@ def make_room(cfg, st, kv, rid, g, n, slots, now):
                 nv += 1
     if slots > nv:
         return False
-    short = blocks_of(cfg, np.int64(st.computed[rid]) + n) - kv_free_blocks(kv)
+    # the blocks the allocator will take for it against those free plus the victims' holdings
+    # (a static reservation, an elastic holding: not the blocks their tokens would fill, which
+    # grew with every decode step and made the decision depend on how far the victims had got)
+    short = kv_blocks_to_take(kv, st.computed, rid, n) - kv_free_blocks(kv)
     chosen = slots
     for j in range(slots):
-        v = victims[j]
-        short -= blocks_of(cfg, np.int64(st.computed[v]) + batch_tokens_of(st, v))
+        short -= kv_held_blocks(kv, victims[j])
     for j in range(slots, nv):
         if short <= 0:
             break
-        v = victims[j]
         chosen += 1
-        short -= blocks_of(cfg, np.int64(st.computed[v]) + batch_tokens_of(st, v))
+        short -= kv_held_blocks(kv, victims[j])
     if short > 0:
         return False
     for j in range(chosen):
