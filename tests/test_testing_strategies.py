@@ -51,6 +51,7 @@ KNOBS = {
     "elastic-allocator": dict(allocators=["elastic"], prefix=False),
     "priority": dict(policies=["priority"]),
     "static-fifo": dict(policies=["static-fifo"]),
+    "pressure": dict(pressure=True),
 }
 
 
@@ -73,7 +74,7 @@ def _summary(raw):
     return simulate(scenario_from_dict(raw)).summary
 
 
-@pytest.mark.parametrize("edge", ["rejected", "preempted", "in_flight", "tier_hits", "swapped"])
+@pytest.mark.parametrize("edge", ["rejected", "preempted", "in_flight", "tier_hits", "swapped", "pressed"])
 def test_the_knobs_reach_the_edge_cases(edge):
     """Runs that reject requests too long for the pool, preempt, end with requests in flight,
     hit a lower tier, swap: each found among the draws of the knob that aims at it."""
@@ -90,6 +91,9 @@ def test_the_knobs_reach_the_edge_cases(edge):
                        for name, t in tiers.items())
         _found(sst.scenarios(kv_tiers=True, with_sessions=True, with_streams=False, closed_loop=False,
                              kv_blocks=(8, 32), max_requests=40), tier_hit, n=300)
+    elif edge == "pressed":  # lower-class preemption under KV pressure (the knob LATE_EVICTION needed)
+        _found(sst.scenarios(pressure=True, policies=["priority"], allocators=["paged", "elastic"], prefix=False),
+               lambda r: _summary(r)["requests"]["preemptions"] > 0, n=100)
     else:
         _found(sst.scenarios(policies=["vllm"], kv_blocks=(6, 12), block_sizes=(8, 16), prefix=False),
                lambda r: r["engine"].get("preemption") == "swap" and _summary(r)["engine"]["other_s"] > 0, n=400)
