@@ -121,10 +121,28 @@ def run_one(spec: dict) -> dict:
     return out
 
 
-def subprocess_run(spec: dict, src: str | None) -> dict:
-    env = dict(os.environ)
+def checkout_env(src: str | None, **extra: str) -> dict:
+    """This process's environment with ``src`` (a checkout of servesim; None: the installed one)
+    first on PYTHONPATH, plus ``extra`` variables."""
+    env = {**os.environ, **extra}
     if src:
         env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def timed_servesim_run(path: Path, out: Path, env: dict) -> float:
+    """Wall seconds of one ``servesim run PATH --out OUT -q --force`` process, end to end."""
+    cmd = [sys.executable, "-m", "servesim.cli", "run", str(path), "--out", str(out), "-q", "--force"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
+    dt = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"servesim run failed ({env.get('PYTHONPATH') or 'this checkout'}):\n{proc.stderr[-3000:]}")
+    return dt
+
+
+def subprocess_run(spec: dict, src: str | None) -> dict:
+    env = checkout_env(src)
     proc = subprocess.run([sys.executable, __file__, "--one", json.dumps(spec)], capture_output=True, text=True,
                           env=env, cwd=tempfile.gettempdir())
     if proc.returncode != 0:
@@ -147,9 +165,7 @@ def byte_compile(src: str | None) -> list[str]:
     timed process would compile those modules from source again: ~0.2 s for the servesim checkout
     on PYTHONPATH, ~0.17 s for numpy on the device host -- a cost no pip-installed user pays.
     (The standard library is left as it is.)"""
-    env = dict(os.environ)
-    if src:
-        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    env = checkout_env(src)
     tmp = Path(tempfile.mkdtemp(prefix="servesim-bytecode-"))
     path = tmp / "a.yaml"
     path.write_text(yaml.safe_dump(scenario_dict("a", 200, "roofline")))
@@ -170,6 +186,15 @@ def byte_compile(src: str | None) -> list[str]:
     return lacking
 
 
+def byte_compile_and_say(src: str | None) -> None:
+    """:func:`byte_compile`, printing the packages that lacked bytecode (a fact about the machine
+    worth recording beside its figures)."""
+    lacking = byte_compile(src)
+    if lacking:
+        print(f"byte-compiled {len(lacking)} packages that lacked bytecode ({src or 'this checkout'}): "
+              + ", ".join(Path(p).name for p in lacking), flush=True)
+
+
 def _package_of(module_file: str) -> str:
     """The top-level package folder holding ``module_file`` (the file itself for a lone module)."""
     p = Path(module_file).parent
@@ -183,9 +208,7 @@ def _package_of(module_file: str) -> str:
 def warm_up(src: str | None) -> None:
     """``python -m servesim.warmup`` of a checkout: what ``servesim warm`` builds (the compiled
     engine and, since cc2a6c5, the ahead-of-time module a ``servesim run`` loads instead of numba)."""
-    env = dict(os.environ)
-    if src:
-        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    env = checkout_env(src)
     subprocess.run([sys.executable, "-m", "servesim.warmup"], env=env, cwd=tempfile.gettempdir(),
                    capture_output=True)
 
@@ -195,16 +218,7 @@ def whole_process(n: int, policy: str, src: str | None, step_model: str) -> floa
     tmp = Path(tempfile.mkdtemp(prefix="servesim-speed-"))
     path = tmp / "a.yaml"
     path.write_text(yaml.safe_dump(scenario_dict("a", n, step_model, policy)))
-    env = dict(os.environ)
-    if src:
-        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "servesim.cli", "run", str(path), "--out", str(tmp / "out"), "-q"]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
-    dt = time.perf_counter() - t0
-    if proc.returncode != 0:
-        sys.exit(f"whole-process run failed ({src or 'this checkout'}):\n{proc.stderr[-3000:]}")
-    return dt
+    return timed_servesim_run(path, tmp / "out", checkout_env(src))
 
 
 def main() -> None:
@@ -265,10 +279,7 @@ def main() -> None:
         n = args.whole_process
         for src in (None, args.baseline) if args.baseline else (None,):
             warm_up(src)
-            lacking = byte_compile(src)
-            if lacking:
-                print(f"byte-compiled {len(lacking)} packages that lacked bytecode ({src or 'this checkout'}): "
-                      + ", ".join(Path(p).name for p in lacking), flush=True)
+            byte_compile_and_say(src)
         # timeit sampled beside every timed process (the machine's speed drifts), the median scales
         # Vidur's model
         ticks, best, old = [], {}, {}

@@ -20,7 +20,6 @@ Usage:  python benchmarks/startup_breakdown.py [--requests 10000] [--repeat 5] [
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -32,23 +31,12 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed import byte_compile, scenario_dict, timeit_ms  # noqa: E402
-
-
-def cmd(path: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "servesim.cli", "run", str(path), "--out", str(out), "-q", "--force"]
-
-
-def env_for(src: str | None, **extra: str) -> dict:
-    env = {**os.environ, **extra}
-    if src:
-        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    return env
+from speed import byte_compile_and_say, checkout_env, scenario_dict, timed_servesim_run, timeit_ms  # noqa: E402
 
 
 def import_shares(path: Path, out: Path) -> Counter:
-    proc = subprocess.run([sys.executable, "-X", "importtime", *cmd(path, out)[1:]],
-                          capture_output=True, text=True, cwd=tempfile.gettempdir())
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "servesim.cli", "run", str(path), "--out",
+                           str(out), "-q", "--force"], capture_output=True, text=True, cwd=tempfile.gettempdir())
     if proc.returncode != 0:
         sys.exit(f"servesim run failed:\n{proc.stderr[-3000:]}")
     per = Counter()
@@ -70,15 +58,6 @@ def plugin_scan() -> tuple[int, float]:
     return int(n), float(dt)
 
 
-def whole(path: Path, out: Path, env: dict) -> float:
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd(path, out), capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
-    dt = time.perf_counter() - t0
-    if proc.returncode != 0:
-        sys.exit(f"servesim run failed:\n{proc.stderr[-3000:]}")
-    return dt
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=10_000)
@@ -89,11 +68,8 @@ def main() -> None:
     path = tmp / "a.yaml"
     path.write_text(yaml.safe_dump(scenario_dict("a", args.requests, "roofline", "vllm")))
     for src in (None, args.baseline) if args.baseline else (None,):
-        lacking = byte_compile(src)  # as pip install would have (see speed.byte_compile)
-        if lacking:
-            print(f"byte-compiled {len(lacking)} packages that lacked bytecode ({src or 'this checkout'}): "
-                  + ", ".join(Path(p).name for p in lacking))
-    whole(path, tmp / "warm", env_for(None))  # first run: caches, page cache
+        byte_compile_and_say(src)  # as pip install would have (see speed.byte_compile)
+    timed_servesim_run(path, tmp / "warm", checkout_env(None))  # first run: caches, page cache
     print(f"{time.strftime('%Y-%m-%d')} · python {sys.version.split()[0]} · timeit {timeit_ms():.2f} ms")
     n, dt = plugin_scan()
     print(f"{n} distributions on sys.path; pydantic's plugin lookup (importlib.metadata + entry points): "
@@ -104,13 +80,14 @@ def main() -> None:
     print(f"\nimports (importtime self ms, median of {args.repeat}; all packages {sum(m for m, _ in med):.0f} ms)")
     for ms, k in med[:25]:
         print(f"  {ms:7.1f}  {k}")
-    variants = {"as installed": env_for(None), "PYDANTIC_DISABLE_PLUGINS": env_for(None, PYDANTIC_DISABLE_PLUGINS="__all__")}
+    variants = {"as installed": checkout_env(None),
+                "PYDANTIC_DISABLE_PLUGINS": checkout_env(None, PYDANTIC_DISABLE_PLUGINS="__all__")}
     if args.baseline:
-        variants["baseline"] = env_for(args.baseline)
+        variants["baseline"] = checkout_env(args.baseline)
     times: dict[str, list[float]] = {k: [] for k in variants}
     for i in range(args.repeat):
         for k in (list(variants) if i % 2 == 0 else list(variants)[::-1]):
-            times[k].append(whole(path, tmp / k.replace(" ", "_"), variants[k]))
+            times[k].append(timed_servesim_run(path, tmp / k.replace(" ", "_"), variants[k]))
     print(f"\nwhole process at {args.requests:,} requests (s; median, min of {args.repeat}, alternated)")
     for k, ts in times.items():
         print(f"  {k:26s} {statistics.median(ts):.3f}  {min(ts):.3f}")
