@@ -167,7 +167,7 @@ def run(
 
         print_summary(_console(), res)
         _console().print(f"wrote {out_dir}/requests.parquet, timeseries.parquet, summary.json, scenario.resolved.yaml",
-                      markup=False)
+                         markup=False)
         if written:
             _console().print(_written_line(written), markup=False)
     if partial:
@@ -276,7 +276,7 @@ def _run_replicated(sc, seed: Optional[int], n: int, out_dir: Path, quiet: bool,
     if not quiet:
         print_header(_console(), build(sc, seed=seeds[0], cold="python"))  # a header: nothing to compile for
     with make_executor(workers) as ex, \
-            PointsProgress(_console(), "replications", "runs", enabled=not quiet) as bar:
+            PointsProgress(None if quiet else _console(), "replications", "runs") as bar:
         rep = replicate(sc, seeds, executor=ex, out_dir=out_dir / "seeds", progress=bar)
     rep.write(out_dir)
     if quiet:
@@ -284,7 +284,7 @@ def _run_replicated(sc, seed: Optional[int], n: int, out_dir: Path, quiet: bool,
         return
     print_replicated_summary(_console(), rep.summary)
     _console().print(f"wrote {out_dir}/summary.json (intervals), replications.parquet, "
-                  f"seeds/seed-<seed>/ (each run's files)")
+                     f"seeds/seed-<seed>/ (each run's files)")
 
 
 @app.command()
@@ -354,12 +354,12 @@ def sweep(
         with make_executor(workers if todo else 1, scheduler if todo else None) as ex:
             if not quiet:
                 _console().print(f"{todo:,} to run on {ex.description}" if todo else "every run is stored already")
-            with PointsProgress(_console(), "sweep", "runs", enabled=not quiet) as bar:
+            with PointsProgress(None if quiet else _console(), "sweep", "runs") as bar:
                 try:
                     res = run_sweep(sp, out, ex, progress=bar, spec_text=spec.read_text())
                 except KeyboardInterrupt:
                     _console(stderr=True).print(f"interrupted: finished runs are stored in {out}; "
-                                      f"run the same command again to resume")
+                                                f"run the same command again to resume")
                     raise typer.Exit(130)
         raise_errors(res.report)
     except ServesimError as exc:
@@ -370,7 +370,7 @@ def sweep(
         _print_folder(out)
         return
     _console().print(f"{r.ran:,} runs now, {r.skipped:,} already stored; {len(res.frame):,} rows "
-                  f"in {out}/rows (servesim.sweep.load_results('{out}'))")
+                     f"in {out}/rows (servesim.sweep.load_results('{out}'))")
 
 
 @app.command()

@@ -16,27 +16,37 @@ if TYPE_CHECKING:
 SHOW_AFTER_S = 2.0  # a run's bar appears only once the run has lasted this long
 
 
-class ProgressReporter:
-    """Shows a bar only once a run has lasted a few seconds; cheap to call often."""
+class _Bar:
+    """A bar drawn on ``console`` once there is something to show; none at all without a console
+    (quiet commands), so calling it costs nothing there."""
 
-    def __init__(self, console: Console | None, total: int | None, enabled: bool = True):
+    def __init__(self, console: Console | None):
         self.console = console
-        self.total = total
-        self.enabled = enabled and console is not None
-        self._t0 = 0.0
         self._progress: Progress | None = None
         self._task = None
 
     def __enter__(self):
-        self._t0 = time.perf_counter()
         return self
 
     def __exit__(self, *exc):
         if self._progress is not None:
             self._progress.stop()
 
+
+class ProgressReporter(_Bar):
+    """Shows a bar only once a run has lasted a few seconds; cheap to call often."""
+
+    def __init__(self, console: Console | None, total: int | None):
+        super().__init__(console)
+        self.total = total
+        self._t0 = 0.0
+
+    def __enter__(self):
+        self._t0 = time.perf_counter()
+        return self
+
     def update(self, done: int) -> None:
-        if not self.enabled:
+        if self.console is None:
             return
         if self._progress is None:
             if time.perf_counter() - self._t0 < SHOW_AFTER_S:
@@ -51,26 +61,17 @@ class ProgressReporter:
         self._progress.update(self._task, completed=done)
 
 
-class PointsProgress:
+class PointsProgress(_Bar):
     """A progress bar over tasks (points x seeds): done/total, rate per minute, elapsed, ETA.
     Call it as ``progress(done, total)``; tasks found done on resume count as done from the start
     and do not inflate the rate."""
 
-    def __init__(self, console: Console | None, label: str = "sweep", unit: str = "runs", enabled: bool = True):
-        self.console, self.label, self.unit = console, label, unit
-        self.enabled = enabled and console is not None
-        self._progress: Progress | None = None
-        self._task = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if self._progress is not None:
-            self._progress.stop()
+    def __init__(self, console: Console | None, label: str = "sweep", unit: str = "runs"):
+        super().__init__(console)
+        self.label, self.unit = label, unit
 
     def __call__(self, done: int, total: int) -> None:
-        if not self.enabled:
+        if self.console is None:
             return
         if self._progress is None:
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
