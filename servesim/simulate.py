@@ -149,7 +149,7 @@ class Built:
     memory: MemoryPlan
     model: StepTimeModel
     workload: Workload
-    kv: object  # the KV manager (prefix caching: its hit and tier counters feed the summary)
+    kv: object  # the KV pool (kv/kernels.py KVState), or the prefix-cache manager whose hit and tier counters feed the summary
     fleet: "FleetParts | None" = None  # several replicas: engines and replicas (the summary's cluster block)
 
 
@@ -333,10 +333,6 @@ def run_built(b: Built, seed: int | None = None) -> Result:
     wall = time.perf_counter() - t0
     if b.fleet is not None:
         return _fleet_result(b, seed, wall)
-    from servesim.kv.counting import KernelKV
-
-    if isinstance(b.kv, KernelKV):
-        b.kv.resync()  # the kernels changed the pool's holdings directly
     specs = stream_specs(sc, b.workload)
     summary = build_summary(
         name=sc.name, seed=sc.seed if seed is None else seed, req=b.table, rec=b.recorder,

@@ -13,9 +13,9 @@ import numpy as np
 
 import tests.kv_reference as ref
 from servesim.kv import kernels as K
-from servesim.kv.elastic import ElasticKV
-from servesim.kv.paged import PagedKV
-from servesim.kv.static import StaticKV
+from tests.kv_faces import ElasticKV
+from tests.kv_faces import PagedKV
+from tests.kv_faces import StaticKV
 
 NB, K_RUN = 128, 1000
 

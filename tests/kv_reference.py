@@ -13,7 +13,7 @@ import bisect
 
 import numpy as np
 
-from servesim.kv.base import NO_HIT, KVUsage, PrefixHit
+from servesim.kv.base import NO_HIT, PrefixHit
 from servesim.kv.frag import StepUsage
 
 # --------------------------------------------------------------------------------
@@ -368,16 +368,6 @@ class PagedKV(CountingKV):
         return StepUsage(total_slots=self.num_blocks * bs, allocated=alloc, used=slots,
                          reserved_unused=reserved, external=np.zeros(k, dtype=np.int64))
 
-    def usage(self) -> KVUsage:
-        held = int(self.held.sum())
-        bs = self.block_size
-        alloc = held * bs
-        used = int(self._computed[self.held > 0].sum())  # a snapshot: robust to the compiled core
-        free = self.free_blocks * bs
-        return KVUsage(total_slots=self.num_blocks * bs, allocated_slots=alloc, used_slots=used,
-                       reserved_unused_slots=0, largest_free_extent=free, free_slots=free)
-
-    # -- invariants -------------------------------------------------------------------------
     def check(self) -> None:
         """Blocks in use + free = total; no negative counts."""
         self.check_counts()
@@ -475,15 +465,6 @@ class ElasticKV(CountingKV):
         alloc = np.asarray(used[:k], dtype=np.int64) * bs
         return StepUsage(total_slots=self.num_blocks * bs, allocated=alloc, used=slots,
                          reserved_unused=alloc - touched * bs, external=np.zeros(k, dtype=np.int64))
-
-    def usage(self) -> KVUsage:
-        bs = self.block_size
-        c = self._computed[self.holders.ids]
-        alloc = int(self.held.sum()) * bs
-        touched = int((-(-c // bs)).sum()) * bs
-        free = self.free_blocks * bs
-        return KVUsage(total_slots=self.num_blocks * bs, allocated_slots=alloc, used_slots=int(c.sum()),
-                       reserved_unused_slots=alloc - touched, largest_free_extent=free, free_slots=free)
 
     def check(self) -> None:
         self.check_counts()
@@ -586,15 +567,6 @@ class StaticKV:
         return StepUsage(total_slots=self.num_blocks * bs, allocated=alloc, used=slots,
                          reserved_unused=alloc - touched * bs,
                          external=np.full(k, self.external_slots(), dtype=np.int64))
-
-    def usage(self) -> KVUsage:
-        bs = self.block_size
-        c = self._computed[self.holders.ids]
-        alloc = (self.num_blocks - self.extents.free) * bs
-        touched = int((-(-c // bs)).sum()) * bs
-        return KVUsage(total_slots=self.num_blocks * bs, allocated_slots=alloc, used_slots=int(c.sum()),
-                       reserved_unused_slots=alloc - touched, largest_free_extent=self.extents.largest * bs,
-                       free_slots=self.extents.free * bs, external_slots=self.external_slots())
 
     def check(self) -> None:
         self.extents.check()

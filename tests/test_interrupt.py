@@ -65,7 +65,7 @@ def assert_consistent(b):
     assert int(s.run_len) == int((status == RUNNING).sum())
     assert sorted(st.run[: s.run_len].tolist()) == np.flatnonzero(status == RUNNING).tolist()
     assert int(st.q_len.sum()) == int((status == WAITING).sum())
-    kv = b.kv.state
+    kv = b.kv
     assert int(kv.held.sum()) + int(kv.s[0].free) == kv.num_blocks
     assert (kv.held[status != RUNNING] == 0).all()
 

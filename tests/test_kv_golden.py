@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 
 from servesim.request import RequestTable
-from servesim.kv.elastic import ElasticKV
-from servesim.kv.extents import ExtentAllocator
-from servesim.kv.frag import usage_shares
-from servesim.kv.paged import PagedKV
+from tests.kv_faces import ElasticKV
+from tests.kv_faces import ExtentAllocator
+from tests.kv_faces import PagedKV
 from servesim.kv.prefix import PrefixCacheKV
-from servesim.kv.static import StaticKV
+from tests.kv_faces import StaticKV
 from servesim.kv.tiers import Link, LowerTier, TierStack
 from servesim.request import Request, Workload
 
@@ -164,10 +163,10 @@ def test_static_external_fragmentation_on_crafted_sequence():
     kv.free(2)
     assert kv.extents.holes() == [(0, 3), (7, 3)]
     assert not kv.allocate(3, 4)  # 6 free >= 5 needed, no hole of 5
-    u = kv.usage()
-    assert (u.free_slots, u.largest_free_extent, u.external_slots) == (6, 3, 6)
-    assert usage_shares(u)["external_fragmentation"] == pytest.approx(0.6)
-    assert usage_shares(u)["reservation_waste"] == pytest.approx(0.1)  # B reserved 4, wrote 3
+    u = kv.step_usage([], [])  # the pool's slots with nothing scheduled
+    assert (kv.free_blocks, kv.extents.largest, int(u.external[0])) == (6, 3, 6)
+    assert u.external[0] / u.total_slots == pytest.approx(0.6)  # external fragmentation
+    assert u.reserved_unused[0] / u.total_slots == pytest.approx(0.1)  # B reserved 4, wrote 3
     kv.check()
 
 
@@ -179,7 +178,7 @@ def test_paged_never_fragments_externally_on_the_same_sequence():
     kv.free(0)
     kv.free(2)
     assert kv.allocate(3, 4)
-    assert usage_shares(kv.usage())["external_fragmentation"] == 0.0
+    assert kv.step_usage([], []).external[0] == 0
 
 
 def test_best_fit_picks_the_smallest_hole():
@@ -197,11 +196,11 @@ def test_best_fit_picks_the_smallest_hole():
 def test_elastic_reservation_and_waste():
     table, _, _ = make_table([(9, 20)])
     kv = ElasticKV(20, 4, table.computed, base_blocks=4, growth_blocks=2)
-    assert [kv.hold_for(s) for s in (0, 1, 16, 17, 24, 25)] == [0, 4, 4, 6, 6, 8]
+    assert [kv.blocks_needed(s) for s in (0, 1, 16, 17, 24, 25)] == [0, 4, 4, 6, 6, 8]
     assert kv.allocate(0, 9)
     table.computed[0] = 9
-    u = kv.usage()  # 4 blocks = 16 slots: 9 written, 3 slack in block 2, block 3 untouched
-    assert (u.allocated_slots, u.used_slots, u.reserved_unused_slots) == (16, 9, 4)
+    u = kv.step_usage([], [])  # 4 blocks = 16 slots: 9 written, 3 slack in block 2, block 3 untouched
+    assert (int(u.allocated[0]), int(u.used[0]), int(u.reserved_unused[0])) == (16, 9, 4)
     assert kv.max_slots() == (4 + 16) * 4
 
 

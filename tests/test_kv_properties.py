@@ -21,11 +21,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servesim.kv.elastic import ElasticKV
-from servesim.kv.paged import PagedKV
+from tests.kv_faces import ElasticKV
+from tests.kv_faces import PagedKV
 from servesim.kv.preload import HotPrefixTracker
 from servesim.kv.prefix import PrefixCacheKV
-from servesim.kv.static import StaticKV
+from tests.kv_faces import StaticKV
 from servesim.kv.steps import run_demand
 from servesim.kv.tiers import Link, LowerTier, TierStack
 from tests.test_kv_golden import make_table
@@ -313,7 +313,7 @@ def test_run_demand_matches_brute_force(c, k_max, threshold, period, chunk):
        st.integers(1, 12))
 def test_paged_step_usage_equals_the_generic_slot_accounting(bs, reqs, k):
     """The paged shortcut (every held block touched) agrees with step_slots' general counting."""
-    from servesim.kv.paged import PagedKV
+    from tests.kv_faces import PagedKV
     from servesim.kv.steps import step_slots
 
     computed = np.array([c for c, _ in reqs], dtype=np.int64)

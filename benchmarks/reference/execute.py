@@ -177,11 +177,15 @@ def kv_memory(run: Run, res) -> dict:
 
 def _held_blocks(kv, rid: np.ndarray, slots: np.ndarray, block_size: int) -> np.ndarray:
     """Blocks a request held when it finished: a static reservation, an elastic reservation at its
-    final size, or ceil(slots / block_size) for paged blocks."""
-    if hasattr(kv, "reserve"):
-        return np.asarray(kv.reserve)[rid].astype(np.int64)
-    if hasattr(kv, "hold_for"):
-        return np.asarray(kv.hold_for(slots), dtype=np.int64)
+    final size, or ceil(slots / block_size) for paged blocks (and the prefix cache's)."""
+    from servesim.jit import pure
+    from servesim.kv.kernels import ELASTIC, STATIC, KVState, kv_blocks_needed
+
+    if isinstance(kv, KVState) and kv.kind == STATIC:
+        return kv.reserve[rid].astype(np.int64)
+    if isinstance(kv, KVState) and kv.kind == ELASTIC:
+        need = pure(kv_blocks_needed)
+        return np.array([need(kv, int(s)) for s in slots], dtype=np.int64)
     return -(-slots // block_size)
 
 

@@ -8,6 +8,8 @@ import numpy as np
 
 from servesim.engine.driver import Replica
 from servesim.hardware import GPUS
+from servesim.jit import pure
+from servesim.kv.kernels import KVState, kv_max_slots
 from servesim.request import RequestTable, Workload
 from servesim.sched.compose import compose, policy_spec
 from servesim.sched.state import new_scalars, new_state
@@ -17,13 +19,6 @@ if TYPE_CHECKING:
     from servesim.metrics.collect import Recorder
 
 INF = float("inf")
-
-
-def kernel_kv(kv_obj):
-    """The kernels' KV state behind a built-in allocator, or None (a Python KV manager)."""
-    from servesim.kv.counting import KernelKV
-
-    return kv_obj.state if isinstance(kv_obj, KernelKV) else None
 
 
 def kernel_tables(model, max_tokens: int, max_seqs: int):
@@ -83,14 +78,8 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", 
     closed = bool(groups)
     warmup = sc.stop.warmup_requests
     warmup_id = warmup if 0 < warmup < n else -1  # ITL counts from that request's arrival on
-    kv_state = kernel_kv(kv_obj)
-    if kv_state is not None:  # (the allocator object would load its own bound kernels to answer)
-        from servesim.jit import pure
-        from servesim.kv.kernels import kv_max_slots
-
-        max_slots = int(pure(kv_max_slots)(kv_state))
-    else:
-        max_slots = int(kv_obj.max_slots())
+    kv_state = kv_obj if isinstance(kv_obj, KVState) else None  # a built-in allocator's pool
+    max_slots = int(pure(kv_max_slots)(kv_state)) if kv_state is not None else int(kv_obj.max_slots())
     cfg, class_slots = compose(
         e, spec if spec is not None else policy_spec(e.scheduler), max_model_len=sc.max_model_len, max_slots=max_slots,
         block_size=kv_obj.block_size, kv_bytes_per_token=kv_bytes_per_token,
@@ -112,7 +101,7 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", 
     if warmup_id >= 0 or (warmup > 0 and warmup >= n):  # (warm-up covering every request: no ITL)
         rec0.itl_from = INF
     send_first_requests(st, rec0, table, groups)
-    rep = Replica(cfg, st, kv_state if kv_state is not None else kv_obj, tab if tab is not None else np.zeros(1),
+    rep = Replica(cfg, st, kv_obj, tab if tab is not None else np.zeros(1),
                   recorder, kv_object=None if kv_state is not None else kv_obj,
                   model_object=None if tab is not None else model, on_iteration=on_iteration,
                   progress=progress, user_parts=user_parts, force_python=force_python)
@@ -131,7 +120,6 @@ def send_first_requests(st, rec0, table: RequestTable, groups: tuple, delay_s: f
     if not groups:
         return
     from servesim.engine.kernel import heap_push
-    from servesim.jit import pure
 
     push = pure(heap_push)
     for gi, g in enumerate(groups):

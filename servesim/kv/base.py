@@ -1,7 +1,9 @@
 """The KV manager contract: the only owner of KV blocks.
 
-Policies ask; they never touch blocks. The engine advances decode runs through the same object.
-Every allocator (paged, static reservation, elastic, prefix caching, tiered) implements this::
+Policies ask; they never touch blocks. The engine advances decode runs through the same calls.
+The paged, static and elastic allocators implement them as kernels over one pool state
+(kv/kernels.py: ``kv_allocate(kv, computed, rid, n)`` and so on); the prefix cache (with its
+tiers) implements them as an object, whose methods the engine binds in place of the kernels::
 
     name, prefix_caching          the allocator's name; whether it is a prefix cache (block ids and
                                   hashes: hit rates and tier traffic to report)
@@ -25,7 +27,8 @@ Every allocator (paged, static reservation, elastic, prefix caching, tiered) imp
                                   decision could differ (all ``k`` but for the prefix cache, which
                                   cuts before an eviction that changes a blocked request's lookup)
     check()                       invariants (raise AssertionError); called when invariants are on
-    usage()                       a KVUsage snapshot for fragmentation metrics
+    step_usage(ids, new, k, used) token slots of the pool during each of the next ``k`` steps
+                                  (a StepUsage: fragmentation metrics, servesim/kv/frag.py)
 
 Token slots: a request computing ``n`` new tokens on top of ``c`` computed needs ``c + n`` slots.
 """
@@ -33,9 +36,12 @@ Token slots: a request computing ``n`` new tokens on top of ``c`` computed needs
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from servesim.kv.frag import StepUsage
 
 
 @dataclass(frozen=True)
@@ -45,19 +51,6 @@ class PrefixHit:
 
 
 NO_HIT = PrefixHit()
-
-
-@dataclass(frozen=True)
-class KVUsage:
-    """Token-slot accounting at one instant, for fragmentation metrics (see docs/kv.md)."""
-
-    total_slots: int  # num_blocks * block_size
-    allocated_slots: int  # slots in blocks held by requests (or reserved for them)
-    used_slots: int  # slots holding KV of computed tokens
-    reserved_unused_slots: int  # reserved ahead of need (static/elastic reservations), never yet written
-    largest_free_extent: int  # largest contiguous free run, in slots (== free slots when paged)
-    free_slots: int
-    external_slots: int = 0  # free slots that cannot hold the next allocation (extents; 0 when paged)
 
 
 class KVManager(Protocol):
@@ -88,4 +81,5 @@ class KVManager(Protocol):
 
     def check(self) -> None: ...
 
-    def usage(self) -> KVUsage: ...
+    def step_usage(self, ids: np.ndarray, num_new: np.ndarray, k: int = 1,
+                   used: np.ndarray | None = None) -> "StepUsage": ...

@@ -3,11 +3,16 @@
 ::
 
     engine.kv_allocator   enable_prefix_caching   kv_tiers   ->  manager
-    paged                 false                   -              PagedKV        (counts only)
-    paged                 true                    [] or [..]     PrefixCacheKV  (block ids, hashes,
-                                                                                  + TierStack)
-    static                false                   -              StaticKV       (extents)
-    elastic               false                   -              ElasticKV
+    paged                 false                   -              KVState PAGED    (counts only)
+    paged                 true                    [] or [..]     PrefixCacheKV    (block ids, hashes,
+                                                                                    + TierStack)
+    static                false                   -              KVState STATIC   (extents)
+    elastic               false                   -              KVState ELASTIC
+
+The three allocators without prefix caching are kernels over one pool state (kv/kernels.py):
+the factory returns the state itself, which the engine's kernels take. The prefix cache is an
+object with the :class:`~servesim.kv.base.KVManager` contract (the engine binds its methods in
+place of the kernels, on the uncompiled path).
 
 Prefix chains are mapped here to the engine's block size (and session turns get their output
 blocks' hashes, :mod:`servesim.kv.chains`). A workload without chains under prefix caching gives
@@ -20,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from servesim.kv.paged import PagedKV
+from servesim.kv.kernels import ELASTIC, PAGED, STATIC, KVState, make_kv
 
 if TYPE_CHECKING:
     import simpy
@@ -35,25 +40,22 @@ GIB = 1 << 30
 
 
 def build_kv(sc: "Scenario", plan: "MemoryPlan", table: "RequestTable", workload: "Workload",
-             env: "simpy.Environment | None") -> "KVManager":
+             env: "simpy.Environment | None") -> "KVState | KVManager":
     e = sc.engine
     bs = e.block_size
     if e.kv_allocator == "static":
-        from servesim.kv.static import StaticKV
-
         cfg = e.kv.static
         if cfg.reserve == "max_model_len":
             reserve = np.full(table.n, sc.max_model_len, dtype=np.int64)
         else:
             reserve = table.prompt + table.output
-        return StaticKV(plan.num_blocks, bs, table.computed, reserve, cfg.fit)
+        return make_kv(STATIC, plan.num_blocks, bs, table.n, reserve_tokens=reserve, fit=cfg.fit)
     if e.kv_allocator == "elastic":
-        from servesim.kv.elastic import ElasticKV
-
         cfg = e.kv.elastic
-        return ElasticKV(plan.num_blocks, bs, table.computed, -(-cfg.base_tokens // bs), -(-cfg.growth_tokens // bs))
+        return make_kv(ELASTIC, plan.num_blocks, bs, table.n, base_blocks=-(-cfg.base_tokens // bs),
+                       growth_blocks=-(-cfg.growth_tokens // bs))
     if not e.enable_prefix_caching:
-        return PagedKV(plan.num_blocks, bs, table.computed)
+        return make_kv(PAGED, plan.num_blocks, bs, table.n)
     return build_prefix_cache(sc, plan, table, workload, env)
 
 

@@ -38,11 +38,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servesim.kv.base import KVUsage
-
-SIGNALS = ("utilization", "internal_fragmentation", "reservation_waste", "external_fragmentation")
-
-
 @dataclass(frozen=True)
 class StepUsage:
     """Token-slot accounting during each of ``k`` consecutive steps (arrays of length ``k``)."""
@@ -56,21 +51,3 @@ class StepUsage:
     @property
     def internal(self) -> np.ndarray:
         return self.allocated - self.used - self.reserved_unused
-
-    def shares(self) -> np.ndarray:
-        """The four metrics of the module docstring, shape ``(4, k)``."""
-        t = float(self.total_slots)
-        return np.vstack([self.allocated / t, self.internal / t, self.reserved_unused / t, self.external / t])
-
-
-def usage_shares(u: KVUsage) -> dict[str, float]:
-    """The four metrics for one :class:`servesim.kv.base.KVUsage` snapshot."""
-    t = float(u.total_slots)
-    internal = u.allocated_slots - u.used_slots - u.reserved_unused_slots
-    external = u.external_slots
-    return {
-        "utilization": u.allocated_slots / t,
-        "internal_fragmentation": internal / t,
-        "reservation_waste": u.reserved_unused_slots / t,
-        "external_fragmentation": external / t,
-    }

@@ -2,8 +2,8 @@
 
 Every rule of the three count/extent allocators is written once here, as plain functions over a
 :class:`KVState` (see :mod:`servesim.jit`: compiled with numba, or run as Python by ``pure``).
-The engine core calls the ``kv_*`` kernels directly; :mod:`servesim.kv.paged`, ``elastic`` and
-``static`` are thin Python faces over the same kernels for the object-level engine and tests.
+The engine core calls the ``kv_*`` kernels directly on the state (the KV factory returns it);
+tests drive the same kernels through thin Python faces (tests/kv_faces.py).
 
 State (one record per pool, one row per request)::
 
@@ -81,6 +81,8 @@ class KVState(NamedTuple):
     reserve: np.ndarray  # int32[n] (static) or int32[0]
     hole_start: np.ndarray  # int64[cap] (static) or int64[0]
     hole_len: np.ndarray  # int64[cap] (static) or int64[0]
+
+    prefix_caching = False  # (a class attribute, not a field) as the KV manager contract says: no prefix cache
 
 
 def scalars(free: int, next_need: int = 0) -> np.ndarray:
@@ -653,42 +655,6 @@ def kv_step_usage(kv, computed, holders, nh, ids, new, nb, k, used, out):
         if full:
             out[3, j] = a
             out[4, j] = w
-
-
-@kernel
-def kv_usage(kv, computed, holders, nh, out):
-    """A snapshot for fragmentation metrics: out[0..6] = total, allocated, used, reserved-unused
-    slots, largest free extent, free and external slots. Paged sums the written slots of every
-    request with blocks (robust to code that changed holdings without the holder set)."""
-    bs = kv.block_size
-    out[0] = kv.num_blocks * bs
-    used = 0
-    touched = 0
-    if kv.kind == PAGED:
-        for r in range(len(kv.held)):
-            if kv.held[r] > 0:
-                used += int(computed[r])
-    else:
-        for i in range(nh):
-            c = int(computed[holders[i]])
-            used += c
-            touched += -(-c // bs)
-    if kv.kind == STATIC:
-        alloc = (kv.num_blocks - kv.s[0].free) * bs
-    else:
-        alloc = 0
-        for r in range(len(kv.held)):
-            alloc += int(kv.held[r])
-        alloc *= bs
-    out[1] = alloc
-    out[2] = used
-    out[3] = 0 if kv.kind == PAGED else alloc - touched * bs
-    out[4] = kv.s[0].free * bs
-    out[5] = kv.s[0].free * bs
-    out[6] = 0
-    if kv.kind == STATIC:
-        out[4] = extent_largest(kv.hole_len, kv.s) * bs
-        out[6] = extent_unusable(kv.hole_len, kv.s, kv.s[0].next_need) * bs
 
 
 # ------------------------------------------------------------------------------- invariants

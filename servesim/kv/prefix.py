@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from servesim.kv.base import KVUsage, PrefixHit
+from servesim.kv.base import PrefixHit
 from servesim.kv.evict import make_eviction
 from servesim.kv.freeq import FreeLists
 from servesim.kv.preload import hot_mask, observe
@@ -402,7 +402,7 @@ class PrefixCacheKV:
 
     # -- decode runs ----------------------------------------------------------------------------------
     def decode_run(self, ids: np.ndarray, k_max: int) -> tuple[int, np.ndarray]:
-        """As :meth:`PagedKV.decode_run`: every free or cached-free block can be taken."""
+        """As ``kv_decode_run`` of a paged pool (kv/kernels.py): every free or cached-free block can be taken."""
         used0 = self.num_blocks - self.pool.size
         if k_max <= 1:
             return k_max, np.full(k_max, used0, dtype=np.int64)
@@ -482,15 +482,6 @@ class PrefixCacheKV:
         zero = np.zeros(k, dtype=np.int64)
         return StepUsage(total_slots=self.num_blocks * bs, allocated=alloc, used=alloc - internal,
                          reserved_unused=zero, external=zero)
-
-    def usage(self) -> KVUsage:
-        bs = self.block_size
-        c = self._computed[self.holders.ids]
-        alloc = (self.num_blocks - self.pool.size) * bs
-        internal = int(((-c) % bs).sum())
-        free = self.pool.size * bs
-        return KVUsage(total_slots=self.num_blocks * bs, allocated_slots=alloc, used_slots=alloc - internal,
-                       reserved_unused_slots=0, largest_free_extent=free, free_slots=free)
 
     def cached_blocks(self) -> int:
         """Cached-free blocks (reusable, evictable)."""

@@ -71,7 +71,7 @@ class Holders:
 
     def reset(self, ids: np.ndarray) -> None:
         """Replace the set (for code that changed holdings without the manager's calls, such as
-        the compiled engine core working on ``PagedKV.held`` directly)."""
+        the compiled engine core working on a pool's ``held`` directly)."""
         self._pos[self._arr[: self.size]] = -1
         ids = np.asarray(ids, dtype=np.int64)
         if len(ids) > len(self._arr):

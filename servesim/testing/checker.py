@@ -437,10 +437,11 @@ class Checker:
     def _check_kv_returned(self):
         """kv_conserved at the end: when every request has ended, every block is back (the prefix
         cache keeps them as cached-free); otherwise, only requests still in flight hold blocks."""
+        from servesim.kv.kernels import KVState
+
         t, kv = self._table, self._kv
-        state = getattr(kv, "state", None)
-        if state is not None:  # the count and extent allocators
-            held, free, total = state.held, int(state.s[0].free), int(state.num_blocks)
+        if isinstance(kv, KVState):  # the count and extent allocators
+            held, free, total = kv.held, int(kv.s[0].free), int(kv.num_blocks)
             if int(held.astype(np.int64).sum()) + free != total:
                 self._fail("kv_conserved", f"at the end: blocks held {int(held.sum())} + free {free} != pool {total}")
         else:
