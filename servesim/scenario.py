@@ -414,8 +414,11 @@ class Scenario(Frozen):
 
     @property
     def is_fleet(self) -> bool:
-        """More than one replica, or groups: the run goes through the router (engine/cluster.py)."""
-        return self.cluster.groups is not None or self.hardware.replicas > 1
+        """More than one replica, groups, or pipeline stages: the run goes through the fleet's loop
+        (engine/cluster.py), which alone runs a pipeline replica as its ``pp`` virtual engines (a
+        lone PP replica run as one engine had the whole pool and one batch in flight: half the
+        throughput of the same replica written as a group of one)."""
+        return self.cluster.groups is not None or self.hardware.replicas > 1 or self.pp > 1
 
     @property
     def placement(self):

@@ -327,64 +327,39 @@ def stream_specs(sc: Scenario, wl: Workload) -> tuple[StreamSpec, ...]:
 
 
 def run_built(b: Built, seed: int | None = None) -> Result:
+    from servesim.metrics.cluster import cluster_summary, fleet_kv_report, merge_recorders, restore_client_times
+
     sc = b.scenario
     t0 = time.perf_counter()
     b.env.run()
     wall = time.perf_counter() - t0
-    if b.fleet is not None:
-        return _fleet_result(b, seed, wall)
+    engines = b.fleet.engines if b.fleet is not None else None
+    if engines is not None:
+        restore_client_times(b.table, sc.cluster.delay_in_s, sc.cluster.delay_out_s)
+        b.table.replica = b.replica.replica_of
+    rec = merge_recorders([e.recorder for e in engines]) if engines else b.recorder
+    memory = replace(b.memory, num_blocks=sum(e.plan.num_blocks for e in engines)) if engines else b.memory
     specs = stream_specs(sc, b.workload)
-    summary = build_summary(
-        name=sc.name, seed=sc.seed if seed is None else seed, req=b.table, rec=b.recorder,
-        num_blocks=b.memory.num_blocks, sim_time=b.replica.now, wall_s=wall,
-        warmup=sc.stop.warmup_requests, slo_ttft=sc.slo.ttft_s, slo_tpot=sc.slo.tpot_s,
-        block_size=sc.engine.block_size, streams=specs,
-        named_streams=sc.workload.streams is not None or len(specs) > 1,
-    )
-    kv = b.kv
-    if sc.engine.enable_prefix_caching:  # prefix caching: hit rates, tier traffic, the TTFT effect
-        from servesim.kv.report import kv_report
-        from servesim.metrics.summary import latency_column, measured_mask
-
-        meas = np.flatnonzero(measured_mask(b.table, sc.stop.warmup_requests))
-        ttft = np.full(b.table.n, np.nan)
-        ttft[meas] = latency_column(b.table, meas, "ttft")
-        summary["kv"].update(kv_report(kv, ttft))
-    resolved_text, summary["resolved_scenario"] = resolved_info(sc, seed)
-    return Result(sc, summary, b.table, b.recorder, b.memory, b.model.describe(), b.workload.notes,
-                  request_labels(b.table, specs), resolved_text)
-
-
-def _fleet_result(b: Built, seed: int | None, wall: float) -> Result:
-    from servesim.metrics.cluster import cluster_summary, merge_recorders, restore_client_times
-
-    sc = b.scenario
-    fleet = b.replica
-    restore_client_times(b.table, sc.cluster.delay_in_s, sc.cluster.delay_out_s)
-    b.table.replica = fleet.replica_of
-    rec = merge_recorders([e.recorder for e in b.fleet.engines])
-    blocks = sum(e.plan.num_blocks for e in b.fleet.engines)
-    specs = stream_specs(sc, b.workload)
-    sim_time = fleet.now
+    sim_time = b.replica.now
     summary = build_summary(
         name=sc.name, seed=sc.seed if seed is None else seed, req=b.table, rec=rec,
-        num_blocks=blocks, sim_time=sim_time, wall_s=wall,
+        num_blocks=memory.num_blocks, sim_time=sim_time, wall_s=wall,
         warmup=sc.stop.warmup_requests, slo_ttft=sc.slo.ttft_s, slo_tpot=sc.slo.tpot_s,
         block_size=sc.engine.block_size, streams=specs,
         named_streams=sc.workload.streams is not None or len(specs) > 1,
     )
-    summary["engine"]["busy_fraction"] = float(rec.busy_s / max(sim_time, 1e-300) / len(b.fleet.engines))
-    if any(g.scenario.engine.enable_prefix_caching for g in sc.replica_groups):
-        from servesim.metrics.cluster import fleet_kv_report
+    if engines:
+        summary["engine"]["busy_fraction"] = float(rec.busy_s / max(sim_time, 1e-300) / len(engines))
+    if any(g.scenario.engine.enable_prefix_caching for g in sc.replica_groups):  # hit rates, tiers, the TTFT effect
         from servesim.metrics.summary import latency_column, measured_mask
 
         meas = np.flatnonzero(measured_mask(b.table, sc.stop.warmup_requests))
         ttft = np.full(b.table.n, np.nan)
         ttft[meas] = latency_column(b.table, meas, "ttft")
-        summary["kv"].update(fleet_kv_report([e.kv for e in b.fleet.engines], ttft))
-    summary["cluster"] = cluster_summary(sc, fleet, b.fleet.engines, b.fleet.replicas, b.table, sim_time)
+        summary["kv"].update(fleet_kv_report([e.kv for e in engines] if engines else [b.kv], ttft))
+    if engines:
+        summary["cluster"] = cluster_summary(sc, b.replica, engines, b.fleet.replicas, b.table, sim_time)
     resolved_text, summary["resolved_scenario"] = resolved_info(sc, seed)
-    memory = replace(b.memory, num_blocks=blocks)
     return Result(sc, summary, b.table, rec, memory, b.model.describe(), b.workload.notes,
                   request_labels(b.table, specs), resolved_text)
 

@@ -106,6 +106,23 @@ def test_virtual_engines_split_the_blocks_and_share_the_requests():
     assert sum(routed) == 200 and min(routed) > 50  # the fewest-unfinished rule spreads them
 
 
+def test_a_lone_pipeline_replica_runs_its_virtual_engines():
+    """Found defect: a replica with pipeline_parallel_size 2 and no cluster: section ran as one
+    engine holding the whole pool, with one batch in flight (half the throughput, twice the TTFT
+    of the same replica written as a group of one). It is a fleet of its virtual engines too."""
+    import pandas as pd
+
+    grouped = _pp(2, {"arrival": {"process": "poisson", "rate": 30.0}}, 200)
+    lone = {k: v for k, v in grouped.items() if k != "cluster"}
+    assert scenario_from_dict(lone).is_fleet
+    a, b = simulate(scenario_from_dict(lone)), simulate(scenario_from_dict(grouped))
+    assert a.summary["cluster"]["engines"] == 2
+    pd.testing.assert_frame_equal(a.requests.drop(columns="group", errors="ignore"),
+                                  b.requests.drop(columns="group", errors="ignore"))
+    for key in ("latency_s", "throughput", "kv"):
+        assert a.summary[key] == b.summary[key], key
+
+
 def test_kv_capacity_follows_every_gpu_of_the_replica():
     def blocks_tokens(**eng):
         sc = scenario_from_dict(merge(BASE, {"engine": eng}))

@@ -155,22 +155,11 @@ class Replica:
                  user_parts: dict | None = None, force_python: str | None = None):
         self.cfg, self.kv, self.tab, self.rec, self.progress = cfg, kv, tab, recorder, progress
         self.kv_object = kv_object
-        overrides: dict = {}
-        why = []
-        if kv_object is not None:
-            overrides.update(object_kv_overrides(kv_object))
-            why.append(f"KV manager {type(kv_object).__name__}")
-        if model_object is not None:
-            overrides.update(object_model_overrides(model_object))
-            why.append(f"step-time model {type(model_object).__name__}")
-        if on_iteration is not None:
-            overrides.update(hook_overrides(on_iteration))
-            why.append("an iteration hook")
-        if user_parts:
-            overrides.update(user_parts)
-            why.append("user policy parts")
-        if force_python:
-            why.append(force_python)
+        overrides: dict = {**(object_kv_overrides(kv_object) if kv_object is not None else {}),
+                           **(object_model_overrides(model_object) if model_object is not None else {}),
+                           **(hook_overrides(on_iteration) if on_iteration is not None else {}), **(user_parts or {})}
+        why = [force_python] if force_python else []  # (the builder names every Python piece: simulate.engine_reasons)
+        assert why or not overrides, "Python pieces bound without a reason for the Python engine"
         aot_advance = None
         if jit.PLAIN and not why:  # numba is not loaded: the ahead-of-time engine, or Python
             aot_advance, reason = (None, "a fleet's replica") if cfg.routed else aot.entry(cfg, st, kv, tab)

@@ -33,17 +33,6 @@ STATELESS = ("round-robin", "random")
 
 
 @dataclass
-class EngineInfo:
-    """What the results need of one engine: its replica, group, recorder, KV plan and manager."""
-
-    replica: int
-    group: int
-    recorder: object  # servesim.metrics.collect.Recorder
-    plan: MemoryPlan  # this engine's KV blocks (a virtual engine: its share of the replica's)
-    kv: object
-
-
-@dataclass
 class ReplicaInfo:
     group: str
     gpu: str
@@ -73,7 +62,7 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
                 user: Callable | None = None, kernel_overrides: dict | None = None,
                 buffers: tuple[int, int] | None = None, stop_when_drained: bool = True,
                 progress: Callable[[int], None] | None = None):
-    """``(fleet, engine infos, replica infos)``. ``new_recorder()``: an engine's recorder (the
+    """``(fleet, engines, replica infos)``. ``new_recorder()``: an engine's recorder (the
     metrics floor's, handed down); ``force_python(group_scenario)``: the reasons that group must
     run uncompiled, or None; ``user(group_scenario)``: a user policy or None. ValueError (one
     line, naming the group) when a group's model does not fit its GPUs."""
@@ -96,7 +85,6 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     scalars = np.concatenate([new_scalars() for _ in range(n_engines)]).view(np.recarray)  # one row each
     placement = sc.placement
     engines: list[Engine] = []
-    infos: list[EngineInfo] = []
     replicas: list[ReplicaInfo] = []
     members: list[list[int]] = []
     r = 0
@@ -136,8 +124,7 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
                                     report_ended=closed, shared=shared,
                                     scalars=scalars[len(engines):len(engines) + 1])
                 ids.append(len(engines))
-                engines.append(Engine(rep, len(engines), r))
-                infos.append(EngineInfo(r, gi, rec, ve_plan, kv))
+                engines.append(Engine(rep, len(engines), ve_plan, kv))
             members.append(ids)
             replicas.append(ReplicaInfo(g.name, gsc.hardware.gpu, gsc.tp, pp, placement.stages[r], ids,
                                         model.describe()))
@@ -150,7 +137,7 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
                   warmup_id=warmup if 0 < warmup < n else -1, progress=progress, scalars=scalars)
     fleet.prerouted = (PREROUTE and not closed and sc.cluster.router in STATELESS
                        and all(len(m) == 1 for m in members))
-    return fleet, infos, replicas
+    return fleet, engines, replicas
 
 
 def fleet_inbox(sc, table: RequestTable, workload: Workload, groups: tuple, cfg0, delay_in: float, *,

@@ -63,8 +63,9 @@ class Scalars:
 class Engine:
     """One kernel instance of a fleet (a replica, or a virtual engine of a pipeline replica)."""
 
-    def __init__(self, rep, index: int, replica: int):
-        self.rep, self.index, self.replica = rep, index, replica
+    def __init__(self, rep, index: int, plan, kv):
+        self.rep, self.index = rep, index
+        self.recorder, self.plan, self.kv = rep.rec, plan, kv  # what the results need (a virtual engine: its share of blocks)
         self.s = Scalars(rep.st, rep.scalars)
         if rep.path == "compiled":  # one pointer per call (kernel.EngineRef)
             ref = K.make_engine_ref(rep.cfg, rep.kst, rep.kkv, rep.tab)

@@ -222,18 +222,9 @@ def affinity_keys(workload, key: str, prefix_blocks: int) -> tuple[np.ndarray, n
 
 def make_router(cfg, n: int, workload, rng: np.random.Generator) -> Router:
     """The router ``cfg`` (a ClusterConfig) names, over ``n`` replicas."""
-    name = cfg.router
-    if name == "round-robin":
-        return RoundRobin(n)
-    if name == "random":
-        return RandomRouter(n, rng)
-    if name == "least-requests":
-        return LeastRequests(n)
-    if name == "least-tokens":
-        return LeastTokens(n)
-    if name == "priority":
-        return PriorityRouter(n)
-    if name == "affinity":
+    if cfg.router == "affinity":
         keys, has, _ = affinity_keys(workload, cfg.affinity.key, cfg.affinity.prefix_blocks)
         return Affinity(n, keys, has, cfg.affinity.load_cap)
-    raise ValueError(f"cluster.router {name!r}: unknown")  # pragma: no cover - the config's Literal
+    if cfg.router == "random":
+        return RandomRouter(n, rng)
+    return {r.name: r for r in (RoundRobin, LeastRequests, LeastTokens, PriorityRouter)}[cfg.router](n)

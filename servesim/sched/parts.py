@@ -313,9 +313,9 @@ def has_need(st, decodes):
 
 
 @kernel
-def partial_prefills(cfg, st, kv, cap, now, limit):
+def partial_prefills(cfg, st, kv, cap, now):
     """Running requests with prompt left get chunks of it, oldest first, at most ``cap`` tokens
-    and ``limit`` requests in all. Returns the cap left."""
+    in all. Returns the cap left."""
     m = 0
     for i in range(st.s.run_len):
         r = st.run[i]
@@ -324,9 +324,8 @@ def partial_prefills(cfg, st, kv, cap, now, limit):
             st.tmp_ids[m] = r
             st.tmp_need[m] = nd
             m += 1
-    count = 0
     for i in range(m):
-        if cap <= 0 or count >= limit:
+        if cap <= 0:
             break
         rid = st.tmp_ids[i]
         if st.status[rid] != RUNNING:
@@ -343,7 +342,6 @@ def partial_prefills(cfg, st, kv, cap, now, limit):
         batch_add(st, rid, n)
         st.s.budget -= n
         cap -= n
-        count += 1
     return cap
 
 

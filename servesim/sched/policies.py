@@ -194,11 +194,8 @@ def prefill_chunks(cfg, st, kv, now, cap, hybrid, mixed):
     if cfg.sglang_admission:
         begin_reserve(cfg, st, mixed)
     if st.s.run_len and cap > 0:
-        cap = partial_prefills(cfg, st, kv, cap, now, cfg.n + 1)
-    if preempted_stop(st):
-        uniform_cause(st, C_KV if num_waiting(st) else C_ITERATION)
-        return False
-    if cfg.sglang_admission and st.s.latch:  # SGLang's batch_is_full: wait for a request to leave
+        cap = partial_prefills(cfg, st, kv, cap, now)
+    if preempted_stop(st) or (cfg.sglang_admission and st.s.latch):  # (SGLang's batch_is_full latch)
         uniform_cause(st, C_KV if num_waiting(st) else C_ITERATION)
         return False
     return admit_waiting(cfg, st, kv, now, cap, hybrid)
@@ -311,7 +308,7 @@ def static_prefill(cfg, st, kv, now):
             # max_model_len extents): the batch ends here, the rest return to the queue, in order
             while st.q_len[MEMBERS] > 0:
                 last = st.q_tail[MEMBERS]
-                remove_tail(st, MEMBERS, last)
+                q_take(st, MEMBERS, last)
                 q_push_front(st, 0, last)
             break
         if r < 0:
@@ -319,22 +316,6 @@ def static_prefill(cfg, st, kv, now):
         q_pop_front(st, MEMBERS)
         admit_one(cfg, st, rid, r, now)
         count += 1
-
-
-@kernel
-def remove_tail(st, q, rid):
-    """Unlink the tail ``rid`` of queue ``q`` (O(len): only when a static batch dissolves)."""
-    if st.q_len[q] == 1:
-        st.q_head[q] = -1
-        st.q_tail[q] = -1
-    else:
-        prev = st.q_head[q]
-        while st.q_next[prev] != rid:
-            prev = st.q_next[prev]
-        st.q_next[prev] = -1
-        st.q_tail[q] = prev
-    st.q_len[q] -= 1
-    st.q_next[rid] = -1
 
 
 @kernel
