@@ -219,10 +219,10 @@ def test_a_fleet_stops_at_a_consistent_boundary(router):
     r = part.summary["requests"]
     assert r["in_flight"] > 0 and r["completed"] > 0
     assert r["arrived"] == r["completed"] + r["rejected"] + r["in_flight"]
-    for eng in b.replica.engines:  # every engine's KV blocks balance, held by running requests only
+    engines = [(i, b.replica.engines[e]) for i, info in enumerate(b.fleet.replicas) for e in info.engines]
+    for i, eng in engines:  # every engine's KV blocks balance, held by running requests only
         kv, status = eng.rep.kv, eng.rep.st.status
-        mine = np.zeros(len(status), dtype=bool)
-        mine[b.replica.replica_of == eng.replica] = True
+        mine = b.replica.replica_of == i
         assert int(kv.held.sum()) + int(kv.s[0].free) == kv.num_blocks
         assert (kv.held[mine & (status != RUNNING)] == 0).all()
     t, f = part.table, full.table
