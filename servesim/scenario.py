@@ -414,11 +414,13 @@ class Scenario(Frozen):
 
     @property
     def is_fleet(self) -> bool:
-        """More than one replica, groups, or pipeline stages: the run goes through the fleet's loop
-        (engine/cluster.py), which alone runs a pipeline replica as its ``pp`` virtual engines (a
-        lone PP replica run as one engine had the whole pool and one batch in flight: half the
-        throughput of the same replica written as a group of one)."""
-        return self.cluster.groups is not None or self.hardware.replicas > 1 or self.pp > 1
+        """More than one replica, groups, pipeline stages, or a router/network delay: the run goes
+        through the fleet's loop (engine/cluster.py), which alone runs a pipeline replica as its
+        ``pp`` virtual engines and adds the cluster's delays. (A lone replica with either ran as
+        one plain engine: a PP replica with the whole pool and one batch in flight, half the
+        throughput of the same replica written as a group of one; delays were dropped.)"""
+        return (self.cluster.groups is not None or self.hardware.replicas > 1 or self.pp > 1
+                or self.cluster.delay_in_s > 0 or self.cluster.delay_out_s > 0)
 
     @property
     def placement(self):
@@ -570,6 +572,12 @@ class Scenario(Frozen):
     def _engine_consistency(self) -> "Scenario":
         e = self.engine
         mml = self.max_model_len
+        limit = self.model_shape.max_model_len
+        if e.max_model_len is not None and e.max_model_len > limit:
+            raise ValueError(
+                f"engine.max_model_len = {e.max_model_len}: above the model's context limit {limit} "
+                f"({self.model if isinstance(self.model, str) else 'model.max_model_len'}); it may only lower it "
+                f"(vLLM refuses a longer one too)")
         if not self.chunks_prefill and e.max_num_batched_tokens < mml:
             raise ValueError(
                 f"engine.max_num_batched_tokens {e.max_num_batched_tokens} is smaller than "
@@ -599,6 +607,11 @@ class Scenario(Frozen):
                     f"{', '.join(sorted(options)) or 'none'}); remove it, or run with "
                     f"--set 'engine.options={_flow(rest)}'")
             read_options(dict(e.options), spec.name, options)
+            if "schedule_conservativeness" in e.options and e.options.get("admission") != "sglang":
+                raise ValueError(
+                    f"engine.options.schedule_conservativeness: it scales SGLang's admission reservation, which "
+                    f"runs only with engine.options.admission: sglang (got admission "
+                    f"{e.options.get('admission', options['admission'][0])!r}); set it, or remove the knob")
         return self  # (whether the model fits the GPUs is planned when the run is built: memory.py)
 
     @model_validator(mode="after")
@@ -630,12 +643,7 @@ class Scenario(Frozen):
         data["cluster"] = {}
         e = dict(data.get("engine", {}))
         e["tensor_parallel_size"], e["pipeline_parallel_size"] = self.tp, self.pp
-        for k, v in g.engine.items():
-            if k == "options" or not (isinstance(v, dict) and isinstance(e.get(k), dict)):
-                e[k] = v
-            else:
-                e[k] = {**e[k], **v}
-        data["engine"] = e
+        data["engine"] = _merged(e, g.engine)
         link = self.hardware.inter_server_link
         data["hardware"] = {"gpu": g.gpu if g.gpu is not None else self.hardware.gpu,
                             "gpus_per_server": self.hardware.gpus_per_server,
@@ -703,6 +711,18 @@ def _format_loc(loc: tuple) -> str:
         else:
             parts.append(("." if parts else "") + str(p))
     return "".join(parts) or "scenario"
+
+
+def _merged(base: dict, over: dict) -> dict:
+    """A group's engine fields over the scenario's: sections merge at every depth (a group's
+    ``kv: {static: {fit: best}}`` keeps the scenario's ``kv.static.reserve``, as ``--set`` does);
+    ``options`` is replaced whole (a policy's knobs belong together)."""
+    out = dict(base)
+    for k, v in over.items():
+        if k != "options" and isinstance(v, dict) and isinstance(out.get(k), dict):
+            v = _merged(out[k], v)
+        out[k] = v
+    return out
 
 
 def _first_error(err: ValidationError, source: str) -> str:

@@ -58,6 +58,30 @@ def test_a_fleet_of_one_runs_through_the_router():
     assert (res.requests["replica"] == 0).all()
 
 
+def test_a_lone_replica_keeps_the_cluster_delays():
+    """Found defect: cluster.network_delay_s and router_overhead_s were dropped without a
+    cluster: groups section (a lone replica ran as a plain engine); TTFT and E2E include them."""
+    delays = {"cluster": {"network_delay_s": 0.05, "router_overhead_s": 0.05}}
+    lone = run(merge(BASE, delays))
+    group = run(merge(merge(BASE, delays), ONE))
+    plain = run(BASE)
+    assert_identical(lone, group)
+    d = lone.requests.ttft_s - plain.requests.ttft_s
+    assert d.min() >= 0.15 - 1e-9  # in: router + network; out: network (0.05 each way at least)
+
+
+def test_a_group_merges_engine_sections_at_every_depth():
+    """Found defect: a group's engine.kv.static {fit: best} reset the scenario's
+    kv.static.reserve to its default (a one-level merge); only engine.options is replaced whole."""
+    top = merge(BASE, {"engine": {"kv_allocator": "static", "kv": {"static": {"reserve": "request"}},
+                                  "options": {}}})
+    grouped = merge(top, {"cluster": {"groups": [{"replicas": 1, "engine": {"kv": {"static": {"fit": "best"}}}}]}})
+    g = scenario_from_dict(grouped).replica_groups[0].scenario
+    assert (g.engine.kv.static.reserve, g.engine.kv.static.fit) == ("request", "best")
+    lone = merge(top, {"engine": {"kv": {"static": {"fit": "best"}}}})
+    assert_identical(run(lone), run(grouped))
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_fleet_of_one_equals_lone_replica_compiled(raw):
