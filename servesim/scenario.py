@@ -607,11 +607,6 @@ class Scenario(Frozen):
                     f"{', '.join(sorted(options)) or 'none'}); remove it, or run with "
                     f"--set 'engine.options={_flow(rest)}'")
             read_options(dict(e.options), spec.name, options)
-            if "schedule_conservativeness" in e.options and e.options.get("admission") != "sglang":
-                raise ValueError(
-                    f"engine.options.schedule_conservativeness: it scales SGLang's admission reservation, which "
-                    f"runs only with engine.options.admission: sglang (got admission "
-                    f"{e.options.get('admission', options['admission'][0])!r}); set it, or remove the knob")
         return self  # (whether the model fits the GPUs is planned when the run is built: memory.py)
 
     @model_validator(mode="after")

@@ -103,7 +103,10 @@ def _single_stream(w: WorkloadConfig, seed: int, base: Path, n_stop: int | None,
         trace = w.trace
         if w.rate_scale != 1.0:
             trace = trace.model_copy(update={"rate_scale": trace.rate_scale * w.rate_scale})
-        return cut(load_trace(trace, base, rules), n_stop, t_stop)
+        wl = load_trace(trace, base, rules)
+        if rules is None and len(w.classes.weights) > 1:  # a class mix over the replayed rows (it was ignored)
+            wl = dataclasses.replace(wl, klass=class_mix(w.classes, len(wl), seed))
+        return cut(wl, n_stop, t_stop)
     notes: tuple[str, ...] = ()
     arrival = scaled(w.arrival, w.rate_scale)
     scale_note = (f"workload.rate_scale {w.rate_scale:g}: arrival rates multiplied",) if w.rate_scale != 1.0 else ()
@@ -164,24 +167,33 @@ def _sessions(w: WorkloadConfig, arrival, seed: int, base: Path, n_stop: int | N
     turn is over), so more sessions are drawn until the count is reached; when no number of
     sessions can reach it, one line says why. Every draw restarts the same random streams, so more
     sessions extend the same run."""
+    wl, notes = topped_up_sessions(w.sessions, lambda m: _open_arrivals(arrival, seed, base, m, t_stop),
+                                   lambda: stream(seed, "sessions"), base, n_stop, t_stop, "workload.sessions")
+    return dataclasses.replace(wl, notes=notes + scale_note + wl.notes)
+
+
+def topped_up_sessions(cfg, draw_starts, rng, base: Path, n_stop: int | None, t_stop: float | None,
+                       where: str) -> tuple[Workload, tuple[str, ...]]:
+    """Sessions (``cfg``) started at ``draw_starts(m)`` (``m`` starts: ``(times, notes)``) until
+    they give ``n_stop`` turns, drawing more starts while they give fewer (see :func:`_sessions`);
+    ``rng()`` restarts the sessions' random stream. The workload and the starts' notes."""
     m = n_stop
     cap_m = None if n_stop is None else SESSIONS_PER_REQUEST * n_stop
     for _ in range(SESSION_TOP_UPS):
-        arrivals, notes = _open_arrivals(arrival, seed, base, m, t_stop)
-        wl = synthesize_sessions(w.sessions, arrivals, stream(seed, "sessions"), base,
-                                 max_requests=n_stop, until_s=t_stop)
+        arrivals, notes = draw_starts(m)
+        wl = synthesize_sessions(cfg, arrivals, rng(), base, max_requests=n_stop, until_s=t_stop)
         # enough; or the session starts ran out (a duration or the data's end binds, not the count)
         if n_stop is None or len(wl) >= n_stop or len(arrivals) < m:
-            return dataclasses.replace(wl, notes=notes + scale_note + wl.notes)
+            return wl, tuple(notes)
         if m >= cap_m:
             break
         # draw enough sessions for the observed yield of requests per session, with a margin
         m = min(cap_m, 16 * m if len(wl) == 0 else int(m * n_stop / len(wl) * 1.2) + 16)
-    cap = w.sessions.max_context_tokens
+    cap = cfg.max_context_tokens
     why = (f"sessions.max_context_tokens {cap:,} drops most turns" if cap is not None
            else "the sessions are too short")
     raise ScenarioError(
-        f"workload.sessions: {len(arrivals):,} sessions gave only {len(wl):,} of the {n_stop:,} requests "
+        f"{where}: {len(arrivals):,} sessions gave only {len(wl):,} of the {n_stop:,} requests "
         f"stop.requests asks for ({why}; raise it, shorten new_input/output/system_prompt_tokens, "
         f"or ask for fewer requests)"
     )

@@ -31,7 +31,7 @@ from servesim.config.arrivals import ClosedArrival, scaled
 from servesim.workload.arrivals import sample_arrivals
 from servesim.workload.contaminate import contaminate
 from servesim.workload.dists import sample_lengths
-from servesim.workload.generate import closed_rows, cut, ramp_starts, think_times
+from servesim.workload.generate import closed_rows, cut, ramp_starts, think_times, topped_up_sessions
 from servesim.workload.servegen import servegen_arrivals, servegen_notes
 from servesim.workload.sessions import expand_prefix_blocks, mix
 from servesim.config.streams import StreamConfig, StreamSpec, WorkloadConfig
@@ -93,6 +93,18 @@ def generate_streams(wc: WorkloadConfig, *, seed: int, base_dir: Path, max_reque
         else:
             if s.share is not None:
                 times = shared_times[i]
+            elif s.sessions is not None:  # its own session starts: drawn until they give enough turns
+                own = scaled(s.arrival, wc.rate_scale)
+                w, tnotes = topped_up_sessions(
+                    s.sessions, lambda m: _open_times(own, base_dir, stream(seed, f"{s.name}/arrivals"), m, t_stop),
+                    lambda: stream(seed, f"{s.name}/sessions"), base_dir, n_stop, t_stop,
+                    f"workload.streams.{s.name}.sessions")
+                notes += [f"stream {s.name}: {t}" for t in tnotes]
+                part = _as_stream(dataclasses.replace(w, notes=tuple(f"stream {s.name}: {x}" for x in w.notes)),
+                                  i, s, names)
+                part = _contaminate(wc, s, i, part, np.ones(len(part), dtype=bool), seed, specs)
+                open_parts.append((i, part))
+                continue
             else:
                 times, tnotes = _open_times(scaled(s.arrival, wc.rate_scale), base_dir,
                                             stream(seed, f"{s.name}/arrivals"), n_stop, t_stop)

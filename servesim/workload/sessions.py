@@ -202,8 +202,8 @@ def session_chains(
     s = session[order]
     p, o = prompt[order], output[order]
     first = _group_starts(s)
-    if mode == "new":
-        new_prompt = _exclusive_group_cumsum(p + o, first) + p
+    if mode == "new":  # (rows without a session have no history: -1 is no session, not one session)
+        new_prompt = np.where(s < 0, p, _exclusive_group_cumsum(p + o, first) + p)
         cut = np.zeros(len(s), dtype=np.int64)
     elif mode == "full":
         new_prompt = p

@@ -1,0 +1,55 @@
+"""Workload defects found by a hunt (2026-12-04), each a wrong workload with exit 0 before its fix:
+a class mix ignored by a trace replay, a sessions stream that ran dry inside the run, and trace
+rows without a session chained into one pseudo-session."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from servesim.config.streams import WorkloadConfig
+from servesim.workload.generate import generate_workload
+
+def test_a_class_mix_applies_to_a_trace_replay(tmp_path):
+    """``classes: {weights: [1, 1]}`` on a trace made every request P0 (the mix was never drawn)."""
+    rows = "\n".join(f"2023-11-16 18:00:{i // 10:02d}.{i % 10}000000,100,10" for i in range(400))
+    f = tmp_path / "t.csv"
+    f.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + rows + "\n")
+    wc = WorkloadConfig.model_validate({"trace": {"file": str(f), "format": "azure"}, "classes": {"weights": [1, 1]}})
+    w = generate_workload(wc, seed=1)
+    counts = np.bincount(w.klass, minlength=2)
+    assert len(w) == 400 and counts[1] > 150 and counts[0] > 150, counts  # about 200 each (binomial)
+
+
+def test_a_sessions_stream_is_topped_up_like_a_single_stream():
+    """A stream with its own arrivals and sessions drew exactly stop.requests session starts; with
+    max_context_tokens dropping most first turns it ran dry long before the other stream (rate
+    0.26/s instead of 10 x P(keep) = 1.06/s)."""
+    sessions = {"turns": 1, "think_s": 1, "new_input": {"dist": "uniform", "min": 100, "max": 2000},
+                "output": {"dist": "fixed", "value": 100}, "max_context_tokens": 400}  # keeps 201 of 1,901
+    wc = WorkloadConfig.model_validate({"streams": [
+        {"name": "a", "class": "P0", "arrival": {"process": "poisson", "rate": 10}, "sessions": sessions},
+        {"name": "b", "class": "P1", "arrival": {"process": "poisson", "rate": 2},
+         "prompt": {"dist": "fixed", "value": 10}, "output": {"dist": "fixed", "value": 10}}]})
+    w = generate_workload(wc, seed=1, max_requests=3000)
+    a = w.stream == 0
+    span = float(w.arrival_s[-1])
+    expected = 10 * 201 / 1901
+    assert abs(a.sum() / span - expected) < 0.15 * expected, (a.sum() / span, expected)
+    assert w.arrival_s[a].max() > 0.9 * span  # stream a lasts the whole run
+
+
+def test_trace_rows_without_a_session_keep_their_own_prompt(tmp_path):
+    """``trace.sessions {prompt: new}``: rows without a session id were one pseudo-session, each
+    prompt growing by every earlier such row's prompt + output (500, 1100, 1700, 2300)."""
+    f = tmp_path / "nosess.csv"
+    f.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type,Session ID\n"
+                 "0,ChatGPT,40,20,60,Conversation log,s1\n"
+                 "10,GPT-4,500,100,600,API log,\n"
+                 "20,ChatGPT,100,12,112,Conversation log,s1\n"
+                 "30,GPT-4,500,100,600,API log,\n"
+                 "40,GPT-4,500,100,600,API log,\n")
+    wc = WorkloadConfig.model_validate({"trace": {"file": str(f), "format": "burstgpt",
+                                                  "sessions": {"column": "Session ID", "prompt": "new"}}})
+    w = generate_workload(wc, seed=1)
+    assert w.prompt_tokens.tolist() == [40, 500, 160, 500, 500]
+    assert w.session.tolist() == [0, -1, 0, -1, -1]
