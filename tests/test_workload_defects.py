@@ -5,6 +5,7 @@ rows without a session chained into one pseudo-session."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from servesim.config.streams import WorkloadConfig
 from servesim.workload.generate import generate_workload
@@ -53,3 +54,31 @@ def test_trace_rows_without_a_session_keep_their_own_prompt(tmp_path):
     w = generate_workload(wc, seed=1)
     assert w.prompt_tokens.tolist() == [40, 500, 160, 500, 500]
     assert w.session.tolist() == [0, -1, 0, -1, -1]
+
+
+def test_a_closed_loop_stopped_by_duration_never_runs_dry():
+    """Its pre-drawn requests assumed nothing serves one in under 5 ms: with a 1 ms step time, 4
+    clients and no think time the loop ran out after 2,001 requests, leaving the engine idle for
+    most of the 10 s (busy 20 %). It now draws for the step-time model's fastest request."""
+    from servesim import scenario_from_dict, simulate
+    from tests.conftest import BASE, merge
+
+    raw = merge(BASE, {"stop": {"requests": None, "duration_s": 10.0}, "step_time": {"model": "constant", "seconds": 0.001},
+                       "workload": {"arrival": {"process": "closed", "clients": 4, "think_s": 0.0},
+                                    "output": {"dist": "fixed", "value": 1}}})
+    res = simulate(scenario_from_dict(raw))
+    assert res.summary["engine"]["busy_fraction"] > 0.99
+    assert res.requests.arrival_s.max() > 9.99
+    assert (res.requests.status == "pending").any()  # rows were left over: the loop never ran dry
+
+
+def test_a_closed_loop_too_large_to_draw_is_refused_in_one_line():
+    from servesim import scenario_from_dict
+    from servesim.errors import ScenarioError
+    from servesim.simulate import build
+    from tests.conftest import BASE, merge
+
+    raw = merge(BASE, {"stop": {"requests": None, "duration_s": 86400.0}, "step_time": {"model": "constant", "seconds": 0.001},
+                       "workload": {"arrival": {"process": "closed", "clients": 1000, "think_s": 0.0}}})
+    with pytest.raises(ScenarioError, match=r"closed loop of 1,000 clients .* set stop.requests"):
+        build(scenario_from_dict(raw))

@@ -27,15 +27,32 @@ from servesim.config.traces import ServeGenArrivalConfig
 from servesim.workload.traces import assign_classes, load_trace, sample_length_pairs
 
 
-def closed_loop_capacity(a: ClosedArrival, duration_s: float) -> int:
-    """How many requests to pre-draw lengths for in a closed loop stopped by duration only."""
-    # at most one request per client per 5 ms of simulated time (nothing serves faster)
-    per_client = duration_s / max(a.think_s, 0.005)
-    return int(min(a.clients * per_client + a.clients, 20_000_000))
+FASTEST_REQUEST_S = 0.005  # a request's shortest service when the caller knows none (see below)
+MAX_CLOSED_ROWS = 20_000_000  # requests a closed loop stopped by duration alone may pre-draw
 
 
-def closed_rows(a: ClosedArrival, max_requests: int | None, duration_s: float | None) -> int:
-    return max_requests if max_requests is not None else closed_loop_capacity(a, duration_s)  # type: ignore[arg-type]
+def closed_loop_capacity(a: ClosedArrival, duration_s: float, fastest_s: float = FASTEST_REQUEST_S) -> int:
+    """How many requests to pre-draw in a closed loop stopped by duration only: more than its
+    clients can send. A client's requests follow one another, each taking at least ``fastest_s``
+    (one iteration: the simulation passes its step-time model's cheapest) plus a think time of
+    mean ``think_s``; a renewal count's spread (6 sigma) covers exponential think times. Too many
+    to draw: a one-line error (running dry would end the load early without a word)."""
+    per_client = duration_s / (a.think_s + fastest_s)
+    n = int(a.clients * (per_client + 6.0 * per_client ** 0.5 + 2.0))
+    if n > MAX_CLOSED_ROWS:
+        raise ScenarioError(
+            f"workload.arrival: a closed loop of {a.clients:,} clients over stop.duration_s {duration_s:g} s could "
+            f"send about {n:,} requests (think_s {a.think_s:g}, the fastest request {fastest_s * 1e3:.3g} ms), more "
+            f"than the {MAX_CLOSED_ROWS:,} servesim draws up front; set stop.requests (the run ends at whichever "
+            f"limit comes first) or a shorter stop.duration_s")
+    return n
+
+
+def closed_rows(a: ClosedArrival, max_requests: int | None, duration_s: float | None,
+                fastest_s: float = FASTEST_REQUEST_S) -> int:
+    if max_requests is not None:
+        return max_requests
+    return closed_loop_capacity(a, duration_s, fastest_s)  # type: ignore[arg-type]
 
 
 def think_times(a: ClosedArrival, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -81,23 +98,26 @@ def take_rows(w: Workload, rows: slice) -> Workload:
 
 
 def generate_workload(wc: WorkloadConfig, *, seed: int, base_dir: str | Path = ".",
-                      max_requests: int | None = None, duration_s: float | None = None) -> Workload:
+                      max_requests: int | None = None, duration_s: float | None = None,
+                      fastest_request_s: float = FASTEST_REQUEST_S) -> Workload:
     """Draw (or load) the requests of one simulation: at most ``max_requests`` arriving before
     ``duration_s`` (the scenario's stop condition; relative file paths resolve against
-    ``base_dir``)."""
+    ``base_dir``). ``fastest_request_s``: the shortest time a request can take (closed loops
+    stopped by duration alone draw enough requests for it: :func:`closed_loop_capacity`)."""
     if wc.streams is not None:
         from servesim.workload.mix import generate_streams
 
         return generate_streams(wc, seed=seed, base_dir=Path(base_dir), max_requests=max_requests,
-                                duration_s=duration_s)
-    w = _single_stream(wc, seed, Path(base_dir), max_requests, duration_s)
+                                duration_s=duration_s, fastest_s=fastest_request_s)
+    w = _single_stream(wc, seed, Path(base_dir), max_requests, duration_s, fastest_request_s)
     if wc.contaminate is not None:
         w = contaminate(w, np.ones(len(w), dtype=bool), wc.contaminate, wc.stream_specs(),
                         stream(seed, "contaminate"))
     return w
 
 
-def _single_stream(w: WorkloadConfig, seed: int, base: Path, n_stop: int | None, t_stop: float | None) -> Workload:
+def _single_stream(w: WorkloadConfig, seed: int, base: Path, n_stop: int | None, t_stop: float | None,
+                   fastest_s: float = FASTEST_REQUEST_S) -> Workload:
     rules = w.classes if not isinstance(w.classes, ClassMix) else None
     if w.trace is not None:
         trace = w.trace
@@ -120,7 +140,7 @@ def _single_stream(w: WorkloadConfig, seed: int, base: Path, n_stop: int | None,
     groups: tuple[ClosedGroup, ...] = ()
     # arrivals
     if isinstance(arrival, ClosedArrival):
-        n = closed_rows(arrival, n_stop, t_stop)
+        n = closed_rows(arrival, n_stop, t_stop, fastest_s)
         arrivals = np.full(n, np.nan)
         if arrival.ramp_up_s > 0:  # the engine's own closed loop starts every client at 0
             groups = (ClosedGroup(0, n, arrival.clients, ramp_starts(arrival),

@@ -31,7 +31,8 @@ from servesim.config.arrivals import ClosedArrival, scaled
 from servesim.workload.arrivals import sample_arrivals
 from servesim.workload.contaminate import contaminate
 from servesim.workload.dists import sample_lengths
-from servesim.workload.generate import closed_rows, cut, ramp_starts, think_times, topped_up_sessions
+from servesim.workload.generate import (FASTEST_REQUEST_S, closed_rows, cut, ramp_starts, think_times,
+                                        topped_up_sessions)
 from servesim.workload.servegen import servegen_arrivals, servegen_notes
 from servesim.workload.sessions import expand_prefix_blocks, mix
 from servesim.config.streams import StreamConfig, StreamSpec, WorkloadConfig
@@ -43,7 +44,7 @@ _STREAM_NS = 0x57EA_0000
 
 
 def generate_streams(wc: WorkloadConfig, *, seed: int, base_dir: Path, max_requests: int | None,
-                     duration_s: float | None) -> Workload:
+                     duration_s: float | None, fastest_s: float = FASTEST_REQUEST_S) -> Workload:
     """The merged workload of ``wc.streams`` (see the module docstring)."""
     streams = wc.streams or []
     specs = wc.stream_specs()
@@ -59,7 +60,7 @@ def generate_streams(wc: WorkloadConfig, *, seed: int, base_dir: Path, max_reque
         p = np.array([streams[i].share for i in sharing], dtype=np.float64)
         p /= p.sum()
         if isinstance(arrival, ClosedArrival):
-            n = closed_rows(arrival, n_stop, t_stop)
+            n = closed_rows(arrival, n_stop, t_stop, fastest_s)
             who = np.asarray(sharing)[stream(seed, "share").choice(len(sharing), n, p=p)]
             part = _closed_lengths(streams, who, seed, base_dir, names)
             for i in sharing:
@@ -85,7 +86,7 @@ def generate_streams(wc: WorkloadConfig, *, seed: int, base_dir: Path, max_reque
             part = _as_stream(part, i, s, names)
         elif isinstance(s.arrival, ClosedArrival):
             arrival = s.arrival
-            n = closed_rows(arrival, n_stop, t_stop)
+            n = closed_rows(arrival, n_stop, t_stop, fastest_s)
             part = _closed_lengths(streams, np.full(n, i), seed, base_dir, names)
             part = _contaminate(wc, s, i, part, np.ones(n, dtype=bool), seed, specs)
             closed_parts.append((part, arrival, think_times(arrival, n, stream(seed, f"{s.name}/think"))))
