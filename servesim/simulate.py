@@ -17,13 +17,15 @@ from servesim.memory import MemoryPlan, plan_memory
 from servesim.metrics.collect import Recorder
 from servesim.metrics.flat import flat_metrics
 from servesim.metrics.sketch import LogSketch
-from servesim.metrics.summary import Labels, build_summary, latency_sketches, request_frame, request_labels, timeseries_columns, timeseries_frame
+from servesim.metrics.summary import (Labels, build_summary, latency_sketches, pool_slots, request_frame, request_labels,
+                                      timeseries_columns, timeseries_frame)
 from servesim.perf.base import StepTimeModel
 from servesim.policy_catalog import POLICIES, python_only_reasons
 from servesim.request import RequestTable, Workload
 from servesim.resolved import resolved_info
 from servesim.scenario import Scenario
-from servesim.workload.generate import generate_workload
+from servesim.config.arrivals import ClosedArrival
+from servesim.workload.generate import FASTEST_REQUEST_S, generate_workload
 from servesim.config.streams import StreamSpec
 
 if TYPE_CHECKING:
@@ -46,6 +48,14 @@ class Result:
     workload_notes: tuple[str, ...] = ()
     labels: Labels | None = field(default=None, repr=False)
     resolved_yaml: str = field(default="", repr=False)  # scenario.resolved.yaml (servesim/resolved.py)
+    kv_slots: int | None = None  # the pool's token slots (a fleet: each engine's blocks × its own block size)
+
+    @property
+    def pool_slots(self) -> int:
+        """Token slots of the KV pool the time series' fragmentation shares are of."""
+        if self.kv_slots is not None:
+            return self.kv_slots
+        return self.memory.num_blocks * self.scenario.engine.block_size
 
     @cached_property
     def requests(self) -> "pd.DataFrame":
@@ -53,7 +63,8 @@ class Result:
 
     @cached_property
     def timeseries(self) -> "pd.DataFrame":
-        return timeseries_frame(self.recorder, self.memory.num_blocks, self.scenario.engine.block_size)
+        return timeseries_frame(self.recorder, self.memory.num_blocks, self.scenario.engine.block_size,
+                                self.pool_slots)
 
     @cached_property
     def sketches(self) -> dict[str, LogSketch]:
@@ -85,7 +96,8 @@ class Result:
         writers = {
             "requests.parquet": lambda p: write_requests_parquet(self.table, p, self.labels),
             "timeseries.parquet": lambda p: write_columns_parquet(
-                timeseries_columns(self.recorder, self.memory.num_blocks, self.scenario.engine.block_size), p),
+                timeseries_columns(self.recorder, self.memory.num_blocks, self.scenario.engine.block_size,
+                                   self.pool_slots), p),
             "summary.json": lambda p: p.write_text(summary_json(self.summary)),
             "sketches.json": lambda p: p.write_text(
                 json.dumps(_finite({k: v.to_dict() for k, v in self.sketches.items()}), allow_nan=False) + "\n"),
@@ -201,8 +213,8 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
         plan = plan_memory(sc)
     except ValueError as exc:  # the model does not fit: a scenario error, one line
         raise ScenarioError(f"{sc.name}: {exc}") from None
-    wl = workload if workload is not None else scenario_workload(sc, seed)
     model = step_model if step_model is not None else build_step_model(sc)
+    wl = workload if workload is not None else scenario_workload(sc, seed, [model])
     table = RequestTable(wl)
     env = simpy.Environment()
     kv = build_kv(sc, plan, table, wl, env)
@@ -257,7 +269,13 @@ def _build_fleet(sc: Scenario, seed: int, workload, step_model, on_iteration, pr
     from servesim.perf.base import KernelModel
     from servesim.sched.custom import load_user_policy
 
-    wl = workload if workload is not None else scenario_workload(sc, seed)
+    if workload is None:
+        from servesim.perf.build import build_step_model
+
+        models = None  # (built only for a closed loop that needs them: fleet_build builds its own)
+        if _duration_only_closed_loop(sc):
+            models = [step_model] if step_model is not None else [build_step_model(g.scenario) for g in sc.replica_groups]
+    wl = workload if workload is not None else scenario_workload(sc, seed, models)
     table = RequestTable(wl)
     env = simpy.Environment()
     users: dict = {}
@@ -311,10 +329,30 @@ class _FleetModel:
         return self._text
 
 
-def scenario_workload(sc: Scenario, seed: int | None = None) -> Workload:
-    """The workload of ``sc`` (the workload package takes the workload block and the stop limits)."""
+def scenario_workload(sc: Scenario, seed: int | None = None, models: list | None = None) -> Workload:
+    """The workload of ``sc`` (the workload package takes the workload block and the stop limits).
+    ``models``: the run's step-time models; a closed loop stopped by duration alone draws enough
+    requests for the fastest one they can serve (:func:`fastest_request_s`)."""
+    fastest = fastest_request_s(sc, models) if models and _duration_only_closed_loop(sc) else FASTEST_REQUEST_S
     return generate_workload(sc.workload, seed=sc.seed if seed is None else seed, base_dir=sc.base_dir,
-                             max_requests=sc.stop.requests, duration_s=sc.stop.duration_s)
+                             max_requests=sc.stop.requests, duration_s=sc.stop.duration_s, fastest_request_s=fastest)
+
+
+def _duration_only_closed_loop(sc: Scenario) -> bool:
+    w = sc.workload
+    closed = isinstance(w.arrival, ClosedArrival) or any(isinstance(s.arrival, ClosedArrival) for s in w.streams or ())
+    return closed and sc.stop.requests is None
+
+
+def fastest_request_s(sc: Scenario, models: list) -> float:
+    """The shortest time a request can take: one iteration of one token, the cheapest of the
+    run's step-time models, plus the engine's CPU overhead of an iteration of one request (the
+    lowest over the replica groups). A closed loop's clients send at most one request each per
+    this plus a think time, which bounds what it must draw up front."""
+    one, zero = np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    step = min(float(m.predict(one, zero)) for m in models)
+    cpu = min(g.scenario.engine.cpu_overhead_s + g.scenario.engine.cpu_overhead_per_seq_s for g in sc.replica_groups)
+    return max(step + cpu, 1e-6)
 
 
 def stream_specs(sc: Scenario, wl: Workload) -> tuple[StreamSpec, ...]:
@@ -341,12 +379,14 @@ def run_built(b: Built, seed: int | None = None) -> Result:
     memory = replace(b.memory, num_blocks=sum(e.plan.num_blocks for e in engines)) if engines else b.memory
     specs = stream_specs(sc, b.workload)
     sim_time = b.replica.now
+    # a fleet's groups may differ in engine.block_size: KV slots count per engine
+    pools = [(e.recorder, e.plan.num_blocks, e.plan.block_size) for e in engines] if engines else None
     summary = build_summary(
         name=sc.name, seed=sc.seed if seed is None else seed, req=b.table, rec=rec,
         num_blocks=memory.num_blocks, sim_time=sim_time, wall_s=wall,
         warmup=sc.stop.warmup_requests, slo_ttft=sc.slo.ttft_s, slo_tpot=sc.slo.tpot_s,
         block_size=sc.engine.block_size, streams=specs,
-        named_streams=sc.workload.streams is not None or len(specs) > 1,
+        named_streams=sc.workload.streams is not None or len(specs) > 1, pools=pools,
     )
     if engines:
         summary["engine"]["busy_fraction"] = float(rec.busy_s / max(sim_time, 1e-300) / len(engines))
@@ -361,7 +401,8 @@ def run_built(b: Built, seed: int | None = None) -> Result:
         summary["cluster"] = cluster_summary(sc, b.replica, engines, b.fleet.replicas, b.table, sim_time)
     resolved_text, summary["resolved_scenario"] = resolved_info(sc, seed)
     return Result(sc, summary, b.table, rec, memory, b.model.describe(), b.workload.notes,
-                  request_labels(b.table, specs), resolved_text)
+                  request_labels(b.table, specs), resolved_text,
+                  kv_slots=pool_slots(memory.num_blocks, sc.engine.block_size, pools) if pools else None)
 
 
 def simulate(scenario: Scenario, seed: int | None = None, *, workload: Workload | None = None,

@@ -2,7 +2,8 @@
 
 Fleet-wide latency blocks come from the shared request table (every request, whichever replica
 served it). The engines' recorders are merged for the fleet-wide ``engine``, ``kv`` and time
-series: counts and time integrals add up exactly; a bin's peak is the sum of the engines' peaks
+series: counts and time integrals add up exactly (KV token slots count with each engine's own
+block size: metrics/summary.py ``pool_slots``); a bin's peak is the sum of the engines' peaks
 in that bin (an upper bound of the fleet's instantaneous peak: the engines peak at different
 instants of the bin); inter-token gaps are pooled. ``engine.busy_fraction`` of a fleet is the
 mean over engines.

@@ -11,7 +11,8 @@ aggregates in bulk when full and at the end, so the hot loop only copies a few s
   computed on that weighted sample. Gaps of steps ending before ``itl_from`` (warm-up) are not kept.
 * Time series: each signal is constant during a step, so its integral is piecewise linear in time;
   each time bin's share is read off by linear interpolation at the bin edges (exact). Per-bin maxima
-  are kept for peaks. Memory is bounded by the number of bins, not the number of iterations.
+  are kept for peaks: over every step that touches the bin, including a step longer than a bin
+  (every bin it covers). Memory is bounded by the number of bins, not the number of iterations.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class BinnedSeries:
         times[1::2] = ends
         edges = np.arange(first_bin, last_bin + 2) * b
         edges[0], edges[-1] = starts[0], ends[-1]
+        start_bins = (starts // b).astype(np.int64)
+        end_bins = np.minimum((ends // b).astype(np.int64), last_bin)
         for s in range(values.shape[0]):
             f = np.empty(2 * len(ends))
             f[1::2] = cum[s]
@@ -89,11 +92,29 @@ class BinnedSeries:
             f[2::2] = cum[s, :-1]
             at = np.interp(edges, times, f)
             self.integral[s, first_bin : last_bin + 1] += np.diff(at)
-            start_bins = (starts // b).astype(np.int64)
-            end_bins = np.minimum((ends // b).astype(np.int64), last_bin)
             np.maximum.at(self.peak[s], start_bins, values[s])
             np.maximum.at(self.peak[s], end_bins, values[s])
+        self._inner_peaks(start_bins, end_bins, values)
         self.t_end = max(self.t_end, float(ends[-1]))
+
+    def _inner_peaks(self, start_bins: np.ndarray, end_bins: np.ndarray, values: np.ndarray) -> None:
+        """Peaks of the bins strictly inside a step (a step longer than a bin)::
+
+            bins   |  k  | k+1 | k+2 | k+3 |
+            step      [=====================]      start bin k, end bin k+3: k+1, k+2 inside
+
+        Steps do not overlap, so a bin strictly inside a step lies in that step alone: its peak
+        is the step's value, set once (no accumulation, no ``maximum.at``). The work is
+        O(steps + bins inside steps)."""
+        inner = end_bins - start_bins - 1
+        long = np.flatnonzero(inner > 0)
+        if len(long) == 0:
+            return
+        counts = inner[long]
+        step = np.repeat(long, counts)  # the step covering each inner bin
+        first = np.cumsum(counts) - counts  # where each long step's inner bins begin in ``step``
+        bins = start_bins[step] + 1 + (np.arange(len(step)) - np.repeat(first, counts))
+        self.peak[:, bins] = np.maximum(self.peak[:, bins], values[:, step])
 
     def nbins(self) -> int:
         """Bins covering [0, t_end): a run ending on a bin edge has no empty last bin."""

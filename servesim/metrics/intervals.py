@@ -80,16 +80,57 @@ def intervals(rows: list[dict[str, float]], confidence: float = DEFAULT_CONFIDEN
 
 def mean_summary(summaries: list[dict]) -> dict:
     """The summaries' shape with every number the mean over replications (counts included, as
-    floats), strings and other leaves from the first; a leaf missing or None in some runs is the
-    mean of the others (None if none has it)."""
+    floats; a number the same in every run stays that number), strings and other leaves from the
+    first; a leaf missing or None in some runs is the mean of the others (None if none has it).
+
+    SLO verdicts (``slo.met.<target>.met``, ``slo.all_met`` of each class and stream) are not
+    taken from any one run: each is judged again on the mean value beside it (``value <=
+    target``), and ``met_share`` / ``all_met_share`` say in what share of the runs (of those with
+    a verdict) it was met. ``intervals`` holds each value's confidence interval."""
+    out = _mean(summaries)
+    _rejudge_slos(out, summaries)
+    return out
+
+
+def _mean(summaries: list):
     first = summaries[0]
     if isinstance(first, dict):
         keys = list(dict.fromkeys(k for s in summaries if isinstance(s, dict) for k in s))
-        return {k: mean_summary([s[k] for s in summaries if isinstance(s, dict) and k in s]) for k in keys}
+        return {k: _mean([s[k] for s in summaries if isinstance(s, dict) and k in s]) for k in keys}
     nums = [s for s in summaries if isinstance(s, (int, float)) and not isinstance(s, bool)]
     if nums and len(nums) == len([s for s in summaries if s is not None]):
+        if all(x == nums[0] for x in nums):  # a target, a limit: exactly itself, not a rounded mean
+            return float(nums[0])
         return float(np.mean(nums))
     for s in summaries:
         if s is not None:
             return s
     return None
+
+
+def _share(verdicts: list) -> float | None:
+    """Share of True among the runs' verdicts that are not None (None if none is)."""
+    v = [x for x in verdicts if isinstance(x, bool)]
+    return float(np.mean(v)) if v else None
+
+
+def _rejudge_slos(mean: dict, runs: list) -> None:
+    """In place: every SLO block of ``mean`` (a dict with ``met`` and ``all_met``) judged on its
+    mean values, with the share of ``runs`` that met each target (see :func:`mean_summary`)."""
+    runs = [r for r in runs if isinstance(r, dict)]
+    if isinstance(mean.get("met"), dict) and "all_met" in mean:
+        verdicts = []
+        for key, m in mean["met"].items():
+            if not isinstance(m, dict) or "target" not in m:
+                continue
+            value, target = m.get("value"), m.get("target")
+            m["met"] = None if value is None or target is None else bool(value <= target)
+            m["met_share"] = _share([((r["met"].get(key) or {}).get("met") if isinstance(r.get("met"), dict) else None)
+                                     for r in runs])
+            verdicts.append(m["met"])
+        if verdicts:
+            mean["all_met"] = None if any(v is None for v in verdicts) else all(verdicts)
+        mean["all_met_share"] = _share([r.get("all_met") for r in runs])
+    for k, v in mean.items():
+        if isinstance(v, dict):
+            _rejudge_slos(v, [r[k] for r in runs if isinstance(r.get(k), dict)])

@@ -15,7 +15,7 @@ Definitions (vLLM ``benchmark_serving`` conventions):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from dataclasses import dataclass
 
@@ -25,11 +25,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from servesim.request import FINISHED, REJECTED, Reject, RequestTable
-from servesim.metrics.by_class import GlobalSLO, GroupStats, class_groups, slo_per_group, stream_groups, update_good
+from servesim.metrics.by_class import (GlobalSLO, Groups, GroupStats, class_groups, slo_per_group, stream_groups,
+                                       update_good)
 from servesim.metrics.collect import Recorder
 from servesim.metrics.sketch import LogSketch
 from servesim.metrics.stats import describe
-from servesim.request import CLASS_NAMES, NUM_CLASSES
 from servesim.request import CAUSE_NAMES, NUM_CAUSES, Cause
 from servesim.config.streams import StreamSpec
 
@@ -120,25 +120,30 @@ def request_frame(req: RequestTable, labels: Labels | None = None) -> "pd.DataFr
 CHUNK = 1 << 20  # rows per pass when aggregating over all requests (bounded memory)
 
 
-def _blockage(req: RequestTable, measured: np.ndarray) -> dict:
-    """Share of waiting seconds by cause over the measured requests, overall and per class,
-    accumulated chunk by chunk (never a copy of the whole blocked-seconds matrix)."""
-    secs = np.zeros((NUM_CLASSES, NUM_CAUSES))
-    present = np.zeros(NUM_CLASSES, dtype=bool)
+def _blockage(req: RequestTable, measured: np.ndarray, groups: Groups) -> dict:
+    """Share of waiting seconds by cause over the measured requests, overall (``all``) and per
+    class label, grouped as ``by_class`` is (``groups``: P0..P4 in the single-stream form, the
+    streams' ``class`` labels otherwise; a label ``all`` is keyed ``all (class)``), groups
+    without a measured request left out.
+    Accumulated chunk by chunk (never a copy of the whole blocked-seconds matrix)."""
+    ng = len(groups.names)
+    secs = np.zeros((ng, NUM_CAUSES))
+    present = np.zeros(ng, dtype=bool)
     for lo in range(0, req.n, CHUNK):
         hi = min(lo + CHUNK, req.n)
         m = measured[lo:hi]
         if not m.any():
             continue
-        g = req.klass[lo:hi][m].astype(np.int64)
+        g = groups.code[lo:hi][m].astype(np.int64)
         present[np.unique(g)] = True
         rows = req.blocked[lo:hi][m]
         for c in range(NUM_CAUSES):
-            secs[:, c] += np.bincount(g, weights=rows[:, c], minlength=NUM_CLASSES)
+            secs[:, c] += np.bincount(g, weights=rows[:, c], minlength=ng)
     out: dict = {}
-    groups = [("all", secs.sum(axis=0), present.any())] + [
-        (CLASS_NAMES[g], secs[g], present[g]) for g in range(NUM_CLASSES)]
-    for name, row, here in groups:
+    # a class labelled "all" must not overwrite the run's entry (flat metrics read blockage.all)
+    entries = [("all", secs.sum(axis=0), present.any())] + [
+        ("all (class)" if name == "all" else name, secs[g], present[g]) for g, name in enumerate(groups.names)]
+    for name, row, here in entries:
         if not here:
             continue
         total = float(row.sum())
@@ -182,16 +187,44 @@ def measured_mask(req: RequestTable, warmup: int) -> np.ndarray:
 FRAG_SIGNALS = (("internal_fragmentation", 4), ("reservation_waste", 5), ("external_fragmentation", 6))
 
 
-def kv_summary(rec: Recorder, num_blocks: int, block_size: int, sim_time: float) -> dict:
+Pools = Sequence[tuple[Recorder, int, int]]  # a fleet's engines: (recorder, blocks, block size)
+
+
+def pool_slots(num_blocks: int, block_size: int, pools: Pools | None = None) -> int:
+    """Token slots of the KV pool: ``num_blocks × block_size``, or, for a fleet (``pools``), each
+    engine's blocks times its own block size (groups may set different ``engine.block_size``)."""
+    if pools:
+        return sum(int(nb) * int(bs) for _, nb, bs in pools)
+    return num_blocks * block_size
+
+
+def _allocated_slot_integral(blocks_integral, block_size: int, pools: Pools | None):
+    """``∫ allocated slots dt``: the integral of the blocks in use times the block size, or, when
+    a fleet's engines differ in block size (the summed blocks are of different sizes), each
+    engine's own integral times its own block size. Engines of one block size keep the one-product form (bit for bit
+    what a single block size gave before)."""
+    sizes = {int(bs) for _, _, bs in pools} if pools else {block_size}
+    if len(sizes) == 1:
+        return blocks_integral * sizes.pop()
+    total = 0.0
+    for rec, _, bs in pools:
+        rec.flush()
+        total += float(rec.series.integral[0, : rec.series.nbins()].sum()) * int(bs)
+    return total
+
+
+def kv_summary(rec: Recorder, num_blocks: int, block_size: int, sim_time: float, pools: Pools | None = None) -> dict:
     """KV usage and fragmentation (servesim/kv/frag.py gives the definitions): time means over
-    [0, sim_time] and peaks, as shares of the pool."""
+    [0, sim_time] and peaks, as shares of the pool. ``pools``: a fleet's engines as (recorder,
+    blocks, block size), ``rec`` their merged recorder; every engine's slots count with its own
+    block size (usage stays a share of the fleet's blocks)."""
     rec.flush()
     s = rec.series
     nb = s.nbins()
     t = max(sim_time, 1e-300)
     integ = s.integral[:, :nb].sum(axis=1)
     peak = s.peak[:, :nb].max(axis=1) if nb else np.zeros(len(s.SIGNALS))
-    slots = num_blocks * block_size
+    slots = pool_slots(num_blocks, block_size, pools)
     out = {
         "blocks_total": int(num_blocks),
         "peak_usage": float(peak[0] / num_blocks),
@@ -202,7 +235,7 @@ def kv_summary(rec: Recorder, num_blocks: int, block_size: int, sim_time: float)
         out[name] = {"mean": float(integ[i] / t / slots), "peak": float(peak[i] / slots)}
     # waste as a share of *allocated* KV (what papers and engine dashboards call fragmentation):
     # time integrals of the waste over the time integral of the allocated slots
-    allocated = integ[0] * block_size
+    allocated = _allocated_slot_integral(integ[0], block_size, pools)
     share = (lambda x: float(x / allocated)) if allocated > 0 else (lambda x: None)
     internal, reserved = share(integ[4]), share(integ[5])
     out["of_allocated"] = {"internal_fragmentation": internal, "reservation_waste": reserved,
@@ -213,9 +246,11 @@ def kv_summary(rec: Recorder, num_blocks: int, block_size: int, sim_time: float)
 def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num_blocks: int,
                   sim_time: float, wall_s: float, warmup: int, slo_ttft: float, slo_tpot: float,
                   block_size: int = 1, streams: tuple[StreamSpec, ...] | None = None,
-                  named_streams: bool = False) -> dict:
+                  named_streams: bool = False, pools: Pools | None = None) -> dict:
     """The summary dictionary, from the columns, one latency column alive at a time.
 
+    ``pools``: a fleet's engines, (recorder, blocks, block size) each, ``rec`` their merged
+    recorder (KV slots count with each engine's own block size: see :func:`kv_summary`).
     ``streams``: the workload's streams (default: one, without an SLO of its own); each request
     is good when it meets its stream's SLO (metrics/by_class.py). ``by_class`` is always added,
     ``by_stream`` when ``named_streams`` (the workload names its streams)."""
@@ -276,7 +311,7 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
         },
         "slo": {"ttft_s": slo_ttft, "tpot_s": slo_tpot, "attainment": (good / n_meas) if n_meas else None},
         "latency_s": lat,
-        "kv": kv_summary(rec, num_blocks, block_size, sim_time),
+        "kv": kv_summary(rec, num_blocks, block_size, sim_time, pools),
         "engine": {
             "iterations": int(rec.iterations),
             "busy_fraction": float(rec.busy_s / total_time),
@@ -286,7 +321,7 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
             "mean_running": float(rec.batch_seqs_sum / rec.iterations) if rec.iterations else 0.0,
             "mean_batch_tokens": float(rec.batch_tokens_sum / rec.iterations) if rec.iterations else 0.0,
         },
-        "blockage": _blockage(req, mask),
+        "blockage": _blockage(req, mask, by_class.groups),
         "sim_time_s": float(sim_time),
         "wall_s": float(wall_s),
     }
@@ -299,15 +334,18 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
     return out
 
 
-def timeseries_frame(rec: Recorder, num_blocks: int = 1, block_size: int = 1) -> "pd.DataFrame":
+def timeseries_frame(rec: Recorder, num_blocks: int = 1, block_size: int = 1,
+                     slots: int | None = None) -> "pd.DataFrame":
     """Per time bin: time-weighted mean and peak of every signal; KV fragmentation as pool shares."""
     import pandas as pd
 
-    return pd.DataFrame(timeseries_columns(rec, num_blocks, block_size))
+    return pd.DataFrame(timeseries_columns(rec, num_blocks, block_size, slots))
 
 
-def timeseries_columns(rec: Recorder, num_blocks: int = 1, block_size: int = 1) -> dict[str, np.ndarray]:
-    """The columns of :func:`timeseries_frame`."""
+def timeseries_columns(rec: Recorder, num_blocks: int = 1, block_size: int = 1,
+                       slots: int | None = None) -> dict[str, np.ndarray]:
+    """The columns of :func:`timeseries_frame`. ``slots``: the pool's token slots when they are
+    not ``num_blocks × block_size`` (a fleet: :func:`pool_slots`)."""
     rec.flush()
     s = rec.series
     nb = s.nbins()
@@ -315,7 +353,7 @@ def timeseries_columns(rec: Recorder, num_blocks: int = 1, block_size: int = 1) 
     width = np.minimum(s.bin_s, np.maximum(s.t_end - t, 0.0))
     width = np.where(width > 0, width, np.nan)
     out = {"t_s": t}
-    slots = num_blocks * block_size
+    slots = num_blocks * block_size if slots is None else slots
 
     def mean(i: int) -> np.ndarray:
         # a time-weighted mean lies within [0, the bin's peak]; in a bin a few ulps wide (a run
