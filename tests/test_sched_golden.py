@@ -183,6 +183,7 @@ def test_vllm_swap_preemption_trace(fast_path):
     assert df.preemptions.tolist() == [0, 1]
     np.testing.assert_allclose(df.loc[1, "blocked_preempted_s"], 0.02 + swap, atol=1e-12)
     assert res.summary["engine"]["other_s"] == pytest.approx(2 * swap)
+    assert res.summary["engine"]["swap_outs"] == 1 == res.summary["requests"]["preemptions"]
 
 
 @pytest.mark.parametrize("fast_path", FAST)
@@ -193,6 +194,7 @@ def test_vllm_swap_space_exhausted_falls_back_to_recompute(fast_path):
     res, trace = run_traced(sc, [Request(0.0, 3, 4), Request(0.001, 2, 3)])
     assert trace[4] == (0.04, 0.05, {1: 3})  # recomputed, as in the recompute trace
     assert res.summary["engine"]["other_s"] == 0.0
+    assert res.summary["engine"]["swap_outs"] == 0 and res.summary["requests"]["preemptions"] == 1
 
 
 @pytest.mark.parametrize("fast_path", FAST)

@@ -256,8 +256,10 @@ class Replica:
         self.rec.itl_from = float(s.itl_from)
         self.rec.cpu_s += float(s.cpu_s)
         self.rec.extra_s += float(s.extra_s)
+        self.rec.swap_outs += int(s.swap_outs)
         s.cpu_s = 0.0
         s.extra_s = 0.0
+        s.swap_outs = 0
         if isinstance(s, ScalarsMirror):
             s.sync(self.record)
         else:

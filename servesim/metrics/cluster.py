@@ -55,6 +55,7 @@ def merge_recorders(recs: list[Recorder]) -> Recorder:
         out.batch_tokens_sum += r.batch_tokens_sum
         out.cpu_s += r.cpu_s
         out.extra_s += r.extra_s
+        out.swap_outs += r.swap_outs
         for v, w in r.itl.parts():
             out.itl.add(np.asarray(v), np.asarray(w))
         s = r.series

@@ -134,6 +134,7 @@ class Recorder:
         self.itl_from = 0.0  # gaps of steps ending before this time (warm-up) are not kept
         self.cpu_s = 0.0  # engine CPU overhead inside busy time
         self.extra_s = 0.0  # non-compute time added by policies (e.g. swaps) inside busy time
+        self.swap_outs = 0  # preemptions by swap (engine.preemption: swap, while host space is left)
         n = self.BUFFER = int(buffer or Recorder.BUFFER)  # steps held before a flush
         self._start = np.empty(n)
         self._end = np.empty(n)

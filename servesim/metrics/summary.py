@@ -318,6 +318,7 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
             "gpu_s": float(rec.busy_s - rec.cpu_s - rec.extra_s),
             "cpu_overhead_s": float(rec.cpu_s),
             "other_s": float(rec.extra_s),
+            "swap_outs": int(rec.swap_outs),
             "mean_running": float(rec.batch_seqs_sum / rec.iterations) if rec.iterations else 0.0,
             "mean_batch_tokens": float(rec.batch_tokens_sum / rec.iterations) if rec.iterations else 0.0,
         },

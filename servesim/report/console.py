@@ -145,6 +145,7 @@ def print_summary(console: Console, res) -> None:
     console.rule("summary")
     console.print(f"requests  {r['arrived']:,} arrived, {r['completed']:,} completed, "
                   f"{r['rejected']:,} rejected, {r['in_flight']:,} in flight; {r['preemptions']:,} preemptions"
+                  + (f" ({s['engine']['swap_outs']:,} by swap)" if s["engine"].get("swap_outs") else "")
                   + (f"; rejected: {r['rejected_by_reason']}" if r["rejected_by_reason"] else ""))
     t = s["throughput"]
     att = s["slo"]["attainment"]

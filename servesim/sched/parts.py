@@ -155,6 +155,7 @@ def preempt(cfg, st, kv, victim, now):
         slots = block_slots(cfg, st.computed[victim])
         if st.s.swap_used + slots <= cfg.swap_capacity:
             swap = True
+            st.s.swap_outs += 1
             st.s.swap_used += slots
             st.s.extra += swap_seconds(cfg, slots)
     kv_free(kv, victim)

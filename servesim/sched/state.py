@@ -69,6 +69,7 @@ SCALARS = np.dtype([
     ("extra", "f8"),        # swap seconds of the batch being formed
     ("preempted", "i8"),    # the batch being formed preempted someone
     ("swap_used", "i8"),    # token slots parked in host memory
+    ("swap_outs", "i8"),    # preemptions by swap since the driver last looked (the rest recompute)
     ("last_prefill", "i8"),  # chunk_only: the previous iteration was a prefill iteration
     ("n_fetching", "i8"),   # requests waiting for KV from a lower tier
     ("cursor", "i8"),       # open loop: next arrival row
