@@ -563,9 +563,15 @@ class Scenario(Frozen):
                              f"(got {e.kv_allocator!r}); prefix caching shares paged blocks")
         if self.kv_tiers and not e.enable_prefix_caching:
             raise ValueError("kv_tiers hold evicted prefix-cache blocks; set engine.enable_prefix_caching: true")
-        names = [t.name for t in self.kv_tiers if t.name]
-        if len(set(names)) != len(names):
-            raise ValueError(f"kv_tiers names must differ, got {names}")
+        names = [t.name or f"L{i + 2}" for i, t in enumerate(self.kv_tiers)]  # (unnamed: L2, L3 by position)
+        taken = {"L1": "the GPU pool", "fetch_wait_s": "a summary key", "dropped_blocks": "a summary key"}
+        for i, name in enumerate(names):
+            if name in taken:
+                raise ValueError(f"kv_tiers[{i}].name = {name!r}: that name is {taken[name]}'s in summary.kv.tiers; "
+                                 f"choose another")
+            if names.index(name) != i:
+                raise ValueError(f"kv_tiers[{i}].name = {name!r}: kv_tiers[{names.index(name)}] has that name "
+                                 f"(an unnamed tier is L2, L3 by position); tier names must differ, got {names}")
         return self
 
     @model_validator(mode="after")

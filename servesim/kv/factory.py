@@ -80,7 +80,9 @@ def build_prefix_cache(sc: "Scenario", plan: "MemoryPlan", table: "RequestTable"
             name = t.name or f"L{i + 2}"
             bw, lat = t.resolved(pcie)
             link = Link(f"{name}-link", bw, lat, t.channels, env)
-            levels.append(LowerTier(name, int(t.capacity_gib * GIB // replica_block_bytes), link))
+            # a pipeline replica's virtual engines share its tiers as they share its GPU blocks: each
+            # holds 1/pp of a tier (vLLM divides its CPU blocks by the pipeline size too)
+            levels.append(LowerTier(name, int(t.capacity_gib * GIB // replica_block_bytes) // sc.pp, link))
         tiers = TierStack(levels, block_bytes)
     hot = None
     if e.kv.preload is not None:

@@ -18,6 +18,8 @@ from collections import deque
 
 import numpy as np
 
+from servesim.request import NUM_CLASSES
+
 
 class HotPrefixTracker:
     def __init__(self, min_hits: int, window_s: float, max_blocks: int):
@@ -132,5 +134,6 @@ def preload(kv, now: float) -> None:
         kv.cache[h] = b
     kv.hashed[blocks] = True
     kv.bhash[blocks] = hs
+    kv.bclass[blocks] = NUM_CLASSES - 1  # no request has used it yet (not the class of its last holder)
     kv.ready[blocks] = ready_at
     kv.pool.push(blocks, kv.policy.HOT)

@@ -184,7 +184,10 @@ def fleet_kv_report(kvs: list, ttft: np.ndarray) -> dict:
                        "by_class": {CLASS_NAMES[g]: _rate(hits[g], qb[g]) for g in range(NUM_CLASSES) if qb[g]}}
     wait = sum(kv.fetch_wait_s for kv in kvs)
     waits = sum(kv.fetch_waits for kv in kvs)
-    tiers["fetch_wait_s"] = {"total": float(wait.sum()), "mean": float(wait.sum() / waits.sum()) if waits.sum() else None}
+    tiers["fetch_wait_s"] = {"total": float(wait.sum()), "mean": float(wait.sum() / waits.sum()) if waits.sum() else None,
+                             "by_class": {CLASS_NAMES[g]: float(wait[g] / waits[g]) for g in range(NUM_CLASSES)
+                                          if waits[g]}}
+    tiers["dropped_blocks"] = int(sum(kv.tiers.dropped for kv in kvs if kv.tiers is not None))
     return {
         "prefix_hit_rate": {"tokens": _rate(int(ht.sum()), int(qt.sum())), "blocks": _rate(int(hb.sum()), int(qb.sum())),
                             "by_class": by_class},
