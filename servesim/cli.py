@@ -400,6 +400,7 @@ def capacity(
     from servesim.sweep.capacity import (Budget, CapacityError, find_max_rate, find_min_replicas, merge_slos,
                                          parse_slo, preflight, scenario_slos)
     from servesim.sweep.executor import make_executor
+    from servesim.sweep.ratescale import scaled_rates as scaled_of
 
     try:
         if find not in ("max-rate", "min-replicas"):
@@ -421,6 +422,10 @@ def capacity(
         _fail(str(exc))
         return
     print_capacity(_console(), res)
+    if find == "max-rate" and res.scaled is not None:  # the scale moves no request rate stated exactly
+        at = f"; the answer, x{res.best.x:.4g}, is {scaled_of(sc, res.best.x)}" if res.answered else ""
+        _console().print(f"req/s are measured (requests arriving per second after the warm-up, mean over a "
+                         f"probe's runs); the scale x1 is {res.scaled}{at}", soft_wrap=True, markup=False)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(res.to_dict(), indent=2) + "\n")

@@ -3,15 +3,20 @@
 ::
 
     DIR/spec.yaml            the spec as last run
-    DIR/points.parquet       the design: point, key, one column per axis (dotted scenario path)
-    DIR/rows/part-*.parquet  one row per (key, seed): seed, replication, axis values, metrics, wall_s
+    DIR/points.parquet       the design: one row per run (point, key, seed, replication), one
+                             column per axis (dotted scenario path)
+    DIR/rows/part-*.parquet  one row per (key, seed): seed, replication, axis values, metrics,
+                             wall_s, metrics_kept (the metric names the row was computed with)
     DIR/invalid.csv          points set aside by ``invalid: skip``
 
 The report reads these files itself rather than importing the sweep package: the two sit on the
 same floor of the layout (DESIGN.md), and the files are the contract. Rows are deduplicated by
-task ``(key, seed)``, first copy kept, as the store's reader does; rows join the design by ``key``
-(points sharing a key share rows). A single parquet file (what ``simulate_many`` returns, saved)
-is read too: its axes are the dotted column names.
+task ``(key, seed)`` as the store's reader does (the copy holding the most metrics, else the
+first); rows join the design by ``(key, seed)`` (points sharing a key share rows; rows of seeds
+the last design does not have are left out), by ``key`` in a design written before it listed
+seeds. A metric some of the joined rows were not computed with is left out (it would read NaN,
+"could not measure"). A single parquet file (what ``simulate_many`` returns, saved) is read too:
+its axes are the dotted column names.
 
 Axis columns are scenario paths (``workload.arrival.rate``); metric columns are the flat metric
 names (``ttft_p99``, ``req_per_s``, ``ttft_p99@chat``); the scenario's own ``seed`` as an axis is
@@ -20,6 +25,7 @@ names (``ttft_p99``, ``req_per_s``, ``ttft_p99@chat``); the scenario's own ``see
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,12 +33,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from servesim.errors import ReportError
+from servesim.metrics.flat import metric_path
 from servesim.report.curves import t_interval
 
 if TYPE_CHECKING:
     import pandas as pd
 
-META_COLUMNS = ("point", "key", "seed", "replication", "wall_s", "error")
+KEPT = "metrics_kept"
+META_COLUMNS = ("point", "key", "seed", "replication", "wall_s", "error", KEPT)
 LOWER_IS_BETTER_PREFIXES = ("ttft_", "tpot_", "itl_", "e2e_", "queue_", "waiting_s", "wait_share_", "rejected",
                             "preemptions", "in_flight", "wall_s", "gpus")
 HIGHER_IS_BETTER_PREFIXES = ("req_per_s", "output_tok_per_s", "input_tok_per_s", "goodput_req_per_s",
@@ -78,7 +86,7 @@ def read_sweep(path: str | Path) -> SweepData:
                           f"servesim sweep SPEC --out {p}")
     rows = pd.concat(frames, ignore_index=True)
     if {"key", "seed"} <= set(rows.columns):
-        rows = rows.drop_duplicates(["key", "seed"], keep="first").reset_index(drop=True)
+        rows = _best_copies(rows)
     design = None
     if (p / "points.parquet").is_file():
         design = _read_parquet(p / "points.parquet")
@@ -87,6 +95,32 @@ def read_sweep(path: str | Path) -> SweepData:
     if (p / "invalid.csv").is_file():
         invalid = max(0, sum(1 for line in (p / "invalid.csv").read_text().splitlines() if line.strip()) - 1)
     return _finish(p, rows, design, spec, invalid)
+
+
+def _kept(rows: "pd.DataFrame") -> list[frozenset[str] | None]:
+    """Each row's ``metrics_kept`` as a set (None: a row written before rows listed them)."""
+    if KEPT not in rows.columns:
+        return [None] * len(rows)
+    return [frozenset(json.loads(t)) if isinstance(t, str) else None for t in rows[KEPT]]
+
+
+def _best_copies(rows: "pd.DataFrame") -> "pd.DataFrame":
+    """One row per task: the copy computed with the most metrics (a task run again for a metric
+    its first row lacked), the first among equals."""
+    metric_cols = [c for c in rows.columns if metric_path(c) is not None]
+    present = rows[metric_cols].notna().sum(axis=1).to_numpy()  # a row that lists none: its values
+    size = np.array([len(k) if k is not None else int(n) for k, n in zip(_kept(rows), present)])
+    order = np.argsort(-size, kind="stable")
+    return rows.iloc[order].drop_duplicates(["key", "seed"], keep="first").sort_index().reset_index(drop=True)
+
+
+def _complete(rows: "pd.DataFrame") -> "pd.DataFrame":
+    """Without the metrics some listed rows were not computed with, nor the bookkeeping column."""
+    listed = [k for k in _kept(rows) if k is not None]
+    if not listed:
+        return rows.drop(columns=[KEPT], errors="ignore")
+    common = frozenset.intersection(*listed)
+    return rows.drop(columns=[c for c in rows.columns if c == KEPT or (metric_path(c) is not None and c not in common)])
 
 
 def _read_parquet(path: Path) -> "pd.DataFrame":
@@ -105,9 +139,10 @@ def _finish(folder: Path, rows: "pd.DataFrame", design: "pd.DataFrame | None", s
         failed = int(bad.sum())
         rows = rows[~bad]
     if design is not None and "key" in rows.columns and "key" in design.columns:
-        keep = [c for c in rows.columns if c not in design.columns or c == "key"]
-        rows = design.merge(rows[keep], on="key", how="inner")
-        axes = [c for c in design.columns if c not in ("point", "key")]
+        on = ["key", "seed"] if "seed" in design.columns and "seed" in rows.columns else ["key"]
+        keep = [c for c in rows.columns if c not in design.columns or c in on]
+        rows = _complete(design.merge(rows[keep], on=on, how="inner"))
+        axes = [c for c in design.columns if c not in META_COLUMNS]
     else:
         axes = [c for c in rows.columns if "." in c and "@" not in c and c not in META_COLUMNS]
     if not axes:

@@ -39,7 +39,7 @@ from servesim.metrics.flat import check_metric_name, flat_metrics
 from servesim.metrics.intervals import DEFAULT_CONFIDENCE, Interval, intervals
 from servesim.scenario import Scenario
 from servesim.sweep.executor import SerialExecutor
-from servesim.sweep.ratescale import base_rate, scale_rate
+from servesim.sweep.ratescale import request_rate, scale_rate, scaled_rates
 from servesim.sweep.runner import Progress, raise_errors, run_tasks
 from servesim.sweep.spec import Point, scenario_key
 from servesim.sweep.task import Task
@@ -130,6 +130,13 @@ class Probe:
     scenario: Scenario
     n: int  # replications run
     checks: list[tuple[SLO, Interval, Verdict]]
+    arrived: list[float] = field(default_factory=list)  # requests per second that arrived, each run
+
+    @property
+    def measured_rate(self) -> float | None:
+        """Mean over the runs of the request rate that arrived (None: not measured)."""
+        vals = [v for v in self.arrived if math.isfinite(v)]
+        return sum(vals) / len(vals) if vals else None
 
     @property
     def verdict(self) -> Verdict:
@@ -163,27 +170,30 @@ class Prober:
         self.progress = progress
         self.run_progress = run_progress
         self.runs = 0
+        self._digests: dict[str, str] = {}  # the files the probes read, hashed once a search
 
     def __call__(self, x: float) -> Probe:
         sc = self.make(x)
-        key = scenario_key(sc)
+        key = scenario_key(sc, self._digests)
         point = Point(0, {}, sc, key)
         rows: list[dict] = []
+        arrived: list[float] = []
         n = 0
         while True:
             add = self.budget.seeds if n == 0 else min(self.budget.seeds, self.budget.max_seeds - n)
             tasks = [Task(key, sc.seed + r, r, sc) for r in range(n, n + add)]
             got: dict[int, dict] = {}
             rep = run_tasks([point], tasks, self.executor, metrics=(), progress=self.run_progress,
-                            on_summary=lambda t, s: got.__setitem__(t.seed, s))
+                            on_result=lambda t, out: got.__setitem__(t.seed, out))
             raise_errors(rep)
             names = tuple(dict.fromkeys(s.metric for s in self.slos))
-            rows += [flat_metrics(got[t.seed], names) for t in tasks]
+            rows += [flat_metrics(got[t.seed]["summary"], names) for t in tasks]
+            arrived += [float(got[t.seed].get("arrived_req_per_s", math.nan)) for t in tasks]
             n += add
             self.runs += add
             ivs = intervals(rows, self.budget.confidence)
             checks = [(s, ivs[s.metric], s.judge(ivs[s.metric])) for s in self.slos]
-            probe = Probe(x, sc, n, checks)
+            probe = Probe(x, sc, n, checks, list(arrived))
             if probe.verdict != "open" or n >= self.budget.max_seeds:
                 if self.progress:
                     self.progress(f"probe {x:.4g}: {probe.verdict} after {n} replications")
@@ -199,15 +209,29 @@ class Search:
     best: Probe | None = None  # highest passing scale / fewest passing replicas
     bound: Probe | None = None  # lowest failing scale / most failing replicas next to it
     refused: str | None = None
-    base_rate: float | None = None  # req/s at scale 1 (max-rate, synthetic arrivals)
+    base_rate: float | None = None  # req/s at scale 1, when the scenario states it exactly (max-rate)
     tol: float = 0.0
+    scaled: str | None = None  # what scale 1 is, in its own units ("10 session starts/s"), when not req/s
 
     @property
     def answered(self) -> bool:
         return self.refused is None and self.best is not None
 
     def rate(self, p: Probe | None) -> float | None:
-        return None if p is None or self.base_rate is None else self.base_rate * p.x
+        """Requests per second at probe ``p``: the scenario's request rate times the scale when
+        the scenario states one exactly, else the request rate measured in the probe's runs (a
+        sessions workload's rate starts sessions, a closed loop's follows from latency), else
+        None. Never a session rate or an open-loop part reported as the request rate."""
+        if p is None:
+            return None
+        return self.base_rate * p.x if self.base_rate is not None else p.measured_rate
+
+    @property
+    def rate_source(self) -> str | None:
+        """How ``rate`` was obtained: "configured", "measured", or None (max-rate only)."""
+        if self.kind != "max-rate":
+            return None
+        return "configured" if self.base_rate is not None else "measured"
 
     def margins(self) -> list[tuple[SLO, Interval, float]]:
         if self.best is None:
@@ -217,11 +241,12 @@ class Search:
     def to_dict(self) -> dict:
         def probe(p: Probe) -> dict:
             return {"x": p.x, "rate_req_per_s": self.rate(p) if self.kind == "max-rate" else None,
-                    "replications": p.n, "verdict": p.verdict,
+                    "measured_req_per_s": p.measured_rate, "replications": p.n, "verdict": p.verdict,
                     "slos": {str(s): {**iv.to_dict(), "verdict": v} for s, iv, v in p.checks}}
 
         return {"find": self.kind, "slos": [str(s) for s in self.slos], "answered": self.answered,
                 "refused": self.refused, "tol": self.tol, "base_rate_req_per_s": self.base_rate,
+                "rate_source": self.rate_source, "scaled_at_x1": self.scaled,
                 "answer": None if self.best is None or self.refused else probe(self.best),
                 "first_failure": None if self.bound is None else probe(self.bound),
                 "path": [probe(p) for p in self.path]}
@@ -403,13 +428,15 @@ def find_max_rate(sc: Scenario, slos: list[SLO], budget: Budget, *, tol: float =
                   progress: Callable[[str], None] | None = None) -> Search:
     budget.check()
     preflight(sc, "max-rate", tol)
-    base = base_rate(sc)
+    base = request_rate(sc)  # None: sessions, closed loops, traces: the runs measure the request rate
     prober = Prober(lambda x: scale_rate(sc, x), slos, budget, executor, progress)
 
-    def describe(x: float) -> str:
-        return f"{base * x:.4g} req/s (x{x:.4g})" if base is not None else f"rate scale x{x:.4g}"
+    def describe(x: float) -> str:  # the configured numbers, each in its unit: never sessions as req/s
+        return f"{base * x:.4g} req/s (x{x:.4g})" if base is not None else f"rate scale x{x:.4g} ({scaled_rates(sc, x)})"
 
-    return search_max_rate(prober, slos, tol=tol, describe=describe, base=base)
+    out = search_max_rate(prober, slos, tol=tol, describe=describe, base=base)
+    out.scaled = None if base is not None else scaled_rates(sc)
+    return out
 
 
 def first_count_unbuildable(sc: Scenario) -> str | None:

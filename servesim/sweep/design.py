@@ -5,7 +5,8 @@ independently: one axis, or a zip group of axes that move together (``[2048, 409
 ``[2048, 4096]``: two axes, one dimension). Every dimension is either
 
 * discrete: a finite list of values (a list, ``{start, stop, step}`` or ``{start, stop, num}``), or
-* continuous: ``{low, high}`` (optionally ``scale: log``, ``type: int``), for sampled designs only.
+* continuous: ``{low, high}`` (optionally ``scale: log``), for sampled designs only; with
+  ``type: int`` the integers within ``[low, high]``, each equally likely (or their logs).
 
 Designs::
 
@@ -114,8 +115,12 @@ def parse_axis(path: str, raw: Any, where: str) -> Axis:
             raise SpecError(f"{where}: low {lo!r} and high {hi!r} must be numbers with low < high")
         if scale == "log" and lo <= 0:
             raise SpecError(f"{where}: low {lo!r} must be > 0 on a log scale")
-        integer = kind == "int" or (kind is None and isinstance(lo, int) and isinstance(hi, int))
-        return Axis(path, None, float(lo), float(hi), scale == "log", integer)
+        if kind != "int":  # a continuous range, whatever the bounds look like (docs/sweeps.md)
+            return Axis(path, None, float(lo), float(hi), scale == "log", False)
+        first, last = math.ceil(lo), math.floor(hi)  # the integers within [low, high], no others
+        if first > last:
+            raise SpecError(f"{where}: no integer lies between low {lo!r} and high {hi!r} (type: int)")
+        return Axis(path, None, float(first), float(last), scale == "log", True)
     if not {"start", "stop"} <= keys or ("step" in keys) == ("num" in keys):
         raise SpecError(f"{where}: give start, stop and one of step or num (forms: {forms})")
     start, stop = raw["start"], raw["stop"]

@@ -72,12 +72,13 @@ def simulate_many(scenario: Scenario, grid_or_points: Mapping[str, Any] | Sequen
                 raise SpecError(f"simulate_many: metrics: {why}")
     values = points_of(grid_or_points)
     points = []
+    digests: dict[str, str] = {}  # each file the points read is hashed once
     for i, v in enumerate(values):
         label = ", ".join(f"{k}={x}" for k, x in v.items())
         where = f"simulate_many: point {i} ({label})"
         sc = scenario.override(v, source=where)
         check_fits(sc, where)
-        points.append(Point(i, v, sc, scenario_key(sc)))
+        points.append(Point(i, v, sc, scenario_key(sc, digests)))
     explicit = None if isinstance(seeds, int) and not isinstance(seeds, bool) else seeds_list(seeds, 0)
     if explicit is None:
         seeds_list(seeds, 0)  # validates the count

@@ -4,17 +4,20 @@ replications and capacity searches.
 ::
 
     points ──► tasks (key, seed) ──► executor (this process | Dask) ──► summaries
-                 │  minus the tasks the store already holds (resume)          │
+                 │  minus the tasks the store holds with every metric asked   │
+                 │  for (resume)                                              │
                  ▼                                                            ▼
             progress(done, total)                     rows ──► store (parquet parts, dedupe)
 
-A row is ``point, key, seed, replication``, the point's axis values, the kept metrics and
-``wall_s`` (the only column that depends on the machine). Identical configurations (same key)
+A row is ``point, key, seed, replication``, the point's axis values, the kept metrics,
+``wall_s`` (the only column that depends on the machine) and ``metrics_kept`` (the names of the
+kept metrics: a NaN among them is "could not measure", a metric not among them was not asked for). Identical configurations (same key)
 run once and share their rows.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -22,9 +25,9 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 
 from servesim.errors import ServesimError
-from servesim.metrics.flat import flat_metrics
+from servesim.metrics.flat import METRIC_NAMES, flat_metrics
 from servesim.sweep.spec import Point, SweepSpec
-from servesim.sweep.store import SweepStore, axis_columns
+from servesim.sweep.store import KEPT, SweepStore, axis_columns, complete_metrics
 from servesim.sweep.task import Task, run_task
 
 Progress = Callable[[int, int], None]
@@ -60,23 +63,29 @@ def tasks_for(points: list[Point], seeds_of: Callable[[Point], list[int]], out_d
 
 
 def make_row(point: Point, task: Task, summary: dict, metrics: Iterable[str] | None) -> dict[str, Any]:
+    names = METRIC_NAMES if metrics is None else tuple(metrics)
     row: dict[str, Any] = {"point": point.index, "key": task.key, "seed": task.seed, "replication": task.replication}
     row.update(axis_columns(point.values))
-    row.update(flat_metrics(summary, None if metrics is None else tuple(metrics)))
+    row.update(flat_metrics(summary, names))
     row["wall_s"] = float(summary.get("wall_s", float("nan")))
+    row[KEPT] = json.dumps(sorted(set(names)))  # what this row holds: a NaN among them is "not measured"
     return row
 
 
 def run_tasks(points: list[Point], tasks: list[Task], executor, *, metrics: Iterable[str] | None = None,
               store: SweepStore | None = None, progress: Progress | None = None,
-              on_summary: Callable[[Task, dict], None] | None = None) -> RunReport:
+              on_summary: Callable[[Task, dict], None] | None = None,
+              on_result: Callable[[Task, dict], None] | None = None) -> RunReport:
     """Run ``tasks`` (skipping those ``store`` holds), keep rows in ``store`` as they arrive (or in
-    the report when there is no store), call ``progress(done, total)`` and ``on_summary``."""
+    the report when there is no store), call ``progress(done, total)``, ``on_summary(task,
+    summary)`` and ``on_result(task, what run_task returned)``."""
     first_point = {}
     for p in points:
         first_point.setdefault(p.key, p)
     rep = RunReport(total=len(tasks))
-    todo = [t for t in tasks if store is None or not store.holds(t.key, t.seed)]
+    wanted = METRIC_NAMES if metrics is None else tuple(metrics)
+    # a task stored without a metric asked for now runs again (its row would read NaN there)
+    todo = [t for t in tasks if store is None or not store.holds(t.key, t.seed, wanted)]
     rep.skipped = len(tasks) - len(todo)
     done = rep.skipped
     if progress:
@@ -88,13 +97,18 @@ def run_tasks(points: list[Point], tasks: list[Task], executor, *, metrics: Iter
                 rep.errors.append((task, out["error"]))
             else:
                 rep.ran += 1
-                row = make_row(first_point[task.key], task, out["summary"], metrics)
+                names = wanted
+                if store is not None:  # run again for a new metric: keep the ones stored too
+                    names = tuple(dict.fromkeys([*wanted, *sorted(store.metrics_of(task.key, task.seed))]))
+                row = make_row(first_point[task.key], task, out["summary"], names)
                 if store is not None:
                     store.add(row)
                 else:
                     rep.rows.append(row)
                 if on_summary is not None:
                     on_summary(task, out["summary"])
+                if on_result is not None:
+                    on_result(task, out)
             if progress:
                 progress(done, rep.total)
     finally:
@@ -110,9 +124,11 @@ def raise_errors(rep: RunReport) -> None:
         raise TaskError(f"{msg}{more}")
 
 
-def design_frame(points: list[Point]) -> pd.DataFrame:
-    return pd.DataFrame([{"point": p.index, "key": p.key, **axis_columns(p.values)}
-                         for p in points])
+def design_frame(points: list[Point], seeds_of: Callable[[Point], list[int]]) -> pd.DataFrame:
+    """The design as stored (``points.parquet``): one row per run, ``point, key, seed,
+    replication`` and the axis values; results are the stored rows of exactly these runs."""
+    return pd.DataFrame([{"point": p.index, "key": p.key, "seed": s, "replication": r, **axis_columns(p.values)}
+                         for p in points for r, s in enumerate(seeds_of(p))])
 
 
 def expand_rows(points: list[Point], rows: pd.DataFrame, seeds_of: Callable[[Point], list[int]]) -> pd.DataFrame:
@@ -124,15 +140,16 @@ def expand_rows(points: list[Point], rows: pd.DataFrame, seeds_of: Callable[[Poi
     out = []
     axis_cols = list(dict.fromkeys(k for p in points for k in axis_columns(p.values)))
     for p in points:
-        for s in seeds_of(p):
+        for rep, s in enumerate(seeds_of(p)):
             i = by_task.get((p.key, s))
             if i is None:
                 continue
             r = rows.iloc[i].to_dict()
             r["point"] = p.index
+            r["replication"] = rep  # this design's index of the seed (a stored row may be an older spec's)
             r.update(axis_columns(p.values))
             out.append(r)
-    df = pd.DataFrame(out)
+    df = complete_metrics(pd.DataFrame(out))
     lead = ["point", "key", "seed", "replication"] + axis_cols
     return df[lead + [c for c in df.columns if c not in lead]]
 
@@ -143,7 +160,7 @@ def pending_tasks(spec: SweepSpec, out: str | Path) -> int:
     if not (Path(out) / "rows").is_dir():
         return len(tasks)
     store = SweepStore(out)
-    return sum(not store.holds(t.key, t.seed) for t in tasks)
+    return sum(not store.holds(t.key, t.seed, spec.metrics) for t in tasks)
 
 
 @dataclass
@@ -161,10 +178,12 @@ def run_sweep(spec: SweepSpec, out: str | Path, executor, *, progress: Progress 
     tries them again."""
     out = Path(out)
     store = SweepStore(out)
-    store.write_design(design_frame(spec.points), spec_text)
+    store.write_design(design_frame(spec.points, spec.seeds_of), spec_text)
     if spec.invalid_points:
         pd.DataFrame([{"point": i, **axis_columns(v), "error": e}
                       for i, v, e in spec.invalid_points]).to_csv(out / "invalid.csv", index=False)
+    else:  # an earlier design's list would say points were set aside that this one does not have
+        (out / "invalid.csv").unlink(missing_ok=True)
     tasks = tasks_for(spec.points, spec.seeds_of)
     try:
         rep = run_tasks(spec.points, tasks, executor, metrics=spec.metrics, store=store, progress=progress)

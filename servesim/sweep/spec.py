@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Any
 
 
-from servesim.errors import ScenarioError
+from servesim.errors import ScenarioError, ServesimError
 from servesim.metrics.flat import METRIC_NAMES, check_metric_name
 from servesim.scenario import Scenario, load_scenario, read_yaml_file, scenario_from_dict
 from servesim.sweep.design import Dimension, SpecError, expand, grid_size, parse_axis
+from servesim.version import __version__
 
 TOP_KEYS = ("name", "base", "set", "axes", "zip", "design", "seeds", "metrics", "invalid")
 MAX_POINTS = 1_000_000
@@ -78,11 +79,93 @@ class SweepSpec:
         return list(self.seeds)
 
 
-def scenario_key(sc: Scenario) -> str:
-    """A stable name for a configuration: everything that can change results, hashed. The name
-    and the folder the base was read from are left out (they change no number)."""
+def scenario_key(sc: Scenario, digests: dict[str, str] | None = None) -> str:
+    """A stable name for a configuration: everything that can change results, hashed: the
+    scenario's fields, the servesim version, and the contents of every file the scenario reads
+    (length files, traces, ServeGen folders, calibration packs), so editing a file, or upgrading,
+    never reuses a stale row. The name and the folder the base was read from are left out (they
+    change no number; a relative path's file counts by its contents). ``digests``: a cache of file
+    digests by path, shared by a sweep's points so each file is read once."""
     d = sc.model_dump(mode="json", exclude={"name", "base_dir"})
+    d = {"scenario": d, "servesim": __version__, "files": input_digests(sc, {} if digests is None else digests)}
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def input_files(sc: Scenario) -> list[Path]:
+    """Every data file (or ServeGen folder) ``sc`` names, absolute, found through its config
+    models (servesim/config/traces.py), plus the calibration packs its step-time models read."""
+    from servesim.config.traces import LengthsConfig, ServeGenArrivalConfig, TraceConfig
+    from servesim.workload.trace_readers import resolve_path
+    from pydantic import BaseModel
+
+    found: list[Path] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, (LengthsConfig, TraceConfig)):
+            found.append(resolve_path(x.file, sc.base_dir).absolute())
+        elif isinstance(x, ServeGenArrivalConfig):
+            found.append(resolve_path(x.dir, sc.base_dir).absolute())
+        if isinstance(x, BaseModel):
+            for name in type(x).model_fields:
+                walk(getattr(x, name))
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+
+    walk(sc)
+    return list(dict.fromkeys(found)) + _pack_files(sc)
+
+
+def _pack_files(sc: Scenario) -> list[Path]:
+    """The calibration pack files (CSV and YAML) of every replica group's step-time model:
+    ``step_time: {model: pack}`` reads its (gpu, model, tp) pack, a roofline ``fit:`` the pack
+    named (servesim/perf/pack.py finds them in the installed package)."""
+    from servesim.perf.pack import pack_path
+    from servesim.scenario import PackStepConfig, RooflineStepConfig, pack_ref_parts
+
+    out: list[Path] = []
+    for g in [grp.scenario for grp in sc.replica_groups]:
+        st = g.step_time
+        try:
+            if isinstance(st, PackStepConfig):
+                csv = pack_path(g.hardware.gpu, g.model_shape.name, g.tp)
+            elif isinstance(st, RooflineStepConfig) and st.fit is not None:
+                csv = pack_path(*pack_ref_parts(st.fit))
+            else:
+                continue
+        except (ValueError, ServesimError):  # a name no pack can have: the run says so
+            continue
+        out += [csv, csv.with_suffix(".yaml")]
+    return list(dict.fromkeys(out))
+
+
+def input_digests(sc: Scenario, cache: dict[str, str]) -> list[list[str]]:
+    """``[path, sha256]`` of every file :func:`input_files` names (a folder: of its files, by
+    name; a missing path: "missing", so a run that fails on it is not keyed like one that ran)."""
+    out = []
+    for p in input_files(sc):
+        k = str(p)
+        if k not in cache:
+            cache[k] = _digest(p)
+        out.append([k, cache[k]])
+    return out
+
+
+def _digest(p: Path) -> str:
+    h = hashlib.sha256()
+    if p.is_file():
+        with open(p, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    elif p.is_dir():
+        for f in sorted(x for x in p.iterdir() if x.is_file()):
+            h.update(f.name.encode() + b"\0" + bytes.fromhex(_digest(f)))
+    else:
+        return "missing"
+    return h.hexdigest()
 
 
 def load_spec(path: str | Path) -> SweepSpec:
@@ -129,6 +212,7 @@ def resolve_points(spec: SweepSpec, values: list[dict[str, Any]]) -> None:
     """Each point's scenario (validated) and its key. Points with identical configurations stay
     points (each gets its rows) but share their runs; ``duplicates`` counts them."""
     seen: set[str] = set()
+    digests: dict[str, str] = {}  # each file the points read is hashed once per sweep
     for i, v in enumerate(values):
         label = ", ".join(f"{k}={_short(x)}" for k, x in v.items())
         where = f"{spec.source}: point {i} ({label})"
@@ -140,7 +224,7 @@ def resolve_points(spec: SweepSpec, values: list[dict[str, Any]]) -> None:
                 spec.invalid_points.append((i, v, str(exc)))
                 continue
             raise SpecError(f"{exc} (or set invalid: skip in the spec)") from None
-        key = scenario_key(sc)
+        key = scenario_key(sc, digests)
         spec.duplicates += key in seen
         seen.add(key)
         spec.points.append(Point(i, v, sc, key))

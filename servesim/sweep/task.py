@@ -3,7 +3,9 @@
 A task carries its validated scenario and its seed, so the result depends on the task alone,
 never on which worker runs it or in which order: sweeps give the same rows on one process, on a
 local cluster or on a remote one. The worker returns the whole summary (a few kB); flattening to
-metrics happens where rows are kept.
+metrics happens where rows are kept. It also returns the request rate that arrived
+(``arrived_req_per_s``: what a capacity search reports when the scenario's rate is not a request
+rate, e.g. session starts).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 from servesim.errors import ServesimError
 from servesim.scenario import Scenario
+from servesim.sweep.ratescale import measured_req_per_s
 
 
 @dataclass(frozen=True)
@@ -40,4 +43,5 @@ def run_task(task: Task) -> dict:
         return {"key": task.key, "seed": task.seed, "error": str(exc)}
     if task.out_dir is not None:
         res.write(Path(task.out_dir))
-    return {"key": task.key, "seed": task.seed, "summary": res.summary}
+    arrived = measured_req_per_s(res.table.arrival, res.summary["sim_time_s"], task.scenario.stop.warmup_requests)
+    return {"key": task.key, "seed": task.seed, "summary": res.summary, "arrived_req_per_s": arrived}
