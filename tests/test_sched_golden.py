@@ -306,6 +306,23 @@ def test_priority_class_batch_budget(fast_path):
 
 
 @pytest.mark.parametrize("fast_path", FAST)
+def test_a_class_budget_binds_when_the_batch_is_full(fast_path):
+    """Found defect (2026-12-04): class_max_seqs [3, 1, 3], max_num_seqs 3, three P2 running: a P1
+    evicted the newest P2 to take the hard cap's slot, though its own budget (1) stayed full -- it
+    got in when the batch was full, and not when a slot was free. It waits for the batch to drain
+    below 1, nobody preempted."""
+    sc = sim(fast_path, scheduler="priority", max_num_seqs=3, options={"class_max_seqs": [3, 1, 3]})
+    reqs = [Request(0.0, 2, 6, klass=2), Request(0.0, 2, 6, klass=2), Request(0.0, 2, 6, klass=2),
+            Request(0.005, 2, 2, klass=1)]
+    res, trace = run_traced(sc, reqs)
+    df = res.requests.set_index("id")
+    assert df.preemptions.sum() == 0
+    assert trace[0] == (0.00, 0.01, {0: 2, 1: 2, 2: 2})
+    assert all(3 not in batch for _, _, batch in trace[:6])  # the P2s decode to their end first
+    assert trace[6] == (0.06, 0.07, {3: 2})
+
+
+@pytest.mark.parametrize("fast_path", FAST)
 @pytest.mark.parametrize("policy", ["vllm", "chunked", "priority"])
 def test_tier_transfer_sets_a_request_aside(policy, fast_path):
     """The KV manager reports r1's prefix on its way from a lower tier until 32 ms: r1 is set aside

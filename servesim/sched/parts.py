@@ -488,9 +488,11 @@ def admit_head(cfg, st, kv, rid, g, now, cap, hybrid):
     while True:
         over = 0  # batch slots to free for it by evicting lower classes
         if st.s.run_len >= st.class_slots[g]:
-            # its class budget is full; only the hard cap (max_num_seqs) is contested by eviction
+            # its class budget is full; only the hard cap (max_num_seqs) is contested by eviction,
+            # so a budget below the cap stays full whatever is evicted (budgets never evict)
             over = st.s.run_len - cfg.max_seqs + 1
-            if over <= 0 or not (cfg.preempt_lower and lower_count(st, g) >= over):
+            if over <= 0 or st.class_slots[g] < cfg.max_seqs or not (
+                    cfg.preempt_lower and lower_count(st, g) >= over):
                 return NO_SLOTS
         if cap <= 0:
             return NO_BUDGET
