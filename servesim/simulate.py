@@ -269,13 +269,15 @@ def _build_fleet(sc: Scenario, seed: int, workload, step_model, on_iteration, pr
     from servesim.perf.base import KernelModel
     from servesim.sched.custom import load_user_policy
 
-    if workload is None:
+    wl = workload
+    if wl is None:
         from servesim.perf.build import build_step_model
 
         models = None  # (built only for a closed loop that needs them: fleet_build builds its own)
         if _duration_only_closed_loop(sc):
-            models = [step_model] if step_model is not None else [build_step_model(g.scenario) for g in sc.replica_groups]
-    wl = workload if workload is not None else scenario_workload(sc, seed, models)
+            models = [step_model] if step_model is not None else [build_step_model(g.scenario)
+                                                                   for g in sc.replica_groups]
+        wl = scenario_workload(sc, seed, models)
     table = RequestTable(wl)
     env = simpy.Environment()
     users: dict = {}

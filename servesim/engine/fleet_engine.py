@@ -65,7 +65,8 @@ class Engine:
 
     def __init__(self, rep, index: int, plan, kv):
         self.rep, self.index = rep, index
-        self.recorder, self.plan, self.kv = rep.rec, plan, kv  # what the results need (a virtual engine: its share of blocks)
+        # what the results need (a virtual engine's plan: its share of the replica's blocks)
+        self.recorder, self.plan, self.kv = rep.rec, plan, kv
         self.s = Scalars(rep.st, rep.scalars)
         if rep.path == "compiled":  # one pointer per call (kernel.EngineRef)
             ref = K.make_engine_ref(rep.cfg, rep.kst, rep.kkv, rep.tab)

@@ -36,6 +36,14 @@ def _rate(hit, query) -> float | None:
     return float(hit) / float(query) if query else None
 
 
+def fetch_wait_entry(wait_s: np.ndarray, waits: np.ndarray) -> dict:
+    """``tiers.fetch_wait_s``: seconds waited for tier fetches per class (``wait_s``) over the
+    fetches waited for (``waits``): total, mean, and mean by class (one engine's, or a fleet's
+    summed counters)."""
+    return {"total": float(wait_s.sum()), "mean": float(wait_s.sum() / waits.sum()) if waits.sum() else None,
+            "by_class": {CLASS_NAMES[g]: float(wait_s[g] / waits[g]) for g in range(NUM_CLASSES) if waits[g]}}
+
+
 def kv_report(kv, ttft: np.ndarray | None = None) -> dict:
     """The ``"kv"`` entries of a prefix-caching manager (hit rates, tier traffic, TTFT effect) to
     merge into the summary's ``"kv"`` dict; fragmentation comes from the engine's recorder.
@@ -89,12 +97,7 @@ def tier_report(kv) -> dict:
                                            for g in range(NUM_CLASSES) if hits[g]},
             })
         out[name] = entry
-    waits = kv.fetch_waits
-    out["fetch_wait_s"] = {
-        "total": float(kv.fetch_wait_s.sum()),
-        "mean": float(kv.fetch_wait_s.sum() / waits.sum()) if waits.sum() else None,
-        "by_class": {CLASS_NAMES[g]: float(kv.fetch_wait_s[g] / waits[g]) for g in range(NUM_CLASSES) if waits[g]},
-    }
+    out["fetch_wait_s"] = fetch_wait_entry(kv.fetch_wait_s, kv.fetch_waits)
     out["dropped_blocks"] = int(kv.tiers.dropped) if kv.tiers is not None else 0
     return out
 

@@ -163,7 +163,7 @@ def fleet_kv_report(kvs: list, ttft: np.ndarray) -> dict:
     """The prefix-cache entries of ``summary.kv`` for a fleet: one engine's own report, or every
     engine's counters pooled (hit rates over all lookups; tiers: hit blocks and rates per level,
     fetch waits; a link's traffic stays per engine, not reported)."""
-    from servesim.kv.report import _rate, kv_report, ttft_effect
+    from servesim.kv.report import _rate, fetch_wait_entry, kv_report, ttft_effect
     from servesim.request import CLASS_NAMES, NUM_CLASSES
 
     if not kvs or not all(kv.prefix_caching for kv in kvs):
@@ -182,11 +182,7 @@ def fleet_kv_report(kvs: list, ttft: np.ndarray) -> dict:
         hits = sum(kv.tier_hit_blocks[i] for kv in kvs)
         tiers[name] = {"hit_blocks": int(hits.sum()), "hit_rate": _rate(hits.sum(), qb.sum()),
                        "by_class": {CLASS_NAMES[g]: _rate(hits[g], qb[g]) for g in range(NUM_CLASSES) if qb[g]}}
-    wait = sum(kv.fetch_wait_s for kv in kvs)
-    waits = sum(kv.fetch_waits for kv in kvs)
-    tiers["fetch_wait_s"] = {"total": float(wait.sum()), "mean": float(wait.sum() / waits.sum()) if waits.sum() else None,
-                             "by_class": {CLASS_NAMES[g]: float(wait[g] / waits[g]) for g in range(NUM_CLASSES)
-                                          if waits[g]}}
+    tiers["fetch_wait_s"] = fetch_wait_entry(sum(kv.fetch_wait_s for kv in kvs), sum(kv.fetch_waits for kv in kvs))
     tiers["dropped_blocks"] = int(sum(kv.tiers.dropped for kv in kvs if kv.tiers is not None))
     return {
         "prefix_hit_rate": {"tokens": _rate(int(ht.sum()), int(qt.sum())), "blocks": _rate(int(hb.sum()), int(qb.sum())),

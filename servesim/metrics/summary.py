@@ -201,8 +201,8 @@ def pool_slots(num_blocks: int, block_size: int, pools: Pools | None = None) -> 
 def _allocated_slot_integral(blocks_integral, block_size: int, pools: Pools | None):
     """``∫ allocated slots dt``: the integral of the blocks in use times the block size, or, when
     a fleet's engines differ in block size (the summed blocks are of different sizes), each
-    engine's own integral times its own block size. Engines of one block size keep the one-product form (bit for bit
-    what a single block size gave before)."""
+    engine's own integral times its own block size. Engines of one block size keep the
+    one-product form (bit for bit what a single block size gave before)."""
     sizes = {int(bs) for _, _, bs in pools} if pools else {block_size}
     if len(sizes) == 1:
         return blocks_integral * sizes.pop()

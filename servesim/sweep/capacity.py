@@ -432,7 +432,9 @@ def find_max_rate(sc: Scenario, slos: list[SLO], budget: Budget, *, tol: float =
     prober = Prober(lambda x: scale_rate(sc, x), slos, budget, executor, progress)
 
     def describe(x: float) -> str:  # the configured numbers, each in its unit: never sessions as req/s
-        return f"{base * x:.4g} req/s (x{x:.4g})" if base is not None else f"rate scale x{x:.4g} ({scaled_rates(sc, x)})"
+        if base is not None:
+            return f"{base * x:.4g} req/s (x{x:.4g})"
+        return f"rate scale x{x:.4g} ({scaled_rates(sc, x)})"
 
     out = search_max_rate(prober, slos, tol=tol, describe=describe, base=base)
     out.scaled = None if base is not None else scaled_rates(sc)

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from servesim.errors import ScenarioError
 from servesim.scenario import ClosedArrival, Scenario
 
 
 def _sources(sc: Scenario) -> tuple[list[tuple[float | None, str]], int]:
-    """What ``workload.rate_scale`` moves: ``(per second at the configured scale, unit)`` of
-    each open-loop source (``"req/s"``, or ``"session starts/s"`` for sessions: a start is one
+    """What ``workload.rate_scale`` moves: ``(per second before the scale, unit)`` of each
+    open-loop source (``"req/s"``, or ``"session starts/s"`` for sessions: a start is one
     session, not one request; ``None`` per second for a trace replay or ServeGen fits, which state
     no single rate), and the number of closed loops (their requests follow from latency)."""
     w = sc.workload
@@ -37,7 +39,7 @@ def _sources(sc: Scenario) -> tuple[list[tuple[float | None, str]], int]:
 
     def add(arr, sessions) -> None:
         r = getattr(arr, "rate", None)
-        out.append((float(r) * w.rate_scale if isinstance(r, (int, float)) else None,
+        out.append((float(r) if isinstance(r, (int, float)) else None,
                     "session starts/s" if sessions is not None else "req/s"))
 
     if w.streams is None:
@@ -51,8 +53,7 @@ def _sources(sc: Scenario) -> tuple[list[tuple[float | None, str]], int]:
         # one process split between streams: a request or a session start, by the stream it lands in
         if any(s.sessions is not None for s in shared):
             r = getattr(w.arrival, "rate", None)
-            out.append((float(r) * w.rate_scale if isinstance(r, (int, float)) else None,
-                        "arrivals/s (requests and session starts)"))
+            out.append((float(r) if isinstance(r, (int, float)) else None, "arrivals/s (requests and session starts)"))
         else:
             add(w.arrival, None)
     for s in w.streams:
@@ -69,34 +70,11 @@ def base_rate(sc: Scenario) -> float | None:
     request; closed loops count 0), when every open-loop source states a rate; None when one does
     not (a trace replay, ServeGen fits). What the scale multiplies, not a request rate: for that,
     :func:`request_rate`."""
-    w = sc.workload
-
-    def rate_of(arr) -> float | None:
-        if isinstance(arr, ClosedArrival):
-            return 0.0
-        r = getattr(arr, "rate", None)
-        return float(r) if isinstance(r, (int, float)) else None
-
-    if w.streams is None:
-        if w.trace is not None:
-            return None
-        r = rate_of(w.arrival)
-        return None if r is None or r == 0.0 else r * w.rate_scale
-    total = 0.0
-    if any(s.share is not None for s in w.streams):
-        r = rate_of(w.arrival)
-        if r is None:
-            return None
-        total += r
-    for s in w.streams:
-        if s.trace is not None:
-            return None
-        if s.arrival is not None:
-            r = rate_of(s.arrival)
-            if r is None:
-                return None
-            total += r
-    return total * w.rate_scale if total > 0 else None
+    parts, _ = _sources(sc)
+    if not parts or any(r is None for r, _ in parts):
+        return None
+    total = sum(r for r, _ in parts)
+    return total * sc.workload.rate_scale if total > 0 else None
 
 
 def request_rate(sc: Scenario) -> float | None:
@@ -109,7 +87,7 @@ def request_rate(sc: Scenario) -> float | None:
     if closed or not parts or any(r is None or unit != "req/s" for r, unit in parts):
         return None
     total = sum(r for r, _ in parts)
-    return total if total > 0 else None
+    return total * sc.workload.rate_scale if total > 0 else None
 
 
 def scaled_rates(sc: Scenario, factor: float = 1.0) -> str:
@@ -123,7 +101,7 @@ def scaled_rates(sc: Scenario, factor: float = 1.0) -> str:
         if r is None:
             unknown = True
         else:
-            sums[unit] = sums.get(unit, 0.0) + r * factor
+            sums[unit] = sums.get(unit, 0.0) + r * sc.workload.rate_scale * factor
     words = [f"{v:.4g} {unit}" + (" open loop" if unit == "req/s" and (closed or len(sums) > 1 or unknown) else "")
              for unit, v in sums.items()]
     if unknown:
@@ -138,8 +116,6 @@ def measured_req_per_s(arrival_s, until_s: float, warmup: int) -> float:
     end), after the first ``warmup`` (its warm-up), ``(n - 1) / (last - first)``; NaN with fewer
     than two. The request rate that ran, whatever started the requests (sessions' turns, closed
     loops' clients)."""
-    import numpy as np
-
     t = np.asarray(arrival_s, dtype=np.float64)
     t = np.sort(t[np.isfinite(t) & (t <= until_s)])[max(int(warmup), 0):]
     if len(t) < 2 or not t[-1] > t[0]:

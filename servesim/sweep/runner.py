@@ -11,8 +11,8 @@ replications and capacity searches.
 
 A row is ``point, key, seed, replication``, the point's axis values, the kept metrics,
 ``wall_s`` (the only column that depends on the machine) and ``metrics_kept`` (the names of the
-kept metrics: a NaN among them is "could not measure", a metric not among them was not asked for). Identical configurations (same key)
-run once and share their rows.
+kept metrics: a NaN among them is "could not measure", a metric not among them was not asked
+for). Identical configurations (same key) run once and share their rows.
 """
 
 from __future__ import annotations
