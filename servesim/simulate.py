@@ -87,10 +87,7 @@ class Result:
         never followed."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        for name in RUN_FILES:
-            (out / name).unlink(missing_ok=True)
-        for chart in stale_charts(out):  # a report of the earlier run must not describe this one
-            chart.unlink(missing_ok=True)
+        clear_earlier_run(out)
         from servesim.metrics.output import write_columns_parquet, write_requests_parquet  # (pyarrow)
 
         writers = {
@@ -122,6 +119,41 @@ def stale_charts(folder: Path) -> list[Path]:
     if not charts.is_dir():
         return []
     return [p for p in charts.iterdir() if p.suffix in (".png", ".svg") and p.name[:2].isdigit() and p.name[2:3] == "-"]
+
+
+REPLICATED_FILES = ("replications.parquet",)  # with summary.json and seeds/seed-<seed>/ (sweep/replicate.py)
+
+
+def clear_earlier_run(folder: Path, keep_seeds=()) -> None:
+    """Remove what an earlier run of either kind wrote into ``folder``, so a run replaces a run
+    as a set (``--force``): a single run's files, a replicated run's ``replications.parquet``
+    and ``seeds/seed-<seed>/`` folders (but those of ``keep_seeds``, just written), and a
+    report's charts. A single run written over a replicated one left the seeds beside it (and
+    the other way round its requests.parquet), and ``servesim report`` drew both runs on one
+    page. Only run files are removed: a folder left with anything else in it stays."""
+    for name in RUN_FILES + REPLICATED_FILES:
+        (folder / name).unlink(missing_ok=True)
+    for chart in stale_charts(folder):  # a report of the earlier run must not describe this one
+        chart.unlink(missing_ok=True)
+    seeds = folder / "seeds"
+    if not seeds.is_dir() or seeds.is_symlink():
+        return
+    keep = {f"seed-{s}" for s in keep_seeds}
+    for d in seeds.iterdir():
+        if d.name in keep or d.is_symlink() or not d.is_dir() or not d.name.startswith("seed-") \
+                or not d.name[5:].isdigit():
+            continue
+        clear_earlier_run(d)
+        _rmdir_if_empty(d)
+    _rmdir_if_empty(seeds)
+
+
+def _rmdir_if_empty(d: Path) -> None:
+    for sub in ("charts",):
+        if (d / sub).is_dir() and not (d / sub).is_symlink() and not any((d / sub).iterdir()):
+            (d / sub).rmdir()
+    if not any(d.iterdir()):
+        d.rmdir()
 
 
 def holds_run(folder: str | Path) -> str | None:

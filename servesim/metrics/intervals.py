@@ -86,10 +86,50 @@ def mean_summary(summaries: list[dict]) -> dict:
     SLO verdicts (``slo.met.<target>.met``, ``slo.all_met`` of each class and stream) are not
     taken from any one run: each is judged again on the mean value beside it (``value <=
     target``), and ``met_share`` / ``all_met_share`` say in what share of the runs (of those with
-    a verdict) it was met. ``intervals`` holds each value's confidence interval."""
-    out = _mean(summaries)
+    a verdict) it was met. ``intervals`` holds each value's confidence interval.
+
+    A class (or stream, or class's blockage entry) that some runs do not have -- no request of a
+    rare class arrived in that seed -- counts as absent = zero in those runs: its counts, rates
+    and waiting seconds are 0 there, so they average over every run (they add up to the run's
+    totals); its latencies and shares, which an absent class has none of, average over the runs
+    that have them."""
+    out = _mean(absent_groups_as_zero(summaries))
     _rejudge_slos(out, summaries)
     return out
+
+
+GROUPED = ("by_class", "by_stream", "blockage")
+ZERO_WHEN_ABSENT = ("requests", "throughput", "waiting_s", "count")
+
+
+def absent_groups_as_zero(summaries: list) -> list:
+    """The summaries with every group entry of ``GROUPED`` that a run lacks filled in as an
+    empty group: the leaves under ``ZERO_WHEN_ABSENT`` keys 0, other numbers and verdicts None,
+    names and lists as in a run that has the group."""
+    if not all(isinstance(s, dict) for s in summaries):
+        return summaries
+    out = [dict(s) for s in summaries]
+    for section in GROUPED:
+        have = [s.get(section) for s in out]
+        if not all(isinstance(h, dict) for h in have):
+            continue
+        names = list(dict.fromkeys(k for h in have for k in h))
+        for s, h in zip(out, have):
+            missing = [k for k in names if k not in h]
+            if missing:
+                template = {k: next(x[k] for x in have if k in x) for k in missing}
+                s[section] = {**h, **{k: _empty_like(template[k], False) for k in missing}}
+    return out
+
+
+def _empty_like(x, zero: bool):
+    if isinstance(x, dict):
+        return {k: _empty_like(v, zero or k in ZERO_WHEN_ABSENT) for k, v in x.items()}
+    if isinstance(x, bool) or x is None:
+        return None
+    if isinstance(x, (int, float)):
+        return 0 if zero else None
+    return x
 
 
 def _mean(summaries: list):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from servesim.metrics.stats import PCT_KEYS, PERCENTILES, describe_weighted
+from servesim.metrics.stats import PCT_KEYS, PERCENTILES, describe_weighted, weighted_sum
 
 BINS = 1 << 16
 
@@ -94,7 +94,7 @@ class WeightedSample:
                 continue
             v, w = np.asarray(v)[keep], np.asarray(w)[keep]
             total += int(w.sum())
-            wsum += float(np.dot(v, w))
+            wsum += weighted_sum(v, w)
             lo, hi = min(lo, float(v.min())), max(hi, float(v.max()))
         if total == 0:
             return describe_weighted(np.empty(0), np.empty(0, dtype=np.int64))

@@ -44,6 +44,15 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, q) -> np.ndarr
     return v_lo + frac * (v_hi - v_lo)
 
 
+def weighted_sum(values: np.ndarray, weights: np.ndarray) -> float:
+    """sum(values * weights), the same to the last bit whatever the machine's BLAS threads:
+    ``np.dot`` hands the sum to BLAS, whose threads split it differently with 1 thread (a Dask
+    worker) and with several (an interactive process), so a mean differed in its last bit and
+    sweep rows depended on where they ran. numpy's own (pairwise) sum of the exact products has
+    one order, fixed by the array alone."""
+    return float(np.sum(np.asarray(values, dtype=np.float64) * np.asarray(weights, dtype=np.float64)))
+
+
 def describe_weighted(values: np.ndarray, weights: np.ndarray) -> dict:
     keep = weights > 0
     values, weights = values[keep], weights[keep]
@@ -51,6 +60,6 @@ def describe_weighted(values: np.ndarray, weights: np.ndarray) -> dict:
         return _empty()
     pcts = weighted_percentiles(values, weights, PERCENTILES)
     total = int(weights.sum())
-    mean = float(np.dot(values, weights) / total)
+    mean = float(weighted_sum(values, weights) / total)
     return {"mean": mean, **{k: float(v) for k, v in zip(PCT_KEYS, pcts)}, "max": float(values.max()),
             "count": total}

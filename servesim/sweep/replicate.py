@@ -22,9 +22,10 @@ from pathlib import Path
 import pandas as pd
 
 from servesim.metrics.flat import METRIC_NAMES, class_metric_names, flat_metrics
-from servesim.metrics.intervals import DEFAULT_CONFIDENCE, METHOD, Interval, intervals, mean_summary
+from servesim.metrics.intervals import (DEFAULT_CONFIDENCE, METHOD, Interval, absent_groups_as_zero, intervals,
+                                       mean_summary)
 from servesim.scenario import Scenario
-from servesim.simulate import summary_json
+from servesim.simulate import clear_earlier_run, summary_json
 from servesim.sweep.executor import SerialExecutor
 from servesim.sweep.runner import Progress, raise_errors, run_tasks
 from servesim.sweep.spec import Point, scenario_key
@@ -40,8 +41,10 @@ class Replicated:
 
     @cached_property
     def rows(self) -> list[dict[str, float]]:
-        """Flat metrics of each run, per-class ones (``ttft_p99@P0``) included."""
-        return [flat_metrics(s, METRIC_NAMES + class_metric_names(s)) for s in self.summaries]
+        """Flat metrics of each run, per-class ones (``ttft_p99@P0``) included; a class a run
+        did not see counts 0 requests there (metrics/intervals.py absent_groups_as_zero)."""
+        filled = absent_groups_as_zero(self.summaries)
+        return [flat_metrics(s, METRIC_NAMES + class_metric_names(s)) for s in filled]
 
     @cached_property
     def intervals(self) -> dict[str, Interval]:
@@ -66,6 +69,7 @@ class Replicated:
     def write(self, out_dir: str | Path) -> Path:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
+        clear_earlier_run(out, keep_seeds=self.seeds)  # a run replaces a run as a set (--force)
         (out / "summary.json").write_text(summary_json(self.summary))
         self.frame().to_parquet(out / "replications.parquet", index=False)
         return out
@@ -81,7 +85,10 @@ def replicate(scenario: Scenario, seeds: list[int], *, executor=None, out_dir: s
     each run writes its own files to ``out_dir/seed-<seed>/``."""
     key = scenario_key(scenario)
     point = Point(0, {}, scenario, key)
-    tasks = [Task(key, s, r, scenario, None if out_dir is None else str(Path(out_dir) / f"seed-{s}"))
+    # each run is one replication: its scenario.resolved.yaml says replications: 1, so re-running
+    # seed 2's file runs seed 2 (with replications: N it ran seeds 2..N+1)
+    one = scenario.model_copy(update={"stop": scenario.stop.model_copy(update={"replications": 1})})
+    tasks = [Task(key, s, r, one, None if out_dir is None else str(Path(out_dir) / f"seed-{s}"))
              for r, s in enumerate(seeds)]
     got: dict[int, dict] = {}
     rep = run_tasks([point], tasks, executor or SerialExecutor(), metrics=(), progress=progress,

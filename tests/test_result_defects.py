@@ -1,0 +1,130 @@
+"""Wrong results with exit 0 found by a hostile run (issue 26, first list): each test here failed
+before its fix. docs/reliability.md lists them with their before/after numbers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------- 9: BLAS thread count
+_MEANS = """
+import numpy as np
+from servesim.metrics.stats import describe_weighted
+from servesim.metrics.sample import WeightedSample
+rng = np.random.default_rng(0)
+v = rng.random(200_000) * 0.05
+w = rng.integers(1, 300, 200_000)
+s = WeightedSample(mem_pairs=50_000)  # spills: the streaming path
+s.add(v[:100_000], w[:100_000]); s.add(v[100_000:], w[100_000:])
+print(repr(float(np.dot(v, w.astype(float)))), repr(describe_weighted(v, w)["mean"]), repr(s.describe()["mean"]))
+"""
+
+
+def _means_with_threads(threads: str) -> list[str]:
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    out = subprocess.run([sys.executable, "-c", _MEANS], cwd=ROOT, env=env, capture_output=True, text=True,
+                         check=True, timeout=120)
+    return out.stdout.split()
+
+
+def test_weighted_means_do_not_depend_on_blas_threads():
+    """itl_mean was np.dot(gaps, counts) / n: BLAS splits the dot product over its threads, so
+    a Dask worker (1 thread) and this process (2) differed in the last bit and
+    check_worker_independent failed on the quickstart."""
+    one, two = _means_with_threads("1"), _means_with_threads("2")
+    if one[0] == two[0]:
+        pytest.skip("this machine's BLAS sums alike with 1 and 2 threads: nothing to tell apart")
+    assert one[1:] == two[1:], f"weighted means with 1 BLAS thread {one[1:]} and with 2 {two[1:]}"
+
+
+# ----------------------------------------------------------------------- 3: --seeds, rare class
+MIX = {
+    "name": "mix", "seed": 1, "stop": {"requests": 300}, "model": "llama-3-8b", "hardware": {"gpu": "a100-80g"},
+    "engine": {"scheduler": "vllm"}, "step_time": {"model": "constant", "seconds": 0.01},
+    "workload": {"arrival": {"process": "poisson", "rate": 5.0}, "prompt": {"dist": "fixed", "value": 100},
+                 "output": {"dist": "fixed", "value": 10}, "classes": {"weights": [0.996, 0.004]}},
+}
+
+
+def test_replicated_class_counts_average_over_every_seed():
+    """A class absent from a seed counts 0 requests there: P1 arrivals averaged 1.33 over the
+    3 seeds of 5 that drew one (true mean 0.8), and the classes summed past the run's 300."""
+    from servesim import scenario_from_dict
+    from servesim.sweep.replicate import replicate
+
+    rep = replicate(scenario_from_dict(MIX), [1, 2, 3, 4, 5])
+    per_seed = [s["by_class"].get("P1", {}).get("requests", {}).get("arrived", 0) for s in rep.summaries]
+    assert 0 in per_seed and max(per_seed) > 0, per_seed  # the case: some seeds without a P1
+    s = rep.summary
+    assert s["by_class"]["P1"]["requests"]["arrived"] == pytest.approx(np.mean(per_seed))
+    assert sum(c["requests"]["arrived"] for c in s["by_class"].values()) == pytest.approx(300.0)
+    assert s["by_class"]["P1"]["latency_s"]["ttft"]["count"] == pytest.approx(np.mean(per_seed))
+    iv = s["intervals"]["arrived@P1"]
+    assert iv["n"] == 5 and iv["estimate"] == pytest.approx(np.mean(per_seed))
+    assert s["intervals"]["ttft_p99@P1"]["n"] == sum(1 for x in per_seed if x)  # latencies: seeds that have them
+    frame = rep.frame()
+    assert frame["arrived@P1"].tolist() == [float(x) for x in per_seed]
+
+
+# ------------------------------------------------------- 5: per-seed scenario.resolved.yaml
+def test_each_replications_resolved_scenario_reruns_that_seed_alone(tmp_path):
+    """``stop.replications: 3`` wrote replications: 3 into every seed's
+    scenario.resolved.yaml, so re-running seed 2's file ran seeds 2, 3, 4."""
+    import yaml
+
+    from servesim import load_scenario, simulate
+
+    raw = {**MIX, "stop": {"requests": 20, "replications": 3}}
+    src = tmp_path / "s.yaml"
+    src.write_text(yaml.safe_dump(raw))
+    code, crash, out, err = _cli(["run", str(src), "--out", str(tmp_path / "out"), "-q", "--workers", "1"])
+    assert code == 0 and crash is None, err
+    seed2 = tmp_path / "out" / "seeds" / "seed-2"
+    sc = load_scenario(seed2 / "scenario.resolved.yaml")
+    assert sc.stop.replications == 1 and sc.seed == 2
+    again = simulate(sc)
+    stored = json.loads((seed2 / "summary.json").read_text())
+    assert again.summary["resolved_scenario"]["sha256"] == stored["resolved_scenario"]["sha256"]
+    assert again.summary["latency_s"] == stored["latency_s"]
+
+
+def _cli(argv):
+    from tests.fuzz_inputs import run_cli
+
+    return run_cli(argv)
+
+
+# ------------------------------------------------------------- 4: --force replaces as a set
+def test_force_replaces_a_run_of_the_other_kind_as_a_set(tmp_path):
+    """--force removed only the files of the new run's kind: a replicated run written over a
+    single one kept its requests.parquet (and ``servesim report`` drew both runs on one page),
+    a single run over a replicated one kept the seeds."""
+    import yaml
+
+    src = tmp_path / "s.yaml"
+    src.write_text(yaml.safe_dump({**MIX, "stop": {"requests": 20}}))
+    out = tmp_path / "out"
+    single = {"requests.parquet", "timeseries.parquet", "summary.json", "sketches.json", "scenario.resolved.yaml"}
+
+    def run(*extra):
+        code, crash, _, err = _cli(["run", str(src), "--out", str(out), "-q", "--force", "--workers", "1", *extra])
+        assert code == 0 and crash is None, err
+        return {p.name for p in out.iterdir()}
+
+    assert run() == single
+    assert run("--seeds", "3") == {"summary.json", "replications.parquet", "seeds"}
+    assert {p.name for p in (out / "seeds").iterdir()} == {"seed-1", "seed-2", "seed-3"}
+    assert run("--seeds", "2") == {"summary.json", "replications.parquet", "seeds"}
+    assert {p.name for p in (out / "seeds").iterdir()} == {"seed-1", "seed-2"}  # seed-3 was the earlier run's
+    (out / "seeds" / "notes.txt").write_text("mine")  # not a run's: stays
+    assert run() == single | {"seeds"}
+    assert {p.name for p in (out / "seeds").iterdir()} == {"notes.txt"}
