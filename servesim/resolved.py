@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-from functools import lru_cache
-from pathlib import Path
 
 import yaml
 from pydantic import BaseModel
 
-from servesim.scenario import PackStepConfig, Scenario
+from servesim.scenario import Scenario
 from servesim.version import __version__
 from servesim.config.traces import LengthsConfig, ServeGenArrivalConfig, TraceConfig
 from servesim.workload.trace_readers import resolve_path
@@ -85,25 +83,20 @@ def _absolute_paths(model: BaseModel, data: dict, base_dir: str) -> None:
                     _absolute_paths(item, item_data, base_dir)
 
 
-@lru_cache(maxsize=32)
-def _file_digest(path: str, mtime_ns: int, size: int) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def pack_id(sc: Scenario) -> str | None:
-    """``<gpu>/<pack> sha256:<first 16 hex of the CSV and YAML>`` for a pack step-time model,
-    else None (roofline and constant models have no data file)."""
-    if not isinstance(sc.step_time, PackStepConfig):
-        return None
-    from servesim.perf.pack import pack_path
+    """``<gpu>/<pack> sha256:<first 16 hex of the CSV and YAML>`` of the pack the step-time model
+    runs (``step_time`` pack, or the default ``auto`` where a pack fits), else None (roofline and
+    constant models have no data file; servesim/perf/select.py decides)."""
+    from servesim.perf.select import choose
 
-    csv_path = pack_path(sc.hardware.gpu, sc.model_shape.name, sc.tp)
-    digest = hashlib.sha256()
-    for p in (csv_path, csv_path.with_suffix(".yaml")):
-        if p.is_file():
-            st = p.stat()
-            digest.update(_file_digest(str(p), st.st_mtime_ns, st.st_size).encode())
-    return f"{sc.hardware.gpu}/{csv_path.stem} sha256:{digest.hexdigest()[:16]}"
+    c = choose(sc)
+    return c.pack_id if c.model == "pack" else None
+
+
+def _step_label(sc: Scenario) -> str:
+    from servesim.perf.select import choose
+
+    return choose(sc).label
 
 
 def resolved_yaml(sc: Scenario, seed: int | None = None) -> str:
@@ -113,7 +106,7 @@ def resolved_yaml(sc: Scenario, seed: int | None = None) -> str:
         "# scenario.resolved.yaml: the scenario as simulated (after --set overrides, --seed and defaults);",
         "# run it again with: servesim run scenario.resolved.yaml",
         f"# servesim {__version__}",
-        f"# calibration pack: {pack if pack is not None else 'none (step_time model ' + sc.step_time.model + ')'}",
+        f"# step time: {_step_label(sc)}" + (f" ({pack})" if pack is not None else ""),
     ]
     body = yaml.safe_dump(resolved_dict(sc, seed), sort_keys=False, default_flow_style=False, width=100,
                           allow_unicode=True)

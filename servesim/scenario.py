@@ -271,8 +271,17 @@ class PackStepConfig(Frozen):
     cuda_graph: bool = True  # decode iterations replay a CUDA graph (the pack's graph overheads)
 
 
+class AutoStepConfig(Frozen):
+    """The default: the calibration pack of (gpu, model, tp) when one exists and fits, else the
+    roofline with its default factors, reported everywhere as "roofline (uncalibrated)" with the
+    reason (servesim/perf/select.py makes the choice)."""
+
+    model: Literal["auto"]
+    cuda_graph: bool = True  # with a pack: decode iterations replay a CUDA graph, as vLLM/SGLang do
+
+
 StepTimeConfig = Annotated[
-    Union[ConstantStepConfig, RooflineStepConfig, PackStepConfig], Field(discriminator="model")
+    Union[AutoStepConfig, ConstantStepConfig, RooflineStepConfig, PackStepConfig], Field(discriminator="model")
 ]
 
 
@@ -343,7 +352,7 @@ class Scenario(Frozen):
     # a built-in model by name, or an inline shape
     model: Union[ModelName, ModelShapeConfig] = "llama-3-8b"  # type: ignore[valid-type]
     engine: EngineConfig = EngineConfig()  # scheduler and engine knobs (vLLM / SGLang names)
-    step_time: StepTimeConfig = RooflineStepConfig(model="roofline")  # how long an iteration takes
+    step_time: StepTimeConfig = AutoStepConfig(model="auto")  # how long an iteration takes (pack if one exists)
     workload: WorkloadConfig = WorkloadConfig()  # where requests come from
     slo: SLOConfig = SLOConfig()  # per-request targets for goodput
     metrics: MetricsConfig = MetricsConfig()  # how results are recorded

@@ -20,6 +20,7 @@ from servesim.metrics.sketch import LogSketch
 from servesim.metrics.summary import (Labels, build_summary, latency_sketches, pool_slots, request_frame, request_labels,
                                       timeseries_columns, timeseries_frame)
 from servesim.perf.base import StepTimeModel
+from servesim.perf.select import provenance as step_provenance
 from servesim.policy_catalog import POLICIES, python_only_reasons
 from servesim.request import RequestTable, Workload
 from servesim.resolved import resolved_info
@@ -433,6 +434,7 @@ def run_built(b: Built, seed: int | None = None) -> Result:
         summary["kv"].update(fleet_kv_report([e.kv for e in engines] if engines else [b.kv], ttft))
     if engines:
         summary["cluster"] = cluster_summary(sc, b.replica, engines, b.fleet.replicas, b.table, sim_time)
+    summary["step_model"] = step_provenance(sc)  # which model priced the iterations (servesim/perf/select.py)
     resolved_text, summary["resolved_scenario"] = resolved_info(sc, seed)
     return Result(sc, summary, b.table, rec, memory, b.model.describe(), b.workload.notes,
                   request_labels(b.table, specs), resolved_text,

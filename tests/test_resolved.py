@@ -59,8 +59,11 @@ def test_summary_names_version_and_pack():
     info = simulate(sc).summary["resolved_scenario"]
     assert info["servesim_version"]
     assert info["calibration_pack"].startswith("a100-80g/llama-3-8b sha256:")
-    sc2 = load_scenario(REPO / "scenarios/quickstart.yaml", ["stop.requests=50", "stop.warmup_requests=0"])
+    sc2 = load_scenario(REPO / "scenarios/quickstart.yaml", ["stop.requests=50", "stop.warmup_requests=0",
+                                                            "step_time={model: roofline}"])
     assert simulate(sc2).summary["resolved_scenario"]["calibration_pack"] is None
+    sc3 = load_scenario(REPO / "scenarios/quickstart.yaml", ["stop.requests=50", "stop.warmup_requests=0"])
+    assert simulate(sc3).summary["resolved_scenario"]["calibration_pack"].startswith("a100-80g/llama-3-8b sha256:")
 
 
 # ---------------------------------------------------------------------------- preset switch

@@ -6,7 +6,7 @@ from servesim.hardware import GPUS
 from servesim.perf.base import StepTimeModel
 from servesim.perf.constant import ConstantStepModel
 from servesim.perf.roofline import RooflineStepModel
-from servesim.scenario import ConstantStepConfig, PackStepConfig, RooflineStepConfig, Scenario
+from servesim.scenario import AutoStepConfig, ConstantStepConfig, PackStepConfig, RooflineStepConfig, Scenario
 
 
 def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
@@ -20,6 +20,16 @@ def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
         cross = dict(cross_hops=cross_hops, link_bytes_per_s=link.bandwidth_gb_s * 1e9, link_latency_s=link.latency_s)
     if isinstance(cfg, ConstantStepConfig):
         return ConstantStepModel(cfg.seconds)
+    if isinstance(cfg, AutoStepConfig):  # the pack where one fits, else the roofline, uncalibrated
+        from servesim.perf.select import choose
+
+        choice = choose(sc)
+        if choice.model == "pack":
+            from servesim.perf.packmodel import load_pack_model
+
+            return load_pack_model(hw.gpu, sc.model_shape, tp=sc.tp, pp=sc.pp, cuda_graph=cfg.cuda_graph, **cross)
+        return RooflineStepModel(GPUS[hw.gpu], sc.model_shape, sc.tp, sc.pp, note="uncalibrated: " + choice.reason,
+                                 **cross)
     if isinstance(cfg, RooflineStepConfig):
         if cfg.fit is not None:  # efficiency factors and overhead fitted to a pack of this GPU
             from servesim.perf.rooflinefit import fit_roofline

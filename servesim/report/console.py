@@ -31,7 +31,7 @@ def print_header(console: Console, built) -> None:
     say(f"engine    {e.scheduler}: max_num_seqs {e.max_num_seqs}, max_num_batched_tokens "
                   f"{e.max_num_batched_tokens}, {chunk}, block {e.block_size}, preemption {e.preemption}, "
                   f"max_model_len {sc.max_model_len}")
-    say(f"step time {built.model.describe()}")
+    _step_line(say, sc, built.model.describe())
     rep = built.replica
     ahead = " (compiled ahead of time)" if rep.ahead_of_time else ""
     say(f"simulator {rep.path} engine{ahead}" + (f" -- {rep.why}" if rep.why else ""))
@@ -53,6 +53,19 @@ def print_header(console: Console, built) -> None:
     say(f"workload  {len(w):,} requests; {source}; {lengths}")
     for note in w.notes:
         say(f"          {note}")
+
+
+def _step_line(say, sc, described: str) -> None:
+    """``step time: pack a100-80g/llama-3-8b (...)``, or ``roofline (uncalibrated): <reason>``
+    with the model's own description below (servesim/perf/select.py chooses)."""
+    from servesim.perf.select import provenance
+
+    p = provenance(sc)
+    if p["model"] == "pack":
+        say(f"step time: {described}")
+        return
+    say(f"step time: {p['label']}")
+    say(f"          {described}")
 
 
 def _fleet_header(say, built) -> None:
@@ -297,6 +310,8 @@ def print_capacity(console: Console, search) -> None:
     interval and verdict), then the answer with its margins, or why there is none."""
     what = "rate" if search.kind == "max-rate" else "replicas"
     console.rule(f"capacity: {search.kind} subject to " + ", ".join(str(s) for s in search.slos))
+    if search.step_model is not None:
+        console.print(f"step time: {search.step_model['label']}", markup=False, soft_wrap=True)
     table = Table(show_edge=False, header_style="bold")
     table.add_column("#", justify="right")
     table.add_column(what, justify="right")

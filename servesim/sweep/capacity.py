@@ -37,6 +37,7 @@ from typing import Callable, Literal
 from servesim.errors import ServesimError
 from servesim.metrics.flat import check_metric_name, flat_metrics
 from servesim.metrics.intervals import DEFAULT_CONFIDENCE, Interval, intervals
+from servesim.perf.select import provenance
 from servesim.scenario import Scenario
 from servesim.sweep.executor import SerialExecutor
 from servesim.sweep.ratescale import request_rate, scale_rate, scaled_rates
@@ -212,6 +213,7 @@ class Search:
     base_rate: float | None = None  # req/s at scale 1, when the scenario states it exactly (max-rate)
     tol: float = 0.0
     scaled: str | None = None  # what scale 1 is, in its own units ("10 session starts/s"), when not req/s
+    step_model: dict | None = None  # the step-time model and pack the probes ran (servesim/perf/select.py)
 
     @property
     def answered(self) -> bool:
@@ -246,7 +248,7 @@ class Search:
 
         return {"find": self.kind, "slos": [str(s) for s in self.slos], "answered": self.answered,
                 "refused": self.refused, "tol": self.tol, "base_rate_req_per_s": self.base_rate,
-                "rate_source": self.rate_source, "scaled_at_x1": self.scaled,
+                "rate_source": self.rate_source, "scaled_at_x1": self.scaled, "step_model": self.step_model,
                 "answer": None if self.best is None or self.refused else probe(self.best),
                 "first_failure": None if self.bound is None else probe(self.bound),
                 "path": [probe(p) for p in self.path]}
@@ -438,6 +440,7 @@ def find_max_rate(sc: Scenario, slos: list[SLO], budget: Budget, *, tol: float =
 
     out = search_max_rate(prober, slos, tol=tol, describe=describe, base=base)
     out.scaled = None if base is not None else scaled_rates(sc)
+    out.step_model = provenance(sc)
     return out
 
 
@@ -465,4 +468,6 @@ def find_min_replicas(sc: Scenario, slos: list[SLO], budget: Budget, *, start: i
         raise CapacityError(f"start {start!r}: give a whole number of replicas >= 1")
     prober = Prober(lambda n: sc.override({"hardware.replicas": int(n)}, source="--find min-replicas"),
                     slos, budget, executor, progress)
-    return search_min_replicas(prober, slos, start=start)
+    out = search_min_replicas(prober, slos, start=start)
+    out.step_model = provenance(sc)
+    return out

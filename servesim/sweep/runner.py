@@ -68,6 +68,9 @@ def make_row(point: Point, task: Task, summary: dict, metrics: Iterable[str] | N
     row.update(axis_columns(point.values))
     row.update(flat_metrics(summary, names))
     row["wall_s"] = float(summary.get("wall_s", float("nan")))
+    step = summary.get("step_model") or {}  # which step model priced the point (servesim/perf/select.py)
+    row["step_model"] = step.get("label", "")
+    row["pack_id"] = step.get("pack_id") or ""
     row[KEPT] = json.dumps(sorted(set(names)))  # what this row holds: a NaN among them is "not measured"
     return row
 

@@ -121,16 +121,17 @@ def input_files(sc: Scenario) -> list[Path]:
 
 def _pack_files(sc: Scenario) -> list[Path]:
     """The calibration pack files (CSV and YAML) of every replica group's step-time model:
-    ``step_time: {model: pack}`` reads its (gpu, model, tp) pack, a roofline ``fit:`` the pack
+    ``step_time: {model: pack}`` (or the default ``auto`` where a pack fits) reads its pack, a roofline ``fit:`` the pack
     named (servesim/perf/pack.py finds them in the installed package)."""
     from servesim.perf.pack import pack_path
-    from servesim.scenario import PackStepConfig, RooflineStepConfig, pack_ref_parts
+    from servesim.perf.select import choose
+    from servesim.scenario import AutoStepConfig, PackStepConfig, RooflineStepConfig, pack_ref_parts
 
     out: list[Path] = []
     for g in [grp.scenario for grp in sc.replica_groups]:
         st = g.step_time
         try:
-            if isinstance(st, PackStepConfig):
+            if isinstance(st, PackStepConfig) or (isinstance(st, AutoStepConfig) and choose(g).model == "pack"):
                 csv = pack_path(g.hardware.gpu, g.model_shape.name, g.tp)
             elif isinstance(st, RooflineStepConfig) and st.fit is not None:
                 csv = pack_path(*pack_ref_parts(st.fit))

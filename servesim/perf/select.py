@@ -1,0 +1,173 @@
+"""Which step-time model a scenario runs, and the provenance every output records.
+
+A calibrated answer is the default: ``step_time: {model: auto}`` (what a scenario without
+``step_time`` gets) runs the calibration pack of (gpu, model, tp) when one exists and fits the
+model's shape, precision and parallelism; only where none does it falls back to the roofline with
+its default factors, and then every output says ``roofline (uncalibrated)`` with the reason. An
+explicit ``{model: roofline}`` is uncalibrated too (and says whether a pack exists that it
+ignores); ``{model: pack}`` must find its pack (the build fails in one line otherwise).
+
+:func:`choose` is cheap (a file lookup; the pack's CSV is parsed once per process and kept), so the
+console header, summary.json, the capacity JSON and the sweep rows all ask it, never a second
+rule of their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from servesim.errors import ServesimError
+
+#: bytes per weight element of a pack's recorded ``dtype``
+_DTYPE_BYTES = {"fp16": 2, "bf16": 2, "float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1, "fp32": 4}
+
+
+@dataclass(frozen=True)
+class StepChoice:
+    """The step-time model of one replica (group) and where its numbers come from."""
+
+    model: str  # what runs: "pack", "roofline" or "constant"
+    asked: str  # the scenario's step_time.model ("auto" when not given)
+    calibrated: bool  # measured kernel timings of this (gpu, model, tp) price the iterations
+    pack: str | None = None  # "<gpu>/<pack stem>": the pack run, or the pack a roofline fit used
+    pack_id: str | None = None  # the pack with the first 16 hex of its files' sha256
+    reason: str | None = None  # why the run is not calibrated (None when it is)
+    note: str = ""  # e.g. the constant's seconds
+
+    @property
+    def label(self) -> str:
+        """One line: ``pack a100-80g/llama-3-8b`` or ``roofline (uncalibrated): <reason>``."""
+        if self.model == "pack":
+            return f"pack {self.pack}"
+        if self.model == "constant":
+            return f"constant {self.note} (uncalibrated: {self.reason})"
+        if self.pack is not None:  # a roofline fitted to a pack
+            return f"roofline fitted to pack {self.pack} (uncalibrated for this model: {self.reason})"
+        return f"roofline (uncalibrated): {self.reason}"
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "asked": self.asked, "calibrated": self.calibrated, "pack": self.pack,
+                "pack_id": self.pack_id, "reason": self.reason, "label": self.label}
+
+
+def choose(sc) -> StepChoice:
+    """The step-time model ``sc`` (one replica's scenario) runs; see the module docstring."""
+    from servesim.scenario import AutoStepConfig, ConstantStepConfig, PackStepConfig, RooflineStepConfig
+
+    st = sc.step_time
+    asked = st.model
+    if isinstance(st, ConstantStepConfig):
+        return StepChoice("constant", asked, False, reason="step_time.model is constant (a theory device)",
+                          note=f"{st.seconds * 1e3:g} ms per iteration")
+    gpu, shape, tp, pp = sc.hardware.gpu, sc.model_shape, sc.tp, sc.pp
+    cuda_graph = bool(getattr(st, "cuda_graph", False))
+    if isinstance(st, PackStepConfig):
+        ref = _ref(gpu, shape.name, tp)
+        return StepChoice("pack", asked, True, pack=ref, pack_id=_pack_id(gpu, shape.name, tp))
+    if isinstance(st, RooflineStepConfig):
+        if st.fit is not None:
+            from servesim.scenario import pack_ref_parts
+
+            g, m, t = pack_ref_parts(st.fit)
+            return StepChoice("roofline", asked, False, pack=_ref(g, m, t), pack_id=_pack_id(g, m, t),
+                              reason=f"mfu, mbu and overhead fitted to {st.fit}, not measured for "
+                                     f"{gpu}/{_ref(gpu, shape.name, tp).split('/')[1]}")
+        why = "step_time.model is roofline in the scenario"
+        if pack_problem(gpu, shape, tp, pp, cuda_graph=False) is None:
+            why += f" (a pack exists: {_ref(gpu, shape.name, tp)}; remove step_time to use it)"
+        return StepChoice("roofline", asked, False, reason=why)
+    if isinstance(st, AutoStepConfig):
+        problem = pack_problem(gpu, shape, tp, pp, cuda_graph)
+        if problem is None:
+            return StepChoice("pack", asked, True, pack=_ref(gpu, shape.name, tp),
+                              pack_id=_pack_id(gpu, shape.name, tp))
+        return StepChoice("roofline", asked, False, reason=problem)
+    raise TypeError(f"unknown step_time config {st!r}")  # pragma: no cover
+
+
+def pack_problem(gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> str | None:
+    """Why no pack can price (gpu, shape, tp, pp) -- None when one can: a pack exists for the
+    GPU, model and TP, was measured for this shape and weight precision, and holds every op the
+    parallelism and launch mode need (send/recv for pipelines, all-reduce for TP)."""
+    from servesim.perf.pack import available_packs, check_shape, load_pack, pack_path, required_ops
+
+    try:
+        path = pack_path(gpu, shape.name, tp)
+    except (ValueError, ServesimError) as exc:  # a name no pack can have (an inline shape)
+        return f"no calibration pack can exist for model {shape.name!r}: {_first_line(exc)}"
+    if not path.is_file():
+        here = [f"{g}/{m}" + (f"-tp{t}" if t > 1 else "") for g, m, t in available_packs() if g == gpu]
+        return (f"no calibration pack for {gpu}/{shape.name} tp {tp}"
+                f" (packs for {gpu}: {', '.join(here) if here else 'none'})")
+    try:
+        pack = load_pack(gpu, shape.name, tp)
+        check_shape(pack, shape)
+        want = int(getattr(shape, "dtype_bytes", 2))
+        have = _DTYPE_BYTES.get(str(pack.meta.get("dtype", "fp16")).lower())
+        if have is not None and have != want:
+            return (f"pack {_ref(gpu, shape.name, tp)} was measured in {pack.meta.get('dtype')} "
+                    f"({have} bytes per weight), the model runs {want} bytes per weight")
+        pack.require(required_ops(tp, pp, cuda_graph))
+    except ServesimError as exc:
+        return f"pack {_ref(gpu, shape.name, tp)} does not fit: {_first_line(exc)}"
+    return None
+
+
+def _ref(gpu: str, model: str, tp: int) -> str:
+    return f"{gpu}/{model}" + (f"-tp{tp}" if tp > 1 else "")
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _pack_id(gpu: str, model: str, tp: int) -> str | None:
+    """``<gpu>/<pack> sha256:<16 hex>`` over the pack's CSV and YAML (None: no such files)."""
+    from servesim.perf.pack import pack_path
+
+    try:
+        csv_path = pack_path(gpu, model, tp)
+    except (ValueError, ServesimError):
+        return None
+    files = [p for p in (csv_path, csv_path.with_suffix(".yaml")) if p.is_file()]
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for p in files:
+        st = p.stat()
+        digest.update(_file_digest(str(p), st.st_mtime_ns, st.st_size).encode())
+    return f"{gpu}/{csv_path.stem} sha256:{digest.hexdigest()[:16]}"
+
+
+@lru_cache(maxsize=64)
+def _file_digest(path: str, mtime_ns: int, size: int) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def choices(sc) -> list[tuple[str, StepChoice]]:
+    """(group name, choice) of every replica group of ``sc`` (one, named "default", for a lone
+    replica or a one-group fleet)."""
+    groups = sc.replica_groups
+    return [(getattr(g, "name", "default") or "default", choose(g.scenario)) for g in groups]
+
+
+def provenance(sc) -> dict:
+    """summary.json's ``step_model``: the choice of a uniform scenario at the top level (model,
+    calibrated, pack, pack_id, reason, label), each group's under ``groups`` when they differ."""
+    per = choices(sc)
+    first = per[0][1].to_dict()
+    if len({c.label for _, c in per}) == 1:
+        return first
+    return {"model": "mixed", "asked": first["asked"], "calibrated": all(c.calibrated for _, c in per),
+            "pack": None, "pack_id": None,
+            "reason": "; ".join(f"{n}: {c.reason}" for n, c in per if c.reason) or None,
+            "label": "; ".join(f"{n}: {c.label}" for n, c in per),
+            "groups": {n: c.to_dict() for n, c in per}}
+
+
+def provenance_label(sc) -> str:
+    """The one line the header, sweep rows and capacity answers print."""
+    return provenance(sc)["label"]
