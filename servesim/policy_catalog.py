@@ -128,6 +128,7 @@ EVERY = None
 CONTINUOUS = ("vllm", "chunked", "priority")
 ENGINE_KNOBS: dict[str, Knob] = {
     "scheduler": Knob(EVERY),
+    "preset": Knob(EVERY, why="the engine version whose automatic rules fill unset fields (config/engines.py)"),
     "tensor_parallel_size": Knob(EVERY, why="a replica's GPUs: step times, KV capacity, placement"),
     "pipeline_parallel_size": Knob(EVERY, why="virtual engines per replica (docs/cluster.md)"),
     "block_size": Knob(EVERY),
@@ -144,6 +145,8 @@ ENGINE_KNOBS: dict[str, Knob] = {
     "max_batch_size": Knob(("static-fifo",), why="the size of a static (request-level) batch"),
     "cpu_overhead_s": Knob(EVERY),
     "cpu_overhead_per_seq_s": Knob(EVERY),
+    "api_request_s": Knob(EVERY, why="request path before the scheduler (runs on the fleet loop)"),
+    "api_token_s": Knob(EVERY, why="token path after sampling (runs on the fleet loop)"),
     "options": Knob(EVERY),
     "kv_allocator": Knob(EVERY),
     "enable_prefix_caching": Knob(EVERY, compiled=False, why="the prefix cache runs on the Python engine"),

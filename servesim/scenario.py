@@ -37,6 +37,7 @@ from servesim.fields import (
     TokenCount,
 )
 from servesim.policy_catalog import ENGINE_KNOBS, POLICIES, policy_names, read_options
+from servesim.config.engines import PRESET_NAMES, canonical, engine_rules
 from servesim.config.kv import KVConfig, TierConfig
 from servesim.models import MODELS, ModelShape
 from servesim.yamltext import YamlDataError, load_yaml
@@ -173,6 +174,9 @@ SchedulerName = str  # validated against the policy registry when the scenario i
 
 class EngineConfig(Frozen):
     scheduler: SchedulerName = "vllm"  # a policy name (vllm, chunked, static-fifo, priority) or 'module:Class'
+    # the engine version these fields stand for (scenarios/engines/); its automatic rules fill the
+    # fields not given when the scenario is built, each printed in the header (config/engines.py)
+    preset: Optional[Literal[PRESET_NAMES]] = None  # type: ignore[valid-type]
     # GPUs per pipeline stage (vLLM --tensor-parallel-size; default: hardware's older tp, else 1)
     tensor_parallel_size: Annotated[int, Field(ge=1, le=64)] | None = None
     # pipeline stages = virtual engines (vLLM --pipeline-parallel-size; default: hardware.pp)
@@ -196,6 +200,12 @@ class EngineConfig(Frozen):
     # constant + per scheduled sequence; added to the GPU time and reported separately
     cpu_overhead_s: StepSeconds0 = 0.0
     cpu_overhead_per_seq_s: StepSeconds0 = 0.0
+    # request path outside the engine loop (API server, tokenization, detokenization, streaming),
+    # as a client sees it: a request reaches the scheduler api_request_s after it was sent, and each
+    # token reaches the client api_token_s after it was sampled (TTFT and E2E grow by the sum, ITL
+    # and TPOT not); docs/model.md "Request path"
+    api_request_s: StepSeconds0 = 0.0
+    api_token_s: StepSeconds0 = 0.0
     # free-form options for a policy's own knobs (built-in and user policies)
     options: dict[str, Any] = {}
     # KV memory (docs/kv.md): allocator, vLLM's prefix caching flag, L1 eviction, details
@@ -343,6 +353,7 @@ class Scenario(Frozen):
     of another policy dropped after ``--set engine.scheduler=...``), for the run header."""
 
     _load_notes: tuple[str, ...] = PrivateAttr(default=())
+    _engine_notes: tuple[str, ...] = PrivateAttr(default=())
     _groups: tuple = PrivateAttr(default=())
     _placement: Any = PrivateAttr(default=None)
     name: str = "scenario"  # labels the outputs (out/<name>/ by default)
@@ -393,7 +404,13 @@ class Scenario(Frozen):
 
     @property
     def load_notes(self) -> tuple[str, ...]:
-        return self._load_notes
+        """What loading decided on its own: dropped options, then the engine's automatic rules."""
+        return self._load_notes + self._engine_notes
+
+    @property
+    def engine_notes(self) -> tuple[str, ...]:
+        """The engine preset's automatic decisions (servesim/config/engines.py), for the header."""
+        return self._engine_notes
 
     @property
     def tp(self) -> int:
@@ -429,7 +446,19 @@ class Scenario(Frozen):
         one plain engine: a PP replica with the whole pool and one batch in flight, half the
         throughput of the same replica written as a group of one; delays were dropped.)"""
         return (self.cluster.groups is not None or self.hardware.replicas > 1 or self.pp > 1
-                or self.cluster.delay_in_s > 0 or self.cluster.delay_out_s > 0)
+                or self.delay_in_s > 0 or self.delay_out_s > 0)
+
+    @property
+    def delay_in_s(self) -> float:
+        """Client send -> the scheduler sees the request: the router, the network and the
+        engine's API path (engine.api_request_s)."""
+        return self.cluster.delay_in_s + self.engine.api_request_s
+
+    @property
+    def delay_out_s(self) -> float:
+        """A sampled token -> the client: the network and the engine's output path
+        (engine.api_token_s: detokenization, the hop to the API server, streaming)."""
+        return self.cluster.delay_out_s + self.engine.api_token_s
 
     @property
     def placement(self):
@@ -464,6 +493,25 @@ class Scenario(Frozen):
             raise ValueError(f"{v!r} is not a plain name: it names the output folder out/<name>, so no "
                              f"'/' or '\\', not '.' or '..', 1 to 200 characters")
         return v
+
+    @model_validator(mode="after")
+    def _engine_preset_rules(self) -> "Scenario":
+        """The preset's automatic rules fill the engine fields the scenario does not give (first
+        of the checks: they validate the engine the run will use). The new engine keeps the
+        given fields as its set fields, so a copy or an override decides again from its own."""
+        e = self.engine
+        if e.preset is None:
+            return self
+        given = frozenset(e.model_fields_set)
+        updates, notes = engine_rules(self, given)
+        if e.preset != canonical(e.preset):
+            notes.insert(0, f"engine.preset {e.preset} = {canonical(e.preset)} (the current version)")
+        if updates:
+            new = EngineConfig.model_validate({**e.model_dump(exclude_unset=True), **updates})
+            object.__setattr__(new, "__pydantic_fields_set__", set(given))
+            object.__setattr__(self, "engine", new)
+        self._engine_notes = tuple(notes)
+        return self
 
     @model_validator(mode="after")
     def _fields_apply(self) -> "Scenario":
@@ -630,6 +678,11 @@ class Scenario(Frozen):
         from servesim.config.placement import ReplicaShape, place
 
         groups = self.cluster.groups
+        for i, g in enumerate(groups or ()):
+            for name in ("api_request_s", "api_token_s"):
+                if name in g.engine and g.engine[name] != getattr(self.engine, name):
+                    raise ValueError(f"cluster.groups[{i}].engine.{name}: the request path's delay is the "
+                                     f"fleet's (set engine.{name} at the top level, not per group)")
         if groups is None:
             built = (ReplicaGroup("replica", self.hardware.replicas, self, "hardware.replicas"),)
         else:

@@ -408,7 +408,7 @@ def run_built(b: Built, seed: int | None = None) -> Result:
     wall = time.perf_counter() - t0
     engines = b.fleet.engines if b.fleet is not None else None
     if engines is not None:
-        restore_client_times(b.table, sc.cluster.delay_in_s, sc.cluster.delay_out_s)
+        restore_client_times(b.table, sc.delay_in_s, sc.delay_out_s)
         b.table.replica = b.replica.replica_of
     rec = merge_recorders([e.recorder for e in engines]) if engines else b.recorder
     memory = replace(b.memory, num_blocks=sum(e.plan.num_blocks for e in engines)) if engines else b.memory

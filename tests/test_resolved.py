@@ -77,9 +77,9 @@ def test_switching_a_preset_policy_drops_its_options_with_a_note():
                                    "--set", "engine.scheduler=vllm"])
     assert out.exit_code == 0 and "dropped aging_s" in out.output
     # options the new policy knows too are kept (priority extends vllm: swap_space_gib stays)
-    sc = load_scenario(REPO / "scenarios/engines/vllm.yaml", ["engine.scheduler=priority"])
-    assert sc.engine.options == {"swap_space_gib": 4} and sc.load_notes == ()
-    sc = load_scenario(REPO / "scenarios/engines/vllm.yaml", ["engine.scheduler=static-fifo"])
+    sc = load_scenario(REPO / "scenarios/engines/vllm-v0.yaml", ["engine.scheduler=priority"])
+    assert sc.engine.options == {"swap_space_gib": 4} and sc.load_notes == sc.engine_notes
+    sc = load_scenario(REPO / "scenarios/engines/vllm-v0.yaml", ["engine.scheduler=static-fifo"])
     assert sc.engine.options == {} and "dropped swap_space_gib" in sc.load_notes[0]
 
 

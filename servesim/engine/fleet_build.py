@@ -72,7 +72,7 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     n = table.n
     groups = closed_groups(sc, table, workload, seed)  # (may copy the arrival column: first)
     closed = bool(groups)
-    delay_in, delay_out = sc.cluster.delay_in_s, sc.cluster.delay_out_s
+    delay_in, delay_out = sc.delay_in_s, sc.delay_out_s
     if delay_in:
         open_rows = np.isfinite(table.arrival)
         table.arrival = np.where(open_rows, table.arrival + delay_in, table.arrival)

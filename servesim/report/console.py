@@ -28,7 +28,8 @@ def print_header(console: Console, built) -> None:
         say(f"hardware  1 replica of {sc.gpus_per_replica} x {hw.gpu} (tp {sc.tp}, pp {sc.pp})")
         say(f"KV cache  {built.memory.describe()}")
     chunk = "chunked prefill" if e.enable_chunked_prefill else "no chunked prefill"
-    say(f"engine    {e.scheduler}: max_num_seqs {e.max_num_seqs}, max_num_batched_tokens "
+    preset = f" (preset {e.preset})" if e.preset else ""
+    say(f"engine    {e.scheduler}{preset}: max_num_seqs {e.max_num_seqs}, max_num_batched_tokens "
                   f"{e.max_num_batched_tokens}, {chunk}, block {e.block_size}, preemption {e.preemption}, "
                   f"max_model_len {sc.max_model_len}")
     _step_line(say, sc, built.model.describe())
@@ -85,8 +86,11 @@ def _fleet_header(say, built) -> None:
         say(f"  group   {g.name}: {g.replicas} x {gs.hardware.gpu} tp {gs.tp} x pp {gs.pp}, {gs.model_shape.name}, "
             f"{gs.engine.scheduler}{ve}")
         say(f"          KV per GPU: {plan_memory(gs).describe()}")
+    e = sc.engine
+    api = (f"; request path {e.api_request_s * 1e3:g} ms in, {e.api_token_s * 1e3:g} ms out "
+           f"(engine.api_*)" if e.api_request_s or e.api_token_s else "")
     say(f"router    {c.router}; overhead {c.router_overhead_s * 1e3:g} ms, network {c.network_delay_s * 1e3:g} ms "
-        f"each way")
+        f"each way{api}")
 
 
 def _ms(x) -> str:

@@ -1,0 +1,201 @@
+"""Engine versions and their automatic rules: what an engine decides by itself at start-up.
+
+A real engine fills some of its flags from the model and the GPU when the user leaves them unset:
+vLLM 0.6 turns chunked prefill on for long-context models, vLLM V1 picks its token budget by GPU
+class, SGLang derives its memory fraction and chunk size from the GPU's memory. A scenario names
+the engine version it stands for with ``engine.preset`` (the presets in ``scenarios/engines/``
+do), and :func:`engine_rules` applies that version's rules to the engine fields the scenario does
+not give, when the scenario is built. Each decision comes back as a note for the run header, with
+the engine source it follows, e.g.::
+
+    chunked prefill on: max_model_len 40960 > 32768 (vLLM 0.6 vllm/engine/arg_utils.py)
+
+A field the scenario gives is never changed (``--set`` wins, as a flag does on the engine's
+command line). The presets' other defaults are plain values in their YAML files, each with a
+comment naming its source; only the decisions an engine takes from the model and GPU live here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from servesim.hardware import GPUS, MIB
+
+if TYPE_CHECKING:
+    from servesim.scenario import Scenario
+
+ALIASES = {"vllm": "vllm-v1"}  # `vllm` is the current vLLM (the V1 engine)
+NON_TORCH_BYTES = int(0.75 * 1024**3)  # as servesim/memory.py: CUDA context and workspaces
+
+Rule = Callable[["Scenario", frozenset], "tuple[dict[str, Any], list[str]]"]
+
+
+def _acts(sc: "Scenario", tokens: int, seqs: int) -> int:
+    """Activation bytes servesim's memory plan reserves (servesim/memory.py), plus non-torch."""
+    shape = sc.model_shape
+    return (tokens * shape.activation_bytes_per_token(sc.tp) + seqs * (shape.vocab_size // sc.tp) * 4
+            + NON_TORCH_BYTES)
+
+
+def _util_from_free_fraction(sc: "Scenario", frac: float, tokens: int, seqs: int) -> float:
+    """servesim's ``gpu_memory_utilization`` (a share of the whole GPU that weights, activations
+    and KV share) for an engine whose KV is ``frac`` of the memory left free after weights and
+    activations (TensorRT-LLM, LMDeploy): KV = frac (T - W - A) = u T - W - A."""
+    total = GPUS[sc.hardware.gpu].memory_bytes
+    used = sc.model_shape.weight_bytes(sc.tp, sc.pp) + _acts(sc, tokens, seqs)
+    return round(min(0.99, frac + (1.0 - frac) * used / total), 4)
+
+
+# ------------------------------------------------------------------------------ vLLM 0.6 (V0)
+def _vllm_v0(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str]]:
+    e, out, notes = sc.engine, {}, []
+    mml = sc.max_model_len
+    chunked = e.enable_chunked_prefill
+    if "enable_chunked_prefill" not in given:
+        # vllm/engine/arg_utils.py (v0.6.x), EngineArgs.create_engine_config: with the flag unset,
+        # use_long_context = max_model_len > 32K turns chunked prefill on (GPU, no sliding window,
+        # no speculative decoding or LoRA; none of which servesim models), else it stays off
+        chunked = mml > 32768
+        out["enable_chunked_prefill"] = chunked
+        notes.append(f"chunked prefill {'on' if chunked else 'off'}: max_model_len {mml} "
+                     f"{'>' if chunked else '<='} 32768 (vLLM 0.6 vllm/engine/arg_utils.py)")
+    if "max_num_batched_tokens" not in given:
+        # vllm/config.py (v0.6.x), SchedulerConfig: 512 with chunked prefill ("the best balance
+        # between ITL and TTFT on A100"), else max(max_model_len, 2048)
+        budget = 512 if chunked else max(mml, 2048)
+        out["max_num_batched_tokens"] = budget
+        notes.append(f"max_num_batched_tokens {budget}: " + ("512 with chunked prefill" if chunked else
+                     f"max(max_model_len {mml}, 2048) without chunked prefill") + " (vLLM 0.6 vllm/config.py)")
+    return out, notes
+
+
+# ------------------------------------------------------------------------------ vLLM V1
+def _vllm_v1(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str]]:
+    out, notes = {}, []
+    if "enable_chunked_prefill" not in given:
+        # vllm/engine/arg_utils.py (v0.10.x), _set_default_args_v1: "V1 always uses chunked prefills"
+        out["enable_chunked_prefill"] = True
+        notes.append("chunked prefill on: V1 always chunks (vLLM V1 vllm/engine/arg_utils.py)")
+    if "enable_prefix_caching" not in given:
+        # ibid.: "V1 enables prefix caching by default"
+        out["enable_prefix_caching"] = True
+        notes.append("prefix caching on: V1's default (vLLM V1 vllm/engine/arg_utils.py)")
+    gpu = GPUS[sc.hardware.gpu]
+    # vllm/engine/arg_utils.py (v0.10.x), EngineArgs.get_batch_defaults, usage context
+    # OPENAI_API_SERVER (`vllm serve`): >= 70 GiB and not an A100 (PR #17885: a larger budget
+    # lowered A100 throughput): 8192 tokens, 1024 sequences; otherwise 2048 and 256
+    big = gpu.memory_bytes >= 70 * 1024**3 and "a100" not in gpu.name
+    why = (f"{gpu.name}: >= 70 GiB and not an A100" if big else
+           f"{gpu.name}: an A100" if "a100" in gpu.name else f"{gpu.name}: < 70 GiB")
+    for name, value in (("max_num_batched_tokens", 8192 if big else 2048), ("max_num_seqs", 1024 if big else 256)):
+        if name not in given:
+            out[name] = value
+            notes.append(f"{name} {value}: vllm serve default for {why} (vLLM V1 vllm/engine/arg_utils.py "
+                         f"get_batch_defaults)")
+    return out, notes
+
+
+# ------------------------------------------------------------------------------ SGLang
+def _sglang_chunk(gpu_mib: float) -> int:
+    """python/sglang/srt/server_args.py (v0.5.x), _handle_gpu_memory_settings: chunk by memory."""
+    if gpu_mib < 35 * 1024:
+        return 2048
+    if gpu_mib < 60 * 1024:
+        return 4096
+    if gpu_mib < 160 * 1024:
+        return 8192
+    return 16384
+
+
+def _sglang(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str]]:
+    e, out, notes = sc.engine, {}, []
+    gpu = GPUS[sc.hardware.gpu]
+    mib = gpu.memory_bytes / MIB
+    chunk = e.chunked_prefill_size
+    if "chunked_prefill_size" not in given and e.scheduler == "chunked":
+        chunk = _sglang_chunk(mib)
+        out["chunked_prefill_size"] = chunk
+        notes.append(f"chunked_prefill_size {chunk}: {gpu.name} has {mib / 1024:.0f} GiB "
+                     f"(SGLang python/sglang/srt/server_args.py _handle_gpu_memory_settings)")
+    if "enable_prefix_caching" not in given:
+        # server_args.py: disable_radix_cache = False (the radix cache is on unless disabled)
+        out["enable_prefix_caching"] = True
+        notes.append("prefix caching on: SGLang's radix cache is on by default (server_args.py)")
+    if "gpu_memory_utilization" not in given:
+        # server_args.py (v0.5.x), _handle_gpu_memory_settings: reserved MiB = 512 + max(chunk,
+        # 2048) x 1.5 + cuda_graph_max_bs x 2 + tp x pp / 8 x 1024, at least 10 GiB on > 60 GiB
+        # GPUs; cuda_graph_max_bs 256 below tp 4, 512 from it (35-160 GiB GPUs);
+        # mem_fraction_static = round((memory - reserved) / memory, 3)
+        graph_bs = 256 if sc.tp < 4 else 512
+        reserved = 512 + max(chunk or 8192, 2048) * 1.5 + graph_bs * 2 + sc.tp * sc.pp / 8 * 1024
+        if mib > 60 * 1024:
+            reserved = max(reserved, 10 * 1024)
+        mfs = round((mib - reserved) / mib, 3)
+        # SGLang's fraction is weights + KV pool; servesim's utilization also holds the activations
+        # its memory plan reserves (servesim/memory.py), which SGLang keeps in `reserved`
+        total = gpu.memory_bytes
+        extra = _acts(sc, e.max_num_batched_tokens, e.max_running_requests or e.max_num_seqs) / total
+        util = round(min(0.99, mfs + extra), 4)
+        out["gpu_memory_utilization"] = util
+        notes.append(f"gpu_memory_utilization {util}: mem_fraction_static {mfs} = ({mib:.0f} - {reserved:.0f} "
+                     f"reserved MiB) / {mib:.0f} MiB, plus the activations servesim plans apart (SGLang "
+                     f"server_args.py _handle_gpu_memory_settings)")
+    return out, notes
+
+
+# ------------------------------------------------------------------------------ TensorRT-LLM
+def _tensorrt_llm(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str]]:
+    e, out, notes = sc.engine, {}, []
+    if "gpu_memory_utilization" not in given:
+        # tensorrt_llm/llmapi/llm_args.py (v1.0), KvCacheConfig.free_gpu_memory_fraction 0.9: the
+        # KV cache takes 0.9 of the memory free after the weights and the profiled activations
+        util = _util_from_free_fraction(sc, 0.9, e.max_num_batched_tokens, e.max_num_seqs)
+        out["gpu_memory_utilization"] = util
+        notes.append(f"gpu_memory_utilization {util}: KV = 0.9 of the memory free after weights and "
+                     f"activations (TensorRT-LLM llm_args.py free_gpu_memory_fraction)")
+    return out, notes
+
+
+# ------------------------------------------------------------------------------ LMDeploy
+def _lmdeploy(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str]]:
+    e, out, notes = sc.engine, {}, []
+    gpu = GPUS[sc.hardware.gpu]
+    seqs = e.max_num_seqs
+    if "max_num_seqs" not in given:
+        # lmdeploy/utils.py (v0.10.x), get_max_batch_size: a100 384, h100 / h200 1024, else 128
+        seqs = 384 if "a100" in gpu.name else 1024 if gpu.name.startswith(("h100", "h200")) else 128
+        out["max_num_seqs"] = seqs
+        notes.append(f"max_num_seqs {seqs}: max_batch_size for {gpu.name} (LMDeploy lmdeploy/utils.py "
+                     f"get_max_batch_size)")
+    if "gpu_memory_utilization" not in given:
+        # lmdeploy/messages.py (v0.10.x), TurbomindEngineConfig.cache_max_entry_count 0.8: "the
+        # percentage of FREE GPU memory" (after the weights) the KV cache takes
+        util = _util_from_free_fraction(sc, 0.8, e.max_num_batched_tokens, seqs)
+        out["gpu_memory_utilization"] = util
+        notes.append(f"gpu_memory_utilization {util}: KV = 0.8 of the memory free after weights "
+                     f"(LMDeploy lmdeploy/messages.py cache_max_entry_count)")
+    return out, notes
+
+
+RULES: dict[str, tuple[str, Rule]] = {
+    # preset name: (what it stands for, its automatic rules)
+    "vllm-v0": ("vLLM 0.6.x, the V0 engine", _vllm_v0),
+    "vllm-v1": ("vLLM V1 (the current engine, v0.10.x)", _vllm_v1),
+    "sglang": ("SGLang v0.5.x", _sglang),
+    "tensorrt-llm": ("TensorRT-LLM v1.0 (trtllm-serve, PyTorch backend)", _tensorrt_llm),
+    "lmdeploy": ("LMDeploy v0.10.x (TurboMind)", _lmdeploy),
+}
+PRESET_NAMES = tuple(RULES) + tuple(ALIASES)
+
+
+def canonical(name: str) -> str:
+    return ALIASES.get(name, name)
+
+
+def engine_rules(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str]]:
+    """Updates to the engine fields not in ``given`` and the header notes, for ``sc``'s preset.
+    Rules run once, in a fixed order per engine, each seeing the decisions before it."""
+    name = sc.engine.preset
+    if name is None:
+        return {}, []
+    return RULES[canonical(name)][1](sc, given)

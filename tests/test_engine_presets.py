@@ -1,0 +1,143 @@
+"""Engine presets (scenarios/engines/) and their automatic rules (servesim/config/engines.py):
+every preset loads and runs, each rule decides as the engine source it cites does, the decision
+is printed in the header, and a field the scenario gives is never changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from servesim.scenario import load_scenario, scenario_from_dict
+
+REPO = Path(__file__).resolve().parents[1]
+ENGINES = REPO / "scenarios" / "engines"
+PRESETS = ["vllm-v0", "vllm-v1", "vllm", "sglang", "tensorrt-llm", "lmdeploy"]
+
+
+def bare(preset: str, **over) -> dict:
+    eng = {"preset": preset, **over.pop("engine", {})}
+    return {"hardware": {"gpu": over.pop("gpu", "a100-80g")}, "engine": eng, **over}
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_file_loads_with_its_preset(name):
+    sc = load_scenario(ENGINES / f"{name}.yaml")
+    assert sc.engine.preset == ("vllm-v1" if name == "vllm" else name)
+    assert sc.engine_notes, "every preset's rules decide something on this model and GPU"
+
+
+def test_vllm_is_an_alias_of_v1():
+    """scenarios/engines/vllm.yaml is vllm-v1.yaml but for its name and leading comment, and the
+    preset name `vllm` applies V1's rules."""
+    a = yaml.safe_load((ENGINES / "vllm.yaml").read_text())
+    b = yaml.safe_load((ENGINES / "vllm-v1.yaml").read_text())
+    assert a.pop("name") == "vllm" and b.pop("name") == "vllm-v1"
+    a["engine"].pop("preset"), b["engine"].pop("preset")
+    assert a == b
+    x, y = scenario_from_dict(bare("vllm")), scenario_from_dict(bare("vllm-v1"))
+    assert x.engine.model_copy(update={"preset": None}) == y.engine.model_copy(update={"preset": None})
+    assert x.engine_notes[0] == "engine.preset vllm = vllm-v1 (the current version)"
+
+
+def test_v0_long_context_turns_chunked_prefill_on():
+    """vLLM 0.6 arg_utils: max_model_len > 32768 -> chunked prefill on, budget 512; <= 32768 off,
+    budget max(max_model_len, 2048)."""
+    long = {"name": "long", "num_layers": 32, "hidden_size": 4096, "num_heads": 32, "num_kv_heads": 8,
+            "head_dim": 128, "intermediate_size": 14336, "vocab_size": 128256, "max_model_len": 40960}
+    sc = scenario_from_dict(bare("vllm-v0", model=long))
+    assert sc.engine.enable_chunked_prefill is True and sc.engine.max_num_batched_tokens == 512
+    assert "chunked prefill on: max_model_len 40960 > 32768 (vLLM 0.6 vllm/engine/arg_utils.py)" in sc.load_notes
+    at = scenario_from_dict(bare("vllm-v0", model=dict(long, max_model_len=32768)))
+    assert at.engine.enable_chunked_prefill is False and at.engine.max_num_batched_tokens == 32768
+    assert "chunked prefill off: max_model_len 32768 <= 32768 (vLLM 0.6 vllm/engine/arg_utils.py)" in at.load_notes
+    short = scenario_from_dict(bare("vllm-v0", model=dict(long, max_model_len=1024)))
+    assert short.engine.max_num_batched_tokens == 2048
+    # the user's flag wins, and the budget follows it
+    off = scenario_from_dict(bare("vllm-v0", model=long, engine={"enable_chunked_prefill": False,
+                                                                 "max_num_batched_tokens": 40960}))
+    assert off.engine.enable_chunked_prefill is False and off.engine.max_num_batched_tokens == 40960
+    assert not any("chunked prefill" in n for n in off.load_notes)
+    # a copy decides again from what was given (the rule's values are not frozen in as given)
+    again = sc.override({"engine.max_model_len": 16384})
+    assert again.engine.enable_chunked_prefill is False and again.engine.max_num_batched_tokens == 16384
+
+
+def test_v1_budget_by_gpu_class():
+    a100 = scenario_from_dict(bare("vllm-v1"))
+    h200 = scenario_from_dict(bare("vllm-v1", gpu="h200"))
+    h100 = scenario_from_dict(bare("vllm-v1", gpu="h100-80g"))
+    assert (a100.engine.max_num_batched_tokens, a100.engine.max_num_seqs) == (2048, 256)
+    assert (h100.engine.max_num_batched_tokens, h100.engine.max_num_seqs) == (8192, 1024)
+    assert (h200.engine.max_num_batched_tokens, h200.engine.max_num_seqs) == (8192, 1024)
+    for sc in (a100, h200):
+        assert sc.engine.enable_chunked_prefill and sc.engine.enable_prefix_caching
+    given = scenario_from_dict(bare("vllm-v1", engine={"max_num_batched_tokens": 4096, "enable_prefix_caching": False}))
+    assert given.engine.max_num_batched_tokens == 4096 and not given.engine.enable_prefix_caching
+
+
+def test_sglang_memory_rules():
+    """server_args.py _handle_gpu_memory_settings on an A100-80GB, tp 1: chunk 8192,
+    cuda_graph_max_bs 256, reserved = 512 + 8192 x 1.5 + 256 x 2 + 128 = 13440 MiB (> 10 GiB),
+    mem_fraction_static = round((81920 - 13440) / 81920, 3) = 0.836; tp 4: 512 graphs, 0.825."""
+    sc = scenario_from_dict(bare("sglang", engine={"scheduler": "chunked"}))
+    assert sc.engine.chunked_prefill_size == 8192 and sc.engine.enable_prefix_caching
+    assert any("mem_fraction_static 0.836 = (81920 - 13440 reserved MiB)" in n for n in sc.load_notes)
+    tp4 = scenario_from_dict(bare("sglang", engine={"scheduler": "chunked", "tensor_parallel_size": 4},
+                                  model="qwen3-14b"))
+    assert any("mem_fraction_static 0.825 = (81920 - 14336 reserved MiB)" in n for n in tp4.load_notes)
+    # servesim's utilization holds the activations its memory plan reserves on top of SGLang's
+    # fraction (weights + KV): the KV pool the plan gives is mem_fraction_static x memory - weights
+    from servesim.memory import plan_memory
+    plan = plan_memory(sc)
+    assert plan.kv_bytes == pytest.approx(0.836 * plan.gpu_bytes - plan.weight_bytes, rel=1e-3)
+    pinned = scenario_from_dict(bare("sglang", engine={"scheduler": "chunked", "gpu_memory_utilization": 0.88}))
+    assert pinned.engine.gpu_memory_utilization == 0.88
+
+
+def test_free_memory_fraction_engines():
+    """TensorRT-LLM (0.9) and LMDeploy (0.8) size KV as a share of the memory left free: the
+    plan's KV pool is that share of what weights, activations and the CUDA context leave."""
+    from servesim.memory import plan_memory
+    for preset, frac in (("tensorrt-llm", 0.9), ("lmdeploy", 0.8)):
+        sc = load_scenario(ENGINES / f"{preset}.yaml")
+        p = plan_memory(sc)
+        free = p.gpu_bytes - p.weight_bytes - p.activation_bytes - p.non_torch_bytes
+        assert p.kv_bytes == pytest.approx(frac * free, rel=1e-3), preset
+    lm = scenario_from_dict(bare("lmdeploy", gpu="h200"))
+    assert lm.engine.max_num_seqs == 1024
+    assert scenario_from_dict(bare("lmdeploy")).engine.max_num_seqs == 384
+
+
+def test_bad_preset_is_one_line():
+    from servesim.errors import ScenarioError
+    with pytest.raises(ScenarioError) as e:
+        scenario_from_dict(bare("vllm-v9"))
+    msg = str(e.value)
+    assert "engine.preset" in msg and "vllm-v9" in msg and "\n" not in msg
+
+
+def test_header_names_preset_and_rules():
+    from typer.testing import CliRunner
+    from servesim.cli import app
+    out = CliRunner().invoke(app, ["check", str(ENGINES / "vllm-v0.yaml"),
+                                   "--set", "model={name: long, num_layers: 32, hidden_size: 4096, num_heads: 32, "
+                                   "num_kv_heads: 8, head_dim: 128, intermediate_size: 14336, vocab_size: 128256, "
+                                   "max_model_len: 40960}", "--set", "step_time={model: roofline}"])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "vllm (preset vllm-v0)" in text
+    assert "chunked prefill on: max_model_len 40960 > 32768 (vLLM 0.6 vllm/engine/arg_utils.py)" in text
+
+
+@pytest.mark.parametrize("name", PRESETS[:2] + PRESETS[3:])
+def test_preset_runs(name):
+    """Each preset runs end to end (small: 60 requests; prefix caching off to stay compiled where
+    it is on, the rules' other decisions kept)."""
+    from servesim import simulate
+    over = ["stop.requests=60", "stop.warmup_requests=0"]
+    if name in ("vllm-v1", "sglang"):
+        over.append("engine.enable_prefix_caching=false")
+    res = simulate(load_scenario(ENGINES / f"{name}.yaml", over))
+    assert res.summary["requests"]["completed"] == 60
