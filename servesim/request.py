@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 
 from servesim.errors import WorkloadError
-from servesim.fields import MAX_TOKENS
+from servesim.fields import MAX_SECONDS, MAX_TOKENS
 
 NUM_CLASSES = 5
 CLASS_NAMES = tuple(f"P{i}" for i in range(NUM_CLASSES))
@@ -166,6 +166,7 @@ class Workload:
                 raise ValueError("Workload.prefix_block_tokens must be positive when hashes are given")
         for name in ("prompt_tokens", "output_tokens"):
             _check_token_counts(name, getattr(self, name))
+        check_time_bound(self.arrival_s)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -200,8 +201,27 @@ class Workload:
         )
 
 
+TIME_BOUND_WHY = ("simulated times are bounded at 1e8 s (about 3 years): beyond it float64 seconds lose the "
+                  "microseconds latencies are made of")
+
+
+def check_time_bound(arrival_s: np.ndarray) -> None:
+    """Arrival times (NaN: decided during the run, a closed loop) must be finite and at most
+    ``MAX_SECONDS``. A rate of 1e-12 put the first arrival near 1e12 s, where a float64 second
+    resolves only 0.1 ms: a 10 ms TTFT read 7.8-11.7 ms; a trace row at 1e300 ms read 0 s."""
+    a = np.asarray(arrival_s, dtype=np.float64)
+    over = ~(a <= MAX_SECONDS) & ~np.isnan(a)
+    if over.any():
+        i = int(np.argmax(over))
+        raise WorkloadError(
+            f"workload: request {i} arrives at {a[i]:.4g} s; {TIME_BOUND_WHY} (raise the arrival rate, or "
+            f"shorten the trace window or the run)"
+        )
+
+
 def _check_token_counts(name: str, values: np.ndarray) -> None:
-    """Token counts must be integers in 0..MAX_TOKENS: the engine keeps them in int32 columns,
+    """Token counts must be integers in 0..MAX_TOKENS (prompts: from 1, as a real engine refuses
+    an empty prompt, which the engine would never schedule): the engine keeps them in int32 columns,
     where a larger count would wrap (a 3e9-token prompt became -1.29e9, negative TPOT)."""
     a = np.asarray(values)
     if len(a) == 0:
@@ -210,6 +230,12 @@ def _check_token_counts(name: str, values: np.ndarray) -> None:
         if a.dtype.kind != "f" or not np.all(np.isfinite(a)) or not np.all(a == np.floor(a)):
             raise WorkloadError(f"workload: {name} must hold whole token counts (got dtype {a.dtype})")
     lo, hi = a.min(), a.max()
+    if name == "prompt_tokens" and lo == 0:  # an empty prompt: never served (13 of 30 in flight forever)
+        bad = int(np.argmax(a == 0))
+        raise WorkloadError(
+            f"workload: request {bad} has prompt_tokens = 0; a prompt of 0 tokens cannot be served "
+            f"(vLLM refuses an empty prompt); allowed: 1..{MAX_TOKENS:,} tokens"
+        )
     if lo < 0 or hi > MAX_TOKENS:
         bad = int(np.argmax(a < 0)) if lo < 0 else int(np.argmax(a > MAX_TOKENS))
         raise WorkloadError(

@@ -22,7 +22,8 @@ from servesim.metrics.summary import (Labels, build_summary, latency_sketches, p
 from servesim.perf.base import StepTimeModel
 from servesim.perf.select import provenance as step_provenance
 from servesim.policy_catalog import POLICIES, python_only_reasons
-from servesim.request import RequestTable, Workload
+from servesim.fields import MAX_SECONDS
+from servesim.request import TIME_BOUND_WHY, RequestTable, Workload
 from servesim.resolved import resolved_info
 from servesim.scenario import Scenario
 from servesim.config.arrivals import ClosedArrival
@@ -414,6 +415,9 @@ def run_built(b: Built, seed: int | None = None) -> Result:
     memory = replace(b.memory, num_blocks=sum(e.plan.num_blocks for e in engines)) if engines else b.memory
     specs = stream_specs(sc, b.workload)
     sim_time = b.replica.now
+    if not sim_time <= MAX_SECONDS:  # (a closed loop's arrivals are decided during the run)
+        raise ScenarioError(f"the run reached simulated time {sim_time:.4g} s; {TIME_BOUND_WHY} (shorten the run: "
+                            f"stop.requests, stop.duration_s, think times)")
     # a fleet's groups may differ in engine.block_size: KV slots count per engine
     pools = [(e.recorder, e.plan.num_blocks, e.plan.block_size) for e in engines] if engines else None
     summary = build_summary(

@@ -51,7 +51,7 @@ EXTREME_VALUES = [
 ]
 # valid but extreme values of fields whose size does not grow the run (a run stays tiny)
 EDGE_VALUES = {
-    "rate": [1e-6, 1e-3, 1e6], "cv": [1e-3, 1e3], "think_s": [0.0, 1e8], "ramp_up_s": [1e8], "seed": [0, 2**63 - 1],
+    "rate": [1e-12, 1e-6, 1e-3, 1e6], "cv": [1e-3, 1e3], "think_s": [0.0, 1e8], "ramp_up_s": [1e8], "seed": [0, 2**63 - 1],
     "block_size": [1, 256], "max_num_seqs": [1, 65536], "max_num_batched_tokens": [1, 1 << 22],
     "seconds": [1e-9, 3600.0], "cpu_overhead_s": [3600.0], "cpu_overhead_per_seq_s": [3600.0],
     "ttft_s": [1e-9, 1e8], "tpot_s": [1e-9], "gpu_memory_utilization": [1e-9, 1.0], "timeseries_bin_s": [1e-3, 1e8],
@@ -103,7 +103,7 @@ def _mooncake_rows(draw, n):
 
 def _lengths_rows(draw, n):
     rows = ["num_prefill_tokens,num_decode_tokens"]
-    rows += [f"{draw(st.integers(1, 60))},{draw(st.integers(1, 30))}" for _ in range(n)]
+    rows += [f"{draw(st.integers(0, 60))},{draw(st.integers(1, 30))}" for _ in range(n)]  # 0: empty prompts
     return rows
 
 
@@ -132,6 +132,8 @@ def data_file(draw, kind: str) -> bytes:
     elif damage == 5 and kind == "mooncake":
         rows.append(json.dumps({"timestamp": "soon", "input_length": -3, "output_length": 1e400 if False else 10**30,
                                 "hash_ids": ["a"]}))
+    elif damage == 9 and kind == "mooncake":  # a time no float64 second can resolve (issue 26)
+        rows.append(json.dumps({"timestamp": 1e300, "input_length": 5, "output_length": 1, "hash_ids": [0]}))
     text = ("\n".join(rows) + "\n").encode("utf-8")
     if damage == 6:
         text = draw(st.binary(min_size=0, max_size=200))
@@ -173,6 +175,8 @@ def with_data_file(draw, raw: dict) -> tuple[dict, dict, tuple]:
         w["lengths"] = {"file": name}
         if draw(st.booleans()):
             w["lengths"]["on_bad_row"] = "skip"
+        if draw(st.integers(0, 4)) == 0:  # empty prompts kept (issue 26: refused in one line)
+            w["lengths"]["min_prompt"] = 0
     else:
         w["trace"] = {"file": name, "format": kind}
         if draw(st.booleans()):

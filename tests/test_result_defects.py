@@ -128,3 +128,77 @@ def test_force_replaces_a_run_of_the_other_kind_as_a_set(tmp_path):
     (out / "seeds" / "notes.txt").write_text("mine")  # not a run's: stays
     assert run() == single | {"seeds"}
     assert {p.name for p in (out / "seeds").iterdir()} == {"notes.txt"}
+
+
+# ----------------------------------------------------------------- 1: zero-token prompts
+def test_zero_token_prompts_are_refused_in_one_line(tmp_path):
+    """``min_prompt: 0`` kept rows with empty prompts, which the engine never scheduled: 30
+    arrived, 17 completed, 13 in flight forever, exit 0 (even with sim.check_invariants)."""
+    import yaml
+
+    from servesim.errors import ServesimError
+    from servesim.request import Workload
+
+    (tmp_path / "len.csv").write_text("num_prefill_tokens,num_decode_tokens\n" +
+                                      "".join(f"{p},{o}\n" for p, o in [(0, 5), (30, 4), (0, 7), (100, 3)] * 5))
+    raw = {**MIX, "stop": {"requests": 30}, "sim": {"check_invariants": True},
+           "workload": {"arrival": {"process": "poisson", "rate": 5.0},
+                        "lengths": {"file": "len.csv", "min_prompt": 0}}}
+    src = tmp_path / "s.yaml"
+    src.write_text(yaml.safe_dump(raw))
+    code, crash, out, err = _cli(["run", str(src), "--out", str(tmp_path / "out"), "-q"])
+    assert crash is None and code == 2, (code, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "min_prompt = 0" in lines[0] and "0 tokens cannot be served" in lines[0], err
+    # the default (min_prompt: 1) drops the empty prompts and says so; every request is served
+    del raw["workload"]["lengths"]["min_prompt"]
+    src.write_text(yaml.safe_dump(raw))
+    code, crash, out, err = _cli(["run", str(src), "--out", str(tmp_path / "out"), "-q"])
+    assert code == 0 and crash is None, err
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["requests"]["completed"] == 30 and summary["requests"]["in_flight"] == 0
+    # a workload handed in through the API is held to the same rule
+    with pytest.raises(ServesimError, match="prompt_tokens = 0"):
+        Workload(np.array([0.0, 1.0]), np.array([3, 0]), np.array([1, 1]), np.zeros(2, dtype=np.int8))
+
+
+# --------------------------------------------------------------- 7: times past 1e8 s
+def _run_raw(tmp_path, raw, *extra):
+    import yaml
+
+    src = tmp_path / "s.yaml"
+    src.write_text(yaml.safe_dump(raw))
+    return _cli(["run", str(src), "--out", str(tmp_path / "out"), "-q", "--force", *extra])
+
+
+def _one_error_line(code, crash, out, err, *words):
+    assert crash is None and code == 2, (code, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), err
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_times_past_the_bound_are_refused_and_times_within_it_stay_exact(tmp_path):
+    """Arrivals near 1e12 s (rate 1e-12) gave a constant 10 ms TTFT as 7.8-11.7 ms, a trace
+    row at 1e300 ms gave 0 s latencies, all with exit 0. Times are bounded at 1e8 s, as the
+    docs say: what lies past it is refused in one line; within it latencies stay exact."""
+    base = {**MIX, "stop": {"requests": 5},
+            "workload": {**{k: v for k, v in MIX["workload"].items() if k != "classes"},
+                         "arrival": {"process": "poisson", "rate": 1e-12}}}
+    _one_error_line(*_run_raw(tmp_path, base), "arrives at", "bounded at 1e8 s")
+    (tmp_path / "t.jsonl").write_text("".join(
+        json.dumps({"timestamp": t, "input_length": 100, "output_length": 10, "hash_ids": [i]}) + "\n" for i, t in enumerate((0, 50, 1e300))))
+    trace = {**base, "workload": {"trace": {"file": "t.jsonl", "format": "mooncake"}}}
+    _one_error_line(*_run_raw(tmp_path, trace), "request 2 arrives at 1e+297 s")
+    closed = {**base, "stop": {"requests": 5},
+              "workload": {**base["workload"], "arrival": {"process": "closed", "clients": 1, "think_s": 1e8}}}
+    _one_error_line(*_run_raw(tmp_path, closed), "simulated time", "bounded at 1e8 s")
+    import pandas as pd
+
+    ok = {**base, "workload": {**base["workload"], "arrival": {"process": "poisson", "rate": 1e-6}}}
+    code, crash, out, err = _run_raw(tmp_path, ok)
+    assert code == 0 and crash is None, err
+    req = pd.read_parquet(tmp_path / "out" / "requests.parquet")
+    assert req["arrival_s"].max() > 1e6  # far from 0, within the bound
+    assert np.abs(req["ttft_s"] - 0.01).max() < 1e-8, req["ttft_s"].tolist()
