@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from servesim.config.cluster import ClusterConfig, LinkConfig
+from servesim.config.dynamics import ProcessPath, RateScheduleConfig
 from servesim.errors import ScenarioError
 from servesim.fields import (
     MAX_REQUESTS,
@@ -372,6 +373,9 @@ class Scenario(Frozen):
     kv_tiers: Annotated[list[TierConfig], Field(max_length=2)] = []
     # the fleet: router, delays, replica groups (docs/cluster.md)
     cluster: ClusterConfig = ClusterConfig()
+    # what changes during the run, as SimPy processes on its clock (docs/processes.md)
+    rate_schedule: RateScheduleConfig | None = None  # a time-varying open-loop arrival rate
+    processes: Annotated[list[ProcessPath], Field(max_length=100)] = []  # 'package.module:function'
     # folder the scenario file was read from; relative paths in it resolve against this
     base_dir: str = "."
 

@@ -197,6 +197,9 @@ class Built:
     workload: Workload
     kv: object  # the KV pool (kv/kernels.py KVState), or the prefix-cache manager whose hit and tier counters feed the summary
     fleet: "FleetParts | None" = None  # several replicas: engines and replicas (the summary's cluster block)
+    main: object = None  # the fleet's (or lone replica's) SimPy process: the run ends with it
+    processes: list = field(default_factory=list)  # other processes on the clock (engine/processes.py)
+    handle: object = None  # their FleetHandle
 
 
 @dataclass
@@ -221,7 +224,8 @@ def engine_reasons(sc: Scenario, *, custom_model: bool, on_iteration: bool, user
 def build(scenario: Scenario, seed: int | None = None, workload: Workload | None = None,
           step_model: StepTimeModel | None = None, on_iteration: IterationHook | None = None,
           progress: Callable[[int], None] | None = None, *, cold: str = "compile",
-          buffers: tuple[int, int] | None = None, kernel_overrides: dict | None = None) -> Built:
+          buffers: tuple[int, int] | None = None, kernel_overrides: dict | None = None,
+          processes: list | None = None) -> Built:
     """Everything one run needs. ``cold``: what ``sim.engine: auto`` does when the compiled
     engine is not yet built on this machine -- ``compile`` it now (about a minute, once), or run
     ``python`` (the same source uncompiled) while it is built in the background (the CLI's choice
@@ -240,9 +244,16 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
         raise ScenarioError(f"seed {seed!r}: a seed is an integer in 0..{MAX_SEED}")
     seed = int(seed)
+    from servesim.engine.processes import scenario_processes
+
+    try:
+        fns = scenario_processes(sc, processes)
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
     if sc.is_fleet:
-        return _build_fleet(sc, seed, workload, step_model, on_iteration, progress, cold=cold, buffers=buffers,
-                            kernel_overrides=kernel_overrides)
+        return _with_processes(_build_fleet(sc, seed, workload, step_model, on_iteration, progress, cold=cold,
+                                            buffers=buffers, kernel_overrides=kernel_overrides, own_arrivals=bool(fns)),
+                               fns)
     try:
         plan = plan_memory(sc)
     except ValueError as exc:  # the model does not fit: a scenario error, one line
@@ -250,6 +261,8 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
     model = step_model if step_model is not None else build_step_model(sc)
     wl = workload if workload is not None else scenario_workload(sc, seed, [model])
     table = RequestTable(wl)
+    if fns and np.shares_memory(table.arrival, wl.arrival_s):
+        table.arrival = table.arrival.copy()  # a rate change moves arrivals: not the caller's workload's
     env = simpy.Environment()
     kv = build_kv(sc, plan, table, wl, env)
     rec = Recorder(sc.metrics.timeseries_bin_s)
@@ -271,8 +284,20 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
                             spec=user.spec if user else None,
                             user_parts={**(user.overrides if user else {}), **(kernel_overrides or {})},
                             buffers=buffers, stop_when_drained=drained)
-    env.process(replica.process(env))
-    return Built(sc, env, replica, table, rec, plan, model, wl, kv)
+    main = env.process(replica.process(env))
+    return _with_processes(Built(sc, env, replica, table, rec, plan, model, wl, kv, main=main), fns)
+
+
+def _with_processes(b: Built, fns: list) -> Built:
+    """Start the run's other processes (engine/processes.py) beside its fleet process."""
+    from servesim.engine.processes import start
+
+    try:
+        b.handle = start(b.scenario, b.env, b.replica, b.table, fns)
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
+    b.processes = fns
+    return b
 
 
 def python_reasons(sc: Scenario, *, custom_model: bool, on_iteration: bool, user, kernel_overrides,
@@ -297,7 +322,7 @@ def python_reasons(sc: Scenario, *, custom_model: bool, on_iteration: bool, user
 
 
 def _build_fleet(sc: Scenario, seed: int, workload, step_model, on_iteration, progress, *, cold: str,
-                 buffers, kernel_overrides) -> Built:
+                 buffers, kernel_overrides, own_arrivals: bool = False) -> Built:
     """Several replicas behind a router (servesim/engine/fleet_build.py)."""
     from servesim.engine.fleet_build import build_fleet
     from servesim.perf.base import KernelModel
@@ -313,6 +338,8 @@ def _build_fleet(sc: Scenario, seed: int, workload, step_model, on_iteration, pr
                                                                    for g in sc.replica_groups]
         wl = scenario_workload(sc, seed, models)
     table = RequestTable(wl)
+    if own_arrivals and np.shares_memory(table.arrival, wl.arrival_s):
+        table.arrival = table.arrival.copy()  # a rate change moves arrivals: not the caller's workload's
     env = simpy.Environment()
     users: dict = {}
 
@@ -347,10 +374,10 @@ def _build_fleet(sc: Scenario, seed: int, workload, step_model, on_iteration, pr
             buffers=buffers, stop_when_drained=drained, progress=progress)
     except ValueError as exc:  # a model that does not fit, a router that needs what the workload lacks
         raise ScenarioError(f"{sc.name}: {exc}") from None
-    env.process(fleet.process(env))
+    main = env.process(fleet.process(env))
     model = step_model if step_model is not None else _FleetModel(replicas)
     return Built(sc, env, fleet, table, engines[0].recorder, engines[0].plan, model, wl, None,
-                 FleetParts(engines, replicas))
+                 FleetParts(engines, replicas), main=main)
 
 
 class _FleetModel:
@@ -405,7 +432,7 @@ def run_built(b: Built, seed: int | None = None) -> Result:
 
     sc = b.scenario
     t0 = time.perf_counter()
-    b.env.run()
+    b.env.run(until=b.main if b.handle is not None else None)  # (other processes may run forever)
     wall = time.perf_counter() - t0
     engines = b.fleet.engines if b.fleet is not None else None
     if engines is not None:
@@ -439,6 +466,10 @@ def run_built(b: Built, seed: int | None = None) -> Result:
     if engines:
         summary["cluster"] = cluster_summary(sc, b.replica, engines, b.fleet.replicas, b.table, sim_time)
     summary["step_model"] = step_provenance(sc)  # which model priced the iterations (servesim/perf/select.py)
+    if b.handle is not None:
+        from servesim.engine.processes import processes_summary
+
+        summary["processes"] = processes_summary(b.handle, b.processes)
     resolved_text, summary["resolved_scenario"] = resolved_info(sc, seed)
     return Result(sc, summary, b.table, rec, memory, b.model.describe(), b.workload.notes,
                   request_labels(b.table, specs), resolved_text,
@@ -447,7 +478,9 @@ def run_built(b: Built, seed: int | None = None) -> Result:
 
 def simulate(scenario: Scenario, seed: int | None = None, *, workload: Workload | None = None,
              step_model: StepTimeModel | None = None, on_iteration: IterationHook | None = None,
-             progress: Callable[[int], None] | None = None) -> Result:
-    """Run one simulation of ``scenario`` (optionally with another seed) and return its Result."""
-    b = build(scenario, seed, workload, step_model, on_iteration, progress)
+             progress: Callable[[int], None] | None = None, processes: list | None = None) -> Result:
+    """Run one simulation of ``scenario`` (optionally with another seed) and return its Result.
+    ``processes``: SimPy generator functions ``fn(env, fleet)`` run on the simulation's clock
+    beside the scenario's own (docs/processes.md)."""
+    b = build(scenario, seed, workload, step_model, on_iteration, progress, processes=processes)
     return run_built(b, seed)

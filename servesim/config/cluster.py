@@ -77,6 +77,8 @@ class ClusterConfig(StrictModel):
     router_overhead_s: Annotated[float, Field(ge=0, le=60.0)] = 0.0
     network_delay_s: Annotated[float, Field(ge=0, le=60.0)] = 0.0
     affinity: AffinityConfig = AffinityConfig()
+    # the router reads the replicas' loads as of its last refresh, every this many seconds (0: exact)
+    router_refresh_s: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
     groups: Annotated[list[ReplicaGroupConfig], Field(min_length=1, max_length=256)] | None = None
 
     @field_validator("groups")

@@ -25,7 +25,9 @@ An engine thus plans at a boundary only after every arrival up to it is routed, 
 fleet of one replica reproduce the lone replica exactly (tests/test_cluster_identity.py). The
 heap stands in for SimPy's event queue -- same (time, priority, index) ordering -- because a
 routed arrival can move an engine's next event earlier (it cuts a decode run), which SimPy
-timeouts cannot express; the whole loop is one SimPy process, as a lone replica is.
+timeouts cannot express; the whole loop is one SimPy process, as a lone replica is. When other
+processes share the clock (engine/processes.py), the loop runs every fleet event up to the time of
+SimPy's next event, yields to it and goes on: the same steps, paused (``process``).
 
 A duration stop ends each engine at its own first boundary at or after the duration; the fleet's
 final instant is the latest of them. What arrives by then -- a closed loop's successors sent at
@@ -109,6 +111,17 @@ class Fleet:
             self._fleet_work(self._refs, t, self._work_out)
             return self._per_replica(self._work_out.copy())
         return self._per_replica(np.array([e.work(t) for e in self.engines], dtype=np.int64))
+
+    def stale_loads(self) -> None:
+        """The router reads the loads of the last :meth:`refresh_loads` (``cluster.router_refresh_s``),
+        as a real router polls its replicas, instead of the exact loads at each arrival."""
+        zero = np.zeros(len(self.replicas), dtype=np.int64)
+        self._stale = (zero, zero)
+        self.view = LoadView(len(self.replicas), lambda: self._stale[0], lambda: self._stale[1])
+
+    def refresh_loads(self, t: float) -> None:
+        self._t = t
+        self._stale = (self._loads_requests().copy(), self._loads_tokens().copy())
 
     @property
     def now(self) -> float:
@@ -203,7 +216,16 @@ class Fleet:
     stop_on_interrupt = False  # Ctrl-C: end the run at the next engine return (``interrupted``)
     interrupted = False
 
+    dynamic = False  # processes share the clock: yield to SimPy's next event (``process``)
+    _env = None
+
     def run(self) -> None:
+        """The whole fleet, with nothing else on the clock (``process`` interleaves other
+        SimPy processes: the same steps, paused at their events)."""
+        for _ in self._steps():
+            raise AssertionError("the fleet paused with no SimPy environment to yield to")
+
+    def _steps(self):
         """The whole fleet. Ctrl-C is held while a kernel runs, as for a lone replica
         (engine/driver.py): the loop stops after the engine call under way returns -- every
         engine is then at an iteration boundary -- and every engine finishes from there, so the
@@ -213,10 +235,10 @@ class Fleet:
         self._left_early = False
         with HeldInterrupt() as held:
             self._held = held
-            if self.prerouted:
+            if self.prerouted and not self.dynamic:
                 self._run_prerouted()
             else:
-                self._run_events()
+                yield from self._run_events()
             for eng in self.engines:
                 eng.finish()
             # a request the router sent that never reached its replica (the run ended first) was
@@ -289,6 +311,7 @@ class Fleet:
             self._shut(key, heap, done)
             shut = True
         calls = 0
+        h = self._horizon()  # the next event of another SimPy process (inf: none)
 
         def top():
             while heap:
@@ -301,6 +324,14 @@ class Fleet:
 
         while n_done < n_eng:
             k_min = top()
+            if h < T and h < k_min:  # every fleet event up to h is done: the other processes' turn
+                yield h
+                h = self._horizon()
+                T = inbox.next()  # (a process may have moved arrivals: FleetHandle.set_rate)
+                if not shut and T == INF and inbox.exhausted():
+                    self._shut(key, heap, done)
+                    shut = True
+                continue
             if T <= k_min and T < INF:
                 self._route_due(T, key, heap, done)
                 T = inbox.next()
@@ -317,6 +348,8 @@ class Fleet:
                 k2 = top()
                 if k2 < T:
                     bound = k2  # other engines' events at k2 may send requests at k2 or later
+            if h < bound:
+                bound = h  # commits what ends by h; a routed engine plans the same (engine/kernel.py)
             eng = engines[e]
             code = eng.advance(bound)
             if code != K.DONE and self._interrupt_now():
@@ -345,7 +378,22 @@ class Fleet:
             self._route_due(T, key, heap, done)
             T = inbox.next()
 
+    def _horizon(self) -> float:
+        return self._env.peek() if self._env is not None else INF
+
     def process(self, env):
-        """SimPy process: the whole fleet, then the clock catches up (as a lone replica does)."""
-        self.run()
+        """SimPy process: the whole fleet, then the clock catches up (as a lone replica does).
+        ``dynamic`` (other processes on the clock: engine/processes.py): the loop runs every
+        fleet event up to the time of SimPy's next event, yields to it, and goes on from there
+        -- results equal the undisturbed run's bit for bit, because engines commit exactly what
+        ends by a bound and plan the same whatever the bound (tests/test_processes.py)."""
+        if not self.dynamic:
+            self.run()
+        else:
+            self._env = env
+            try:
+                for h in self._steps():
+                    yield env.timeout(max(0.0, h - env.now))
+            finally:
+                self._env = None
         yield env.timeout(max(0.0, self.now - env.now))

@@ -204,8 +204,8 @@ class Replica:
     def _advance_held(self, until: float, held: HeldInterrupt) -> bool:
         while True:
             code = self._advance(self.cfg, self.kst, self.kkv, self.tab, until)
-            if code != K.PROGRESS:
-                self._drain()
+            if code != K.PROGRESS and not (code == K.UNTIL and self.dynamic):
+                self._drain()  # (not at a yield to other processes: the float sums group as undisturbed)
             if code == K.DONE:
                 self._finish()
                 if held.hit and self.stop_on_interrupt:
@@ -267,7 +267,16 @@ class Replica:
         if self.progress is not None:
             self.progress(self.ended)
 
+    dynamic = False  # other processes share the clock (engine/processes.py)
+
     def process(self, env):
-        """SimPy process: run to the end, then let the clock catch up."""
-        self.advance(INF)
+        """SimPy process: run to the end, then let the clock catch up. ``dynamic``: run up to
+        the time of SimPy's next event (``advance`` commits exactly what ends by then), yield
+        to it, go on -- the same results as one call (a decode run cut at ``until`` is planned
+        again at that boundary, as single stepping does: tests/test_processes.py)."""
+        if self.dynamic:
+            while not self.advance(env.peek()):
+                yield env.timeout(max(0.0, env.peek() - env.now))
+        else:
+            self.advance(INF)
         yield env.timeout(max(0.0, self.now - env.now))

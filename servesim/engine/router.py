@@ -56,6 +56,22 @@ class Router:
     def __init__(self, n: int):
         self.n = n
         self.ptr = 0
+        self.active: np.ndarray | None = None  # replicas taking requests (None: all; set by drain)
+
+    def set_active(self, r: int, on: bool) -> None:
+        """Replica ``r`` takes new requests (``on``) or not (drained, failed, not started). At
+        least one replica must take them."""
+        if self.active is None:
+            self.active = np.ones(self.n, dtype=bool)
+        self.active[r] = on
+        if not self.active.any():
+            self.active[r] = True
+            raise ValueError("every replica would be drained: the router needs one to send requests to")
+        if self.active.all():
+            self.active = None
+
+    def _skip(self, r: int) -> bool:
+        return self.active is not None and not self.active[r]
 
     def choose(self, rid: int, klass: int, view: LoadView) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -68,6 +84,8 @@ class Router:
     def least(self, loads) -> int:
         """The least-loaded replica; ties: the first at or after the pointer, which then moves on."""
         values = loads.tolist() if isinstance(loads, np.ndarray) else list(loads)
+        if self.active is not None:  # drained replicas are never the least loaded
+            values = [v if a else math.inf for v, a in zip(values, self.active.tolist())]
         low = min(values)
         try:
             best = values.index(low, self.ptr)
@@ -77,9 +95,11 @@ class Router:
         return best
 
     def next_rr(self) -> int:
-        i = self.ptr
-        self.ptr = i + 1 if i + 1 < self.n else 0
-        return i
+        while True:
+            i = self.ptr
+            self.ptr = i + 1 if i + 1 < self.n else 0
+            if not self._skip(i):
+                return i
 
     def summary_entries(self) -> dict:
         """What this router adds to the run's ``summary.cluster`` (its own counters)."""
@@ -108,12 +128,14 @@ class RandomRouter(Router):
         self._i = 0
 
     def choose(self, rid, klass, view):
-        if self._i >= len(self._buf):  # draws in blocks: the sequence is the same whatever the block
-            self._buf = self.rng.integers(0, self.n, self.block)
-            self._i = 0
-        r = int(self._buf[self._i])
-        self._i += 1
-        return r
+        while True:
+            if self._i >= len(self._buf):  # draws in blocks: the sequence is the same whatever the block
+                self._buf = self.rng.integers(0, self.n, self.block)
+                self._i = 0
+            r = int(self._buf[self._i])
+            self._i += 1
+            if not self._skip(r):  # (a drained replica: draw again)
+                return r
 
     def choose_many(self, m):
         out = np.empty(m, dtype=np.int64)
@@ -168,7 +190,7 @@ class Affinity(Router):
         key = int(self.keys[rid])
         r = self.bound.get(key)
         if r is not None:
-            if loads[r] < self.cap(loads):
+            if loads[r] < self.cap(loads) and not self._skip(r):
                 self.hits += 1
                 return r
             self.overflows += 1
@@ -190,9 +212,11 @@ class PriorityRouter(Router):
     def choose(self, rid, klass, view):
         if klass == 0:
             return self.least(view.tokens())
-        i = self.rr
-        self.rr = i + 1 if i + 1 < self.n else 0
-        return i
+        while True:
+            i = self.rr
+            self.rr = i + 1 if i + 1 < self.n else 0
+            if not self._skip(i):
+                return i
 
 
 def affinity_keys(workload, key: str, prefix_blocks: int) -> tuple[np.ndarray, np.ndarray, str]:

@@ -1,0 +1,57 @@
+"""What changes during a run: arrival-rate schedules and user processes (typed, frozen; docs/processes.md).
+
+Each runs as a SimPy process on the run's clock (servesim/engine/processes.py)::
+
+    rate_schedule:
+      steps: [{at_s: 0, factor: 1.0}, {at_s: 600, factor: 2.0}]     # piecewise constant
+    rate_schedule:
+      diurnal: {period_s: 86400, amplitude: 0.5, peak_s: 50400, step_s: 600}
+    processes: ["mypackage.autoscale:watch"]                         # SimPy generator functions
+
+A factor multiplies the workload's own open-loop rate from that instant on (the requests not yet
+sent move in time; closed-loop clients are not moved). A diurnal curve is
+``1 + amplitude * cos(2 pi (t - peak_s) / period_s)``, held constant over steps of ``step_s``
+(its value at each step's middle).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from servesim.fields import Seconds, Seconds0, StrictModel
+
+Factor = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]
+
+
+class RateStep(StrictModel):
+    at_s: Seconds0  # from this simulated second on ...
+    factor: Factor  # ... open-loop arrivals come at this multiple of the workload's rate
+
+
+class DiurnalConfig(StrictModel):
+    period_s: Seconds = 86400.0  # one cycle (a day)
+    amplitude: Annotated[float, Field(ge=0, lt=1)] = 0.5  # the factor swings 1 +- this
+    peak_s: Seconds0 = 0.0  # when the factor is highest
+    step_s: Seconds = 60.0  # the factor is held constant this long (its value mid-step)
+
+    def factor(self, t: float) -> float:
+        return 1.0 + self.amplitude * math.cos(2 * math.pi * (t - self.peak_s) / self.period_s)
+
+
+class RateScheduleConfig(StrictModel):
+    """A time-varying arrival rate: ``steps`` (piecewise constant) or a ``diurnal`` curve."""
+
+    steps: Annotated[list[RateStep], Field(min_length=1, max_length=100_000)] | None = None  # piecewise constant
+    diurnal: DiurnalConfig | None = None  # a cosine over a period
+
+    @model_validator(mode="after")
+    def _one(self) -> "RateScheduleConfig":
+        if (self.steps is None) == (self.diurnal is None):
+            raise ValueError("rate_schedule: give either steps or diurnal (one of the two)")
+        return self
+
+
+ProcessPath = Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", max_length=300)]

@@ -1,0 +1,266 @@
+"""Processes on the run's clock: what users (and the built-in dynamics) write, and the fleet handle.
+
+One SimPy ``Environment`` is the run's clock. The fleet (or the lone replica) is a SimPy process
+that runs the compiled hot path -- arrivals, routing, iterations -- up to the time of the next
+event in SimPy's queue, then yields to it (engine/cluster.py ``Fleet.process``,
+engine/driver.py ``Replica.process``). Any other process on the environment therefore runs at its
+exact time with the replicas' state as of that instant: every iteration that ended by then is
+committed, none that ends later is. SimPy events grow with what the processes do (a wake-up every
+few seconds), never with the number of requests::
+
+    time ──────────────────────────────────────────────────────────────────►
+    fleet    ██ iterations ██▌         ██ iterations ██▌         ██ ...
+    process                 ▲ t=5: observe, act       ▲ t=10
+                            (env.peek() was 5: the fleet committed what ended by 5, yielded)
+
+A process is a SimPy generator function ``fn(env, fleet)`` given the environment and a
+:class:`FleetHandle`, from ``servesim.simulate(sc, processes=[fn])`` or the scenario's
+``processes: ["package.module:function"]``. docs/processes.md has examples.
+
+The run ends when the fleet does; processes still waiting then are not run further.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable, Iterable
+
+import numpy as np
+
+from servesim.jit import pure
+from servesim.kv import kernels as kvk
+from servesim.request import FINISHED
+from servesim.sched.queues import num_waiting
+
+INF = float("inf")
+
+
+class FleetHandle:
+    """What a process sees of the fleet and may do to it. Replica ``r`` is the router's ``r``
+    (a lone replica is replica 0 of a fleet of one); observations are per replica, as of
+    ``env.now`` (iterations ended by then are committed; one ending later is not)."""
+
+    def __init__(self, env, runner, table):
+        self.env = env
+        self._runner = runner
+        self._table = table
+        fleet = getattr(runner, "engines", None)
+        if fleet is not None:  # a fleet (engine/cluster.py)
+            self._reps = [e.rep for e in runner.engines]
+            self._groups = runner.replicas
+            self._fleet = runner
+            self._delay = float(runner.delay_in)
+        else:  # a lone replica (engine/driver.py)
+            self._reps = [runner]
+            self._groups = [[0]]
+            self._fleet = None
+            self._delay = 0.0
+        self._base: np.ndarray | None = None  # open-loop client send times at factor 1
+        self._warp = (0.0, 0.0, 1.0)  # (client time, base time, factor) of the last rate change
+        self.actions: list[tuple[float, str, object]] = []  # (time, action, argument), for the summary
+
+    # -- observe ------------------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        return float(self.env.now)
+
+    @property
+    def replicas(self) -> int:
+        return len(self._groups)
+
+    def completed(self) -> int:
+        """Requests finished so far (rejections not counted)."""
+        return int(np.count_nonzero(self._table.status == FINISHED))
+
+    def completed_ids(self) -> np.ndarray:
+        """Ids (request rows) of the requests finished so far."""
+        return np.flatnonzero(self._table.status == FINISHED)
+
+    def _per_replica(self, per_engine: list) -> np.ndarray:
+        return np.array([sum(per_engine[e] for e in g) for g in self._groups])
+
+    def queue_lengths(self) -> np.ndarray:
+        """Requests waiting at each replica (queued, fetching from a KV tier, in a static batch
+        forming); requests routed there that its next iteration boundary will pull are not yet."""
+        wait = pure(num_waiting)
+        return self._per_replica([int(wait(r.st)) for r in self._reps])
+
+    def running(self) -> np.ndarray:
+        """Requests in each replica's running batch."""
+        return self._per_replica([int(r.st.s.run_len) for r in self._reps])
+
+    def kv_used(self) -> np.ndarray:
+        """Share of each replica's KV blocks in use (0..1)."""
+        used, total = [], []
+        for r in self._reps:
+            kv = r.kv_object if r.kv_object is not None else None
+            used.append(int(kv.used_blocks) if kv is not None else int(pure(kvk.kv_used_blocks)(r.kv)))
+            total.append(int(r.kv.num_blocks))
+        u, t = self._per_replica(used), self._per_replica(total)
+        return u / np.maximum(t, 1)
+
+    def outstanding(self) -> np.ndarray:
+        """Requests sent to each replica and not yet ended (the least-requests router's load)."""
+        if self._fleet is not None:
+            return np.asarray(self._fleet._loads_requests(), dtype=np.int64).copy()
+        s = self._reps[0].st.s
+        return np.array([int(s.arrived) - int(s.ended)], dtype=np.int64)
+
+    def active(self) -> np.ndarray:
+        """Which replicas the router sends new requests to."""
+        if self._fleet is None or self._fleet.router.active is None:
+            return np.ones(self.replicas, dtype=bool)
+        return self._fleet.router.active.copy()
+
+    # -- act ----------------------------------------------------------------------------------
+    def drain(self, r: int) -> None:
+        """The router sends replica ``r`` no new request; it finishes what it holds."""
+        self._set_active(r, False)
+        self.actions.append((self.now, "drain", int(r)))
+
+    def resume(self, r: int) -> None:
+        """Replica ``r`` takes new requests again."""
+        self._set_active(r, True)
+        self.actions.append((self.now, "resume", int(r)))
+
+    def _set_active(self, r: int, on: bool) -> None:
+        if self._fleet is None:
+            raise ValueError("drain/resume: a lone replica has no router (give hardware.replicas > 1)")
+        if not 0 <= int(r) < self.replicas:
+            raise ValueError(f"replica {r!r}: the fleet has replicas 0..{self.replicas - 1}")
+        self._fleet.router.set_active(int(r), on)
+
+    def refresh_loads(self) -> None:
+        """The router's view of the replicas' loads becomes their loads now
+        (``cluster.router_refresh_s``)."""
+        if self._fleet is not None:
+            self._fleet.refresh_loads(self.now)
+
+    def set_rate(self, factor: float) -> None:
+        """From now on open-loop requests are sent at ``factor`` times the workload's own rate
+        (1: as generated). The requests not yet sent move in time: a client that would have
+        sent at base time ``b`` sends at ``t0 + (b - b0) / factor``, ``(t0, b0)`` the time of
+        this change and its base time -- the same requests, in the same order, a time-warped
+        arrival process (a Poisson process stays Poisson at the new rate). Closed-loop clients
+        send on their own and are not moved."""
+        factor = float(factor)
+        if not np.isfinite(factor) or factor <= 0:
+            raise ValueError(f"set_rate factor {factor!r}: a rate factor is a finite number > 0")
+        table = self._table
+        cursor = int(self._fleet.inbox.s.get_i("cursor")) if self._fleet is not None \
+            else int(self._reps[0].st.s.cursor)
+        d = self._delay
+        if self._base is None:
+            self._base = table.arrival - d  # (a copy: client send times at factor 1)
+        t_prev, b_prev, f_prev = self._warp
+        now = self.now  # client time: a request sent by now is on its way and does not move
+        b_now = b_prev + (now - t_prev) * f_prev
+        rows = np.arange(cursor, table.n)
+        rows = rows[np.isfinite(table.arrival[rows])]
+        rows = rows[table.arrival[rows] - d > now]
+        table.arrival[rows] = now + (self._base[rows] - b_now) / factor + d
+        self._warp = (now, b_now, factor)
+        self.actions.append((now, "set_rate", factor))
+
+
+def rate_schedule_process(steps: Iterable[tuple[float, float]]) -> Callable:
+    """A process that sets the arrival-rate factor at each ``(time, factor)`` step."""
+    steps = sorted((float(t), float(f)) for t, f in steps)
+
+    def rates(env, fleet: FleetHandle):
+        for t, f in steps:
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            fleet.set_rate(f)
+
+    return rates
+
+
+def refresh_process(every_s: float) -> Callable:
+    """The router reads the replicas' loads as of its last refresh, every ``every_s`` seconds."""
+
+    def refresh(env, fleet: FleetHandle):
+        while True:
+            fleet.refresh_loads()
+            yield env.timeout(every_s)
+
+    return refresh
+
+
+def load_process(path: str) -> Callable:
+    """Import ``package.module:function`` (a scenario's ``processes`` entry). ValueError, one
+    line, when it cannot be imported or is not a function."""
+    module, _, name = path.partition(":")
+    if not module or not name:
+        raise ValueError(f"processes: {path!r}: a process is named 'package.module:function'")
+    try:
+        mod = importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - any import failure is the user's module
+        raise ValueError(f"processes: {path!r}: cannot import {module!r} ({type(exc).__name__}: {exc})") from None
+    fn = getattr(mod, name, None)
+    if not callable(fn):
+        raise ValueError(f"processes: {path!r}: {module} has no function {name!r}")
+    return fn
+
+
+def start_processes(env, runner, table, fns: list[Callable]) -> FleetHandle:
+    """Put each ``fn(env, handle)`` on ``env`` after the fleet's own process; the fleet yields
+    to their events from now on."""
+    handle = FleetHandle(env, runner, table)
+    runner.dynamic = True
+    for fn in fns:
+        gen = fn(env, handle)
+        if not hasattr(gen, "send"):
+            raise ValueError(f"process {getattr(fn, '__name__', fn)!r} is not a generator function "
+                             f"(it must yield SimPy events, e.g. env.timeout(5))")
+        env.process(gen)
+    return handle
+
+
+def scenario_processes(sc, processes: list | None = None) -> list[Callable]:
+    """The processes a run of ``sc`` puts on its clock: the rate schedule, the router's load
+    refreshes, the scenario's ``processes`` and the caller's (empty: none, and the fleet runs
+    undisturbed). ValueError, one line, for a process that cannot be loaded."""
+    fns: list[Callable] = []
+    rs = sc.rate_schedule
+    if rs is not None:
+        if rs.steps is not None:
+            fns.append(rate_schedule_process((s.at_s, s.factor) for s in rs.steps))
+        else:
+            fns.append(diurnal_process(rs.diurnal))
+    if sc.cluster.router_refresh_s > 0 and sc.is_fleet and sc.cluster.router not in ("round-robin", "random"):
+        fns.append(refresh_process(sc.cluster.router_refresh_s))
+    fns.extend(load_process(p) for p in sc.processes)
+    for fn in processes or ():
+        if not callable(fn):
+            raise ValueError(f"processes: {fn!r} is not a function (a SimPy generator function fn(env, fleet))")
+        fns.append(fn)
+    return fns
+
+
+def diurnal_process(d) -> Callable:
+    """A diurnal curve (servesim/config/dynamics.py), one rate factor per ``step_s``."""
+
+    def diurnal(env, fleet: FleetHandle):
+        while True:
+            fleet.set_rate(d.factor(env.now + d.step_s / 2))
+            yield env.timeout(d.step_s)
+
+    return diurnal
+
+
+def start(sc, env, runner, table, fns: list[Callable]) -> FleetHandle | None:
+    """Start ``fns`` (scenario_processes) on ``env`` next to the fleet's process; None if none."""
+    if not fns:
+        return None
+    if sc.cluster.router_refresh_s > 0 and getattr(runner, "engines", None) is not None:
+        runner.stale_loads()
+    return start_processes(env, runner, table, fns)
+
+
+def processes_summary(handle: FleetHandle, fns: list[Callable]) -> dict:
+    """``summary.processes``: which ran, and what they did (counts per action)."""
+    counts: dict[str, int] = {}
+    for _, what, _ in handle.actions:
+        counts[what] = counts.get(what, 0) + 1
+    return {"names": [getattr(f, "__qualname__", repr(f)) for f in fns], "actions": counts}
