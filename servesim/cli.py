@@ -390,15 +390,22 @@ def capacity(
                                           "(default: one per core; 1: this process)"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="a dask scheduler, tcp://HOST:PORT"),
     out: Optional[Path] = typer.Option(None, "--out", help="write the search as JSON to this file"),
+    start: Optional[float] = typer.Option(None, "--start", help="first probe: a rate in req/s (a rate scale when "
+                                          "the scenario's rate is not a request rate), or a replica count"),
+    budget_: Optional[str] = typer.Option(None, "--budget", help="stop after N probes (20probes) or a wall time "
+                                          "(90s, 15m, 1.5h), or both (20probes,15m)"),
+    store: Optional[Path] = typer.Option(None, "--store", help="keep every run in this folder and reuse them when "
+                                         "the search is asked again (another --tol, --budget or SLO)"),
 ) -> None:
     """The largest rate (or the fewest replicas) meeting every SLO, decided with replications and
-    confidence intervals; refuses to answer when the SLO is within the noise at its budget."""
+    confidence intervals; the answer is where the binding SLO crosses its bound, with an interval.
+    Refuses at once an SLO missed at zero load, and when the SLO is within the noise at its budget."""
     import json
 
     from servesim.report.console import print_capacity
     from servesim.scenario import load_scenario
-    from servesim.sweep.capacity import (Budget, CapacityError, find_max_rate, find_min_replicas, merge_slos,
-                                         parse_slo, preflight, scenario_slos)
+    from servesim.sweep.capacity import (Budget, CapacityError, ProbeStore, find_max_rate, find_min_replicas,
+                                         merge_slos, parse_budget, parse_slo, preflight, scenario_slos)
     from servesim.sweep.executor import make_executor
     from servesim.sweep.ratescale import scaled_rates as scaled_of
 
@@ -410,14 +417,20 @@ def capacity(
         if not slos:
             raise CapacityError("no SLO to meet: give --slo METRIC=VALUE (e.g. --slo ttft_p99=0.8), or "
                                 "slo targets on the scenario's streams")
-        budget = Budget(seeds, max_seeds, confidence)
+        max_probes, max_time = parse_budget(budget_) if budget_ is not None else (None, None)
+        budget = Budget(seeds, max_seeds, confidence, max_probes, max_time)
         budget.check()
+        if start is not None and find == "min-replicas" and (start != int(start) or start < 1):
+            raise CapacityError(f"--start {start:g}: with --find min-replicas, a whole number of replicas >= 1")
         preflight(sc, find, tol)  # refusals that need no run come before any worker starts
+        probes = ProbeStore(store) if store is not None else None
+        say = _probe_printer()
         with make_executor(workers, scheduler) as ex:
             if find == "max-rate":
-                res = find_max_rate(sc, slos, budget, tol=tol, executor=ex)
+                res = find_max_rate(sc, slos, budget, tol=tol, executor=ex, progress=say, start=start, store=probes)
             else:
-                res = find_min_replicas(sc, slos, budget, executor=ex)
+                res = find_min_replicas(sc, slos, budget, executor=ex, progress=say, store=probes,
+                                        start=int(start) if start is not None else 1)
     except ServesimError as exc:
         _fail(str(exc))
         return
@@ -431,6 +444,15 @@ def capacity(
         out.write_text(json.dumps(res.to_dict(), indent=2) + "\n")
     if not res.answered:
         raise typer.Exit(3)
+
+
+def _probe_printer():
+    """A line per finished probe, printed as it finishes (flushed: a log file or a pipe sees the
+    search go on, not 12 silent minutes)."""
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    return say
 
 
 def _mount_optional() -> None:

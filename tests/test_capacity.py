@@ -71,7 +71,7 @@ def test_max_rate_halves_when_the_base_rate_fails():
     slo = SLO("m", 0.045)  # answer x = 0.45
     probe, calls = fake(lambda x: 0.1 * x, half_width=lambda x: 1e-5, slo=slo)
     s = search_max_rate(probe, [slo], tol=0.05)
-    assert calls[:3] == [1, 0.5, 0.25]
+    assert calls[:4] == [1, 0.001, 0.5, 0.25]  # the zero-load probe, then halving from the failure
     assert s.best.x <= 0.45 < s.bound.x and s.bound.x / s.best.x - 1 <= 0.05
 
 
@@ -207,7 +207,8 @@ def test_capacity_cli_answers_and_writes_the_path(tmp_path):
                                    "--seeds", "3", "--max-seeds", "9", "--tol", "0.1", "--workers", "1",
                                    "--out", str(tmp_path / "cap.json")])
     assert res.exit_code == 0, res.stdout + res.stderr
-    assert "largest rate meeting every SLO" in res.stdout and "headroom" in res.stdout
+    assert "largest rate verified to meet every SLO" in res.stdout and "headroom" in res.stdout
+    assert "capacity:" in res.stdout and "crosses its bound" in res.stdout
     d = json.loads((tmp_path / "cap.json").read_text())
     assert d["answered"] and d["path"][0]["rate_req_per_s"] == 40.0
     assert d["answer"]["verdict"] == "pass" and d["first_failure"]["verdict"] == "fail"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -329,7 +331,7 @@ def print_capacity(console: Console, search) -> None:
             r = search.rate(p)
             label = f"{r:.4g} req/s" if r is not None else f"x{p.x:.4g}"
         else:
-            label = f"{int(p.x)}"
+            label = f"{int(p.x)}" if p.x >= 1 else f"1 at x{p.x:g} load"
         cells = [f"[{style[v]}]{_metric_pm(s.metric, iv)}[/]" for s, iv, v in p.checks]
         table.add_row(str(i), label, str(p.n), *cells, f"[{style[p.verdict]}]{p.verdict}[/]")
     console.print(table)
@@ -345,12 +347,25 @@ def print_capacity(console: Console, search) -> None:
             nxt = f"{rb:.4g} req/s" if rb is not None else f"x{search.bound.x:.4g}"
             gap = search.bound.x / b.x - 1
             head += f"; {nxt} fails ({gap:.1%} above, within --tol {search.tol:.0%})"
-        console.print(f"[bold]largest rate meeting every SLO:[/] {head}")
+        c = search.crossing
+        if c is not None:
+            def at(x: float) -> str:
+                return f"{x * search.base_rate:.4g} req/s" if search.base_rate is not None else f"x{x:.4g}"
+            iv = (f" ({c.confidence:.0%} interval {at(c.lo)} .. {at(c.hi)})" if math.isfinite(c.lo) else "")
+            nxt = (f"; the next step up meets it with probability {c.p_next_meets:.0%}"
+                   if c.p_next_meets is not None else "")
+            console.print(f"[bold]capacity:[/] {at(c.estimate)}{iv}, where {c.slo} crosses its bound{nxt}",
+                          soft_wrap=True)
+        console.print(f"[bold]largest rate verified to meet every SLO:[/] {head}")
     else:
         head = f"{int(b.x)} replicas"
         if search.bound is not None:
             head += f"; {int(search.bound.x)} fail"
         console.print(f"[bold]fewest replicas meeting every SLO:[/] {head}")
+    if search.budget_note:
+        console.print(f"[yellow]{search.budget_note}[/]", soft_wrap=True)
     for s, iv, room in search.margins():
         console.print(f"  {s}: {_metric_pm(s.metric, iv)} over {b.n} runs ({iv.confidence:.0%}); "
                       f"headroom {room:.1%} of the bound")
+    if search.reused:
+        console.print(f"{search.reused} runs reused from the probe store, {search.runs} run now", markup=False)

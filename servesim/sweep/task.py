@@ -44,4 +44,5 @@ def run_task(task: Task) -> dict:
     if task.out_dir is not None:
         res.write(Path(task.out_dir))
     arrived = measured_req_per_s(res.table.arrival, res.summary["sim_time_s"], task.scenario.stop.warmup_requests)
-    return {"key": task.key, "seed": task.seed, "summary": res.summary, "arrived_req_per_s": arrived}
+    return {"key": task.key, "seed": task.seed, "summary": res.summary, "arrived_req_per_s": arrived,
+            "step_model": res.step_model}

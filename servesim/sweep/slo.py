@@ -1,0 +1,102 @@
+"""Service-level objectives as a capacity search judges them: ``metric <= bound`` (or ``>=``),
+decided on a confidence interval over replications, never on one run's value.
+
+An SLO ``ttft_p99 <= 0.8``
+
+    passes      when the whole interval is below 0.8,
+    fails       when the whole interval is above it (or the metric has no value: nothing measured),
+    is open     when the interval straddles 0.8: the probe adds replications until it is decided.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from servesim.errors import ServesimError
+from servesim.metrics.flat import check_metric_name
+from servesim.metrics.intervals import Interval
+from servesim.scenario import Scenario
+
+Verdict = Literal["pass", "fail", "open"]
+
+
+class CapacityError(ServesimError):
+    """A capacity question that cannot be asked as given (bad SLO, unsupported search)."""
+
+
+@dataclass(frozen=True)
+class SLO:
+    """``metric <= bound`` (``upper``) or ``metric >= bound``."""
+
+    metric: str
+    bound: float
+    upper: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.metric} {'<=' if self.upper else '>='} {self.bound:g}"
+
+    def judge(self, iv: Interval) -> Verdict:
+        if not math.isfinite(iv.estimate):
+            return "fail"  # nothing measured: a rate that completes no request meets no SLO
+        if not math.isfinite(iv.half_width):
+            return "open"
+        if self.upper:
+            return "pass" if iv.hi <= self.bound else "fail" if iv.lo > self.bound else "open"
+        return "pass" if iv.lo >= self.bound else "fail" if iv.hi < self.bound else "open"
+
+    def met_by(self, value: float) -> bool:
+        """Whether a single value meets the objective (a point estimate, no interval)."""
+        return value <= self.bound if self.upper else value >= self.bound
+
+    def headroom(self, iv: Interval) -> float:
+        """Room left at the interval's unfavourable end, as a share of the bound (negative: over)."""
+        if not math.isfinite(iv.estimate):
+            return math.nan
+        end = iv.hi if self.upper else iv.lo
+        if not math.isfinite(end):
+            end = iv.estimate
+        return (self.bound - end) / abs(self.bound) if self.upper else (end - self.bound) / abs(self.bound)
+
+
+_SLO_RE = re.compile(r"^\s*([A-Za-z0-9_]+(?:@[A-Za-z0-9_][A-Za-z0-9_.:+-]*)?)\s*(<=|>=|=)\s*([^\s]+)\s*$")
+
+
+def parse_slo(text: str) -> SLO:
+    """``ttft_p99=0.8`` or ``ttft_p99<=0.8`` (at most), ``slo_attainment>=0.99`` (at least); per
+    class ``ttft_p99@chat=0.5``."""
+    m = _SLO_RE.match(text)
+    if not m:
+        raise CapacityError(f"--slo {text!r}: expected METRIC=VALUE (at most) or METRIC>=VALUE, e.g. ttft_p99=0.8")
+    name, op, value = m.groups()
+    why = check_metric_name(name)
+    if why:
+        raise CapacityError(f"--slo {text!r}: {why}")
+    try:
+        bound = float(value)
+    except ValueError:
+        raise CapacityError(f"--slo {text!r}: {value!r} is not a number") from None
+    if not math.isfinite(bound):
+        raise CapacityError(f"--slo {text!r}: the bound must be a finite number")
+    return SLO(name, bound, upper=op != ">=")
+
+
+def scenario_slos(sc: Scenario) -> list[SLO]:
+    """The SLOs the scenario's streams state (``slo: {ttft_p99: 0.8}`` on a stream of class
+    ``chat``), as per-class SLOs (``ttft_p99@chat <= 0.8``): the targets ``by_class`` reports."""
+    out: list[SLO] = []
+    seen: set[str] = set()
+    for sp in sc.workload.stream_specs():
+        if sp.slo is None or sp.label is None or sp.label in seen:
+            continue
+        seen.add(sp.label)
+        out += [SLO(f"{key}@{sp.label}", float(v)) for key, v in sp.slo.targets().items()]
+    return out
+
+
+def merge_slos(given: list[SLO], from_scenario: list[SLO]) -> list[SLO]:
+    """The command line's SLOs, then the scenario's on metrics the command line does not bound."""
+    named = {s.metric for s in given}
+    return given + [s for s in from_scenario if s.metric not in named]

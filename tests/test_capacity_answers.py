@@ -1,0 +1,215 @@
+"""Capacity answers a planner can use: the crossing with its interval, the zero-load refusal,
+budgets, per-probe progress and the probe store (servesim/sweep/{search,crossing,probe}.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from servesim.cli import app
+from servesim.metrics.intervals import Interval
+from servesim.sweep.capacity import (SLO, Budget, BudgetSpent, CapacityError, Probe, Prober, ProbeStore,
+                                     find_max_rate, parse_budget, search_max_rate, search_min_replicas)
+from servesim.sweep.crossing import crossing_of, p_meets
+from tests.conftest import scenario
+
+S = 0.01  # M/D/1: one 10 ms iteration per request
+
+
+def md1(n: int, rate: float = 40.0):
+    return scenario(stop={"requests": n, "warmup_requests": n // 10}, engine={"max_num_seqs": 1},
+                    step_time={"model": "constant", "seconds": S},
+                    workload={"arrival": {"process": "poisson", "rate": rate},
+                              "prompt": {"dist": "fixed", "value": 1}, "output": {"dist": "fixed", "value": 1}})
+
+
+def pk_max_rate(s: float, w: float) -> float:
+    """Largest rate with Wq = rate s^2 / (2 (1 - rate s)) <= w (Pollaczek-Khinchine)."""
+    return 2 * w / (s * (s + 2 * w))
+
+
+def fake(metric, half_width=lambda x: 0.001, slo=SLO("m", 0.5), busy=None):
+    calls = []
+
+    def probe(x):
+        calls.append(x)
+        iv = Interval(metric(x), half_width(x), 5)
+        aux = {} if busy is None else {"busy_fraction": Interval(busy(x), 0.0, 5)}
+        return Probe(x, None, 5, [(slo, iv, slo.judge(iv))], aux=aux)
+
+    return probe, calls
+
+
+# ------------------------------------------------------------------------------- the crossing
+def test_crossing_interpolates_in_log_rate_and_carries_the_noise():
+    slo = SLO("m", 0.5)
+    # metric linear in log x through 0.5 at x = 4: the interpolation is exact
+    pts = [(x, Interval(0.5 + 0.2 * math.log(x / 4), 0.01, 10)) for x in (2.0, 3.9, 4.2, 8.0)]
+    c = crossing_of(slo, pts)
+    assert c.estimate == pytest.approx(4.0, rel=1e-9)
+    assert c.lo < 4.0 < c.hi and c.hi / c.lo - 1 < 0.2
+    # wider probe intervals, wider crossing interval
+    wide = crossing_of(slo, [(x, Interval(iv.estimate, 0.05, 10)) for x, iv in pts])
+    assert wide.hi / wide.lo > c.hi / c.lo
+    assert crossing_of(slo, [(1.0, Interval(0.6, 0.01, 5))]) is None  # nothing below the bound
+
+
+def test_p_meets_reads_the_interval():
+    s = SLO("m", 1.0)
+    assert p_meets(s, Interval(1.0, 0.1, 5)) == pytest.approx(0.5)
+    assert p_meets(s, Interval(1.5, 0.1, 5)) < 1e-3
+    assert p_meets(SLO("a", 0.9, upper=False), Interval(0.95, 0.01, 5)) > 0.999
+
+
+def test_max_rate_answers_with_the_crossing():
+    probe, _ = fake(lambda x: 0.1 * x, half_width=lambda x: 0.002)  # crosses 0.5 at x = 5
+    s = search_max_rate(probe, [SLO("m", 0.5)], tol=0.05)
+    assert s.answered and s.crossing is not None
+    assert s.crossing.estimate == pytest.approx(5.0, rel=0.005)
+    assert s.best.x <= s.crossing.estimate <= s.bound.x
+    d = s.to_dict()
+    assert d["crossing"]["x"] == pytest.approx(s.crossing.estimate) and d["crossing"]["p_next_step_meets"] < 0.5
+
+
+# ------------------------------------------------------------------------------- zero load
+def test_zero_load_refusal_is_immediate_and_says_the_value():
+    probe, calls = fake(lambda x: 0.7, busy=lambda x: 0.5 * x)  # 0.7 > 0.5 at any rate
+    s = search_max_rate(probe, [SLO("m", 0.5)])
+    assert calls == [1.0, 0.001] and not s.answered
+    assert "missed even at zero load" in s.refused and "m <= 0.5 measured 0.7" in s.refused
+
+
+def test_zero_load_probe_still_busy_is_not_zero_load():
+    # busy 100 % even at 1/1000 of the rate: not zero load, so no refusal from it: halving goes on
+    probe, calls = fake(lambda x: 0.7, busy=lambda x: 1.0)
+    s = search_max_rate(probe, [SLO("m", 0.5)], max_doublings=3)
+    assert calls == [1.0, 0.001, 0.5, 0.25, 0.125] and "not met even at" in s.refused
+
+
+def test_zero_load_refusal_end_to_end(tmp_path):
+    """A 10 ms request cannot have a mean E2E of 5 ms at any rate: refused after two probes."""
+    f = tmp_path / "md1.yaml"
+    f.write_text(yaml.safe_dump(md1(300).model_dump(mode="json", exclude={"base_dir"})))
+    res = CliRunner().invoke(app, ["capacity", str(f), "--slo", "e2e_mean=0.005", "--seeds", "2",
+                                   "--max-seeds", "2", "--workers", "1", "--out", str(tmp_path / "c.json")])
+    assert res.exit_code == 3, res.stdout
+    d = json.loads((tmp_path / "c.json").read_text())
+    assert len(d["path"]) == 2 and d["zero_load"]["x"] == pytest.approx(0.001)
+    assert "missed even at zero load" in d["refused"] and "e2e_mean <= 0.005 measured 0.01" in d["refused"]
+
+
+def test_min_replicas_zero_load_refusal():
+    probe, calls = fake(lambda n: 0.7, busy=lambda n: 0.001 if n < 1 else 0.9)
+    s = search_min_replicas(probe, [SLO("m", 0.5)], zero_load=lambda: probe(0.001))
+    assert calls == [1, 0.001] and "missed even at zero load" in s.refused
+
+
+# ---------------------------------------------------------------------------------- budgets
+@pytest.mark.parametrize("text, want", [("20probes", (20, None)), ("20 probes", (20, None)), ("7p", (7, None)),
+                                        ("90s", (None, 90.0)), ("15m", (None, 900.0)), ("1.5h", (None, 5400.0)),
+                                        ("10probes,2m", (10, 120.0))])
+def test_parse_budget(text, want):
+    assert parse_budget(text) == want
+
+
+@pytest.mark.parametrize("bad", ["", "fast", "0probes", "2.5probes", "10x", "-3m", "nanm"])
+def test_parse_budget_refuses_in_one_line(bad):
+    with pytest.raises(CapacityError, match="--budget"):
+        parse_budget(bad)
+
+
+class _Fixed:
+    """A prober stand-in with a real budget check: the fake metric, counted."""
+
+    def __init__(self, metric, budget, clock=lambda: 0.0):
+        self.inner, self.calls = fake(metric, half_width=lambda x: 0.001)
+        self.p = Prober(lambda x: None, [], budget, clock=clock)
+
+    def __call__(self, x):
+        why = self.p.spent()
+        if why:
+            raise BudgetSpent(why)
+        self.p.probes += 1
+        return self.inner(x)
+
+
+def test_probe_budget_stops_the_search_and_answers_at_the_precision_reached():
+    pr = _Fixed(lambda x: 0.1 * x, Budget(max_probes=6))
+    s = search_max_rate(pr, [SLO("m", 0.5)], tol=0.01)
+    assert len(pr.calls) == 6
+    assert s.answered and s.budget_note and "precision instead of --tol 1.0%" in s.budget_note
+    assert s.best.x < 5 < s.bound.x
+
+
+def test_time_budget_refuses_when_nothing_is_bracketed():
+    t = [0.0]
+
+    def clock():
+        t[0] += 10.0
+        return t[0]
+
+    pr = _Fixed(lambda x: 0.0, Budget(max_time_s=25.0), clock=clock)
+    s = search_max_rate(pr, [SLO("m", 0.5)])
+    assert not s.answered and "time budget" in s.refused and len(pr.calls) >= 1
+
+
+# ------------------------------------------------------------- store, progress, provenance
+def test_probe_store_reuses_runs_across_tolerances(tmp_path):
+    sc = md1(1500)
+    lines: list[str] = []
+    a = find_max_rate(sc, [SLO("queue_mean", 0.01)], Budget(seeds=3, max_seeds=9), tol=0.2,
+                      store=ProbeStore(tmp_path), progress=lines.append)
+    assert a.answered, a.refused
+    assert a.reused == 0 and a.runs > 0
+    assert len(lines) == len(a.path) and all(line.startswith("probe ") for line in lines)
+    b = find_max_rate(sc, [SLO("queue_mean", 0.01)], Budget(seeds=3, max_seeds=9), tol=0.1,
+                      store=ProbeStore(tmp_path))
+    assert b.reused >= a.runs  # every run of the first search is read back, not run again
+    assert [p.x for p in b.path][:len(a.path)] == [p.x for p in a.path]
+    assert b.step_models == a.step_models == ["constant 10 ms"] or (b.step_models == a.step_models and
+                                                                     "constant" in a.step_models[0])
+
+
+def test_capacity_cli_prints_a_line_per_probe_and_takes_start_and_budget(tmp_path):
+    f = tmp_path / "md1.yaml"
+    f.write_text(yaml.safe_dump(md1(300).model_dump(mode="json", exclude={"base_dir"})))
+    res = CliRunner().invoke(app, ["capacity", str(f), "--slo", "queue_mean=0.01", "--seeds", "2", "--max-seeds", "4",
+                                   "--tol", "0.1", "--workers", "1", "--start", "60", "--budget", "3probes",
+                                   "--out", str(tmp_path / "c.json")])
+    d = json.loads((tmp_path / "c.json").read_text())
+    assert d["path"][0]["rate_req_per_s"] == pytest.approx(60.0)
+    assert len(d["path"]) == 3
+    assert res.stdout.count("probe 1:") == 1 and "probe 3:" in res.stdout
+
+
+# ------------------------------------------------------------------------------ theory
+@pytest.mark.parametrize("w", [0.01])
+def test_md1_crossing_within_2pct_of_pollaczek_khinchine(w):
+    truth = pk_max_rate(S, w)
+    s = find_max_rate(md1(4000), [SLO("queue_mean", w)], Budget(seeds=6, max_seeds=24), tol=0.03)
+    assert s.answered, s.refused
+    r = s.crossing.to_dict(s.base_rate)
+    assert abs(r["rate_req_per_s"] / truth - 1) <= 0.02, (r, truth)
+
+
+@pytest.mark.slow
+def test_md1_crossing_interval_covers_the_closed_form_in_90_of_100_searches():
+    """100 searches with disjoint seeds; the crossing's 95 % interval must cover P-K's λ* in at
+    least 90 (a well-calibrated interval would in ~95; 90 leaves room for binomial noise: with
+    p = 0.95, P(X < 90) = 1.1 %)."""
+    truth = pk_max_rate(S, 0.01)
+    covered = 0
+    near = 0
+    for k in range(100):
+        sc = md1(4000).override({"seed": 1000 + 100 * k})
+        s = find_max_rate(sc, [SLO("queue_mean", 0.01)], Budget(seeds=6, max_seeds=24), tol=0.03)
+        assert s.answered, s.refused
+        c = s.crossing.to_dict(s.base_rate)
+        covered += c["rate_lo"] <= truth <= c["rate_hi"]
+        near += abs(c["rate_req_per_s"] / truth - 1) <= 0.02
+    assert covered >= 90, covered
+    assert near >= 90, near
