@@ -352,8 +352,9 @@ def print_capacity(console: Console, search) -> None:
             def at(x: float) -> str:
                 return f"{x * search.base_rate:.4g} req/s" if search.base_rate is not None else f"x{x:.4g}"
             iv = (f" ({c.confidence:.0%} interval {at(c.lo)} .. {at(c.hi)})" if math.isfinite(c.lo) else "")
-            nxt = (f"; the next step up meets it with probability {c.p_next_meets:.0%}"
-                   if c.p_next_meets is not None else "")
+            pn = c.p_next_meets
+            nxt = ("" if pn is None else "; the next step up meets it with probability "
+                   + ("under 1%" if pn < 0.01 else "over 99%" if pn > 0.99 else f"{pn:.0%}"))
             console.print(f"[bold]capacity:[/] {at(c.estimate)}{iv}, where {c.slo} crosses its bound{nxt}",
                           soft_wrap=True)
         console.print(f"[bold]largest rate verified to meet every SLO:[/] {head}")
