@@ -93,6 +93,7 @@ class RequestTable:
         self.reject_reason = np.zeros(n, dtype=np.int8)
         self.blocked = np.zeros((n, NUM_CAUSES), dtype=np.float64)
         self.replica: np.ndarray | None = None  # a fleet: the replica each request was sent to (-1: none)
+        self.end_s: float | None = None  # when the run ended (set by the run): rows not sent by then are no requests
 
     def known_tokens(self, ids):
         """Tokens whose ids are known (prompt + outputs so far): what a prefill must cover."""

@@ -442,6 +442,7 @@ def run_built(b: Built, seed: int | None = None) -> Result:
     memory = replace(b.memory, num_blocks=sum(e.plan.num_blocks for e in engines)) if engines else b.memory
     specs = stream_specs(sc, b.workload)
     sim_time = b.replica.now
+    b.table.end_s = sim_time
     if not sim_time <= MAX_SECONDS:  # (a closed loop's arrivals are decided during the run)
         raise ScenarioError(f"the run reached simulated time {sim_time:.4g} s; {TIME_BOUND_WHY} (shorten the run: "
                             f"stop.requests, stop.duration_s, think times)")

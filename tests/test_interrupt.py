@@ -199,7 +199,7 @@ def test_cli_ctrl_c_writes_partial_results(tmp_path, engine):
     import pyarrow.parquet as pq
 
     table = pq.read_table(out / "requests.parquet", columns=["status"])
-    assert table.num_rows == 2_000_000
+    assert table.num_rows == r["arrived"]  # the requests that arrived by the stop (not those yet to come)
     assert stopped_s < 60  # generous (a shared machine); typically 1-3 s, mostly writing 2M rows
 
 

@@ -202,3 +202,27 @@ def test_times_past_the_bound_are_refused_and_times_within_it_stay_exact(tmp_pat
     req = pd.read_parquet(tmp_path / "out" / "requests.parquet")
     assert req["arrival_s"].max() > 1e6  # far from 0, within the bound
     assert np.abs(req["ttft_s"] - 0.01).max() < 1e-8, req["ttft_s"].tolist()
+
+
+# ------------------------------------------------- 6: closed loop stopped by duration
+def test_a_closed_loops_unsent_requests_are_not_rows(tmp_path):
+    """Closed loop + stop.duration_s: the requests drawn ahead that no client sent by the end
+    were written as rows with status pending, two of them with an arrival after the end (a
+    client still thinking: 5.4 s in a 5 s run), 43 rows beside 18 requests that arrived."""
+    import pandas as pd
+
+    raw = {**MIX, "stop": {"duration_s": 5.0},
+           "workload": {**{k: v for k, v in MIX["workload"].items() if k != "classes"},
+                        "arrival": {"process": "closed", "clients": 2, "think_s": 0.5}}}
+    code, crash, out, err = _run_raw(tmp_path, raw)
+    assert code == 0 and crash is None, err
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    req = pd.read_parquet(tmp_path / "out" / "requests.parquet")
+    assert len(req) == summary["requests"]["arrived"] > 0
+    assert (req["arrival_s"] <= summary["sim_time_s"]).all()
+    assert (req["status"] != "pending").all()
+    # the same from Python: Result.requests
+    from servesim import scenario_from_dict, simulate
+
+    frame = simulate(scenario_from_dict(raw)).requests
+    assert len(frame) == len(req) and frame["arrival_s"].notna().all()

@@ -52,12 +52,12 @@ def _arrow(cols: dict[str, np.ndarray], labels: Labels | None = None) -> pa.Tabl
 
 
 def write_requests_parquet(req: RequestTable, path: Path, labels: Labels | None = None) -> None:
-    """One row per request, written ``CHUNK_ROWS`` rows at a time (one row group each); with
+    """One row per request sent by the run's end, written ``CHUNK_ROWS`` rows at a time (one row group each); with
     ``labels``, the ``stream`` and ``class_label`` columns as dictionaries of names."""
     writer = None
     try:
         for lo in range(0, max(req.n, 1), CHUNK_ROWS):
-            table = _arrow(request_columns(req, lo, min(lo + CHUNK_ROWS, req.n), labels), labels)
+            table = _arrow(request_columns(req, lo, min(lo + CHUNK_ROWS, req.n), labels, sent_only=True), labels)
             if writer is None:
                 writer = pq.ParquetWriter(path, table.schema)
             writer.write_table(table)

@@ -24,7 +24,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
-from servesim.request import FINISHED, REJECTED, Reject, RequestTable
+from servesim.request import FINISHED, PENDING, REJECTED, Reject, RequestTable
 from servesim.metrics.by_class import (GlobalSLO, Groups, GroupStats, class_groups, slo_per_group, stream_groups,
                                        update_good)
 from servesim.metrics.collect import Recorder
@@ -56,9 +56,13 @@ LABEL_COLUMNS = ("stream", "class_label")
 
 
 def request_columns(req: RequestTable, lo: int = 0, hi: int | None = None,
-                    labels: Labels | None = None) -> dict[str, np.ndarray]:
+                    labels: Labels | None = None, sent_only: bool = False) -> dict[str, np.ndarray]:
     """The per-request output columns for rows ``lo:hi`` (chunks keep big runs in bounded memory).
-    With ``labels``, two more: ``stream`` and ``class_label`` as codes (see :class:`Labels`)."""
+    With ``labels``, two more: ``stream`` and ``class_label`` as codes (see :class:`Labels`).
+    With ``sent_only`` (requests.parquet, ``Result.requests``), only the requests sent by the
+    run's end: a closed loop draws its requests ahead, and at a duration stop those its clients
+    never sent read status pending with no arrival, or one after the end (a client still
+    thinking), as if they were on their way; an open loop has no row past the end either."""
     hi = req.n if hi is None else hi
     sl = slice(lo, hi)
     arrival, status, out = req.arrival[sl], req.status[sl], req.output[sl]
@@ -97,6 +101,10 @@ def request_columns(req: RequestTable, lo: int = 0, hi: int | None = None,
     if labels is not None:
         cols["stream"] = req.stream[sl]
         cols["class_label"] = labels.class_code[sl]
+    if sent_only and req.end_s is not None:
+        sent = (status != PENDING) | (arrival <= req.end_s)
+        if not sent.all():
+            cols = {k: v[sent] for k, v in cols.items()}
     return cols
 
 
@@ -114,7 +122,7 @@ def frame_from_columns(cols: dict[str, np.ndarray], labels: Labels | None = None
 
 
 def request_frame(req: RequestTable, labels: Labels | None = None) -> "pd.DataFrame":
-    return frame_from_columns(request_columns(req, labels=labels), labels)
+    return frame_from_columns(request_columns(req, labels=labels, sent_only=True), labels)
 
 
 CHUNK = 1 << 20  # rows per pass when aggregating over all requests (bounded memory)
