@@ -363,8 +363,8 @@ def print_capacity(console: Console, search) -> None:
         if search.bound is not None:
             head += f"; {int(search.bound.x)} fail"
         console.print(f"[bold]fewest replicas meeting every SLO:[/] {head}")
-    if search.budget_note:
-        console.print(f"[yellow]{search.budget_note}[/]", soft_wrap=True)
+    if search.note:
+        console.print(f"[yellow]{search.note}[/]", soft_wrap=True)
     for s, iv, room in search.margins():
         console.print(f"  {s}: {_metric_pm(s.metric, iv)} over {b.n} runs ({iv.confidence:.0%}); "
                       f"headroom {room:.1%} of the bound")

@@ -53,7 +53,7 @@ class Search:
     tol: float = 0.0
     scaled: str | None = None  # what scale 1 is, in its own units ("10 session starts/s"), when not req/s
     crossing: Crossing | None = None  # the answer as a number (max-rate)
-    budget_note: str | None = None  # the budget stopped the search before --tol was reached
+    note: str | None = None  # answered less precisely than --tol asked, and why (budget, noise)
     zero_load: Probe | None = None  # the zero-load probe, when one ran
     step_model: dict | None = None  # the step-time model and pack the probes ran (servesim/perf/select.py)
     step_models: list[str] = field(default_factory=list)  # each step-time model as the runs described it
@@ -99,7 +99,7 @@ class Search:
                 "answer": None if self.best is None or self.refused else probe(self.best),
                 "crossing": None if self.crossing is None or self.refused else self.crossing.to_dict(self.base_rate),
                 "first_failure": None if self.bound is None else probe(self.bound),
-                "budget_note": self.budget_note,
+                "precision_note": self.note,
                 "zero_load": None if self.zero_load is None else probe(self.zero_load),
                 "runs": self.runs, "reused_runs": self.reused,
                 "path": [probe(p) for p in self.path]}
@@ -212,12 +212,15 @@ def search_max_rate(probe: Callable[[float], Probe], slos: list[SLO], *, tol: fl
             lo_gap, hi_gap = min(inside) / out.best.x, out.bound.x / max(inside)
             # a pass below every open probe and a fail above them cannot be closer than the open range
             if max(lo_gap, hi_gap) <= eps or max(inside) / min(inside) >= 1 + tol:
+                # no pass and failure fit within --tol: the SLO is within the noise over the open
+                # probes. The answer is still the crossing, interpolated through them, with an
+                # interval as wide as that noise makes it (servesim/sweep/crossing.py)
                 worst = max((p for p in opens if out.best.x < p.x < out.bound.x), key=lambda p: p.x)
-                out.refused = (f"no answer: {_open_reason(worst, describe(worst.x))}; the SLO stays within the "
-                               f"noise from {describe(min(inside))} to {describe(max(inside))}, a range too wide "
-                               f"for an answer within --tol {tol:.1%}; {known()}({out.bound.x / out.best.x - 1:.1%} "
-                               f"apart: --tol {math.ceil(100 * (out.bound.x / out.best.x - 1)) / 100:.2f} accepts "
-                               f"that); {advice}")
+                out.note = (f"{_open_reason(worst, describe(worst.x))}; the SLO stays within the noise from "
+                            f"{describe(min(inside))} to {describe(max(inside))}: the verified pass and failure "
+                            f"are {out.bound.x / out.best.x - 1:.1%} apart, wider than --tol {tol:.1%}, and the "
+                            f"crossing is interpolated through the undecided probes (its interval says how sure "
+                            f"it is; {advice} to narrow it)")
                 return _finish(out)
             if lo_gap >= hi_gap:
                 run(math.sqrt(out.best.x * min(inside)))
@@ -236,7 +239,7 @@ def search_max_rate(probe: Callable[[float], Probe], slos: list[SLO], *, tol: fl
 def _budget_stop(out: Search, why: str, known: str, describe) -> None:
     if out.best is not None and out.bound is not None and out.best.x < out.bound.x:
         gap = out.bound.x / out.best.x - 1
-        out.budget_note = (f"{why}: answered at {gap:.1%} precision instead of --tol {out.tol:.1%}"
+        out.note = (f"{why}: answered at {gap:.1%} precision instead of --tol {out.tol:.1%}"
                            if gap > out.tol else None)
         return
     out.refused = f"no answer: {why}; {known or 'nothing was decided yet; '}raise --budget or loosen --tol"
@@ -266,9 +269,9 @@ def search_min_replicas(probe: Callable[[float], Probe], slos: list[SLO], *, sta
             p = probe(n)
         except BudgetSpent as why:
             if out.best is not None and out.bound is not None:
-                out.budget_note = (f"{why}: {int(out.best.x)} replicas meet every SLO and {int(out.bound.x)} do "
+                out.note = (f"{why}: {int(out.best.x)} replicas meet every SLO and {int(out.bound.x)} do "
                                    f"not; the fewest lies between them")
-                out.refused = f"no answer: {out.budget_note}; raise --budget"
+                out.refused = f"no answer: {out.note}; raise --budget"
             else:
                 out.refused = f"no answer: {why}; raise --budget"
             return None
