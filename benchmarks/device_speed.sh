@@ -13,8 +13,7 @@ BASELINE=${BASELINE:-$PWD/.device_carry/old-engine}
 BASELINE_ENGINE=${BASELINE_ENGINE:-old}
 run() { echo "\$ $*" | tee -a "$LOG"; taskset -c "$CORE" "$@" 2>&1 | tee -a "$LOG"; }
 python3 -c "import numba, numpy, sys; print('numba', numba.__version__, 'numpy', numpy.__version__, sys.version)" | tee -a "$LOG"
-run python3 -m servesim.warmup
-python3 -c "from servesim import aot; print(aot.status())" | tee -a "$LOG"
+run python3 -m servesim.cli warm
 run python3 benchmarks/startup.py --repeat 7
 if [ "$BASELINE_ENGINE" = old ]; then
     run python3 benchmarks/speed.py --requests 50000 --only a,b --policies vllm --baseline "$BASELINE"

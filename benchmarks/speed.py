@@ -206,10 +206,9 @@ def _package_of(module_file: str) -> str:
 
 
 def warm_up(src: str | None) -> None:
-    """``python -m servesim.warmup`` of a checkout: what ``servesim warm`` builds (the compiled
-    engine and, since cc2a6c5, the ahead-of-time module a ``servesim run`` loads instead of numba)."""
+    """``servesim warm`` of a checkout: compile its engine into numba's cache (a no-op when built)."""
     env = checkout_env(src)
-    subprocess.run([sys.executable, "-m", "servesim.warmup"], env=env, cwd=tempfile.gettempdir(),
+    subprocess.run([sys.executable, "-m", "servesim.cli", "warm"], env=env, cwd=tempfile.gettempdir(),
                    capture_output=True)
 
 

@@ -123,15 +123,15 @@ def run(
         if n > 1:
             _run_replicated(sc, seed, n, out_dir, quiet, workers)
             return
-        _without_numba_if_built(sc)
         reporter = ProgressReporter(None if quiet else _console(), total=None)
-        built = build(sc, seed=seed, progress=reporter.update, cold="python")
+        built = build(sc, seed=seed, progress=reporter.update, cold="auto")
         built.replica.stop_on_interrupt = True  # Ctrl-C: stop at the next boundary, keep what ran
         reporter.total = len(built.workload)
         if not quiet:
             from servesim.report.console import print_header
 
             print_header(_console(), built)
+            _say_if_compiling(built)
         with reporter:
             res = run_built(built, seed)
     except ServesimError as exc:
@@ -184,25 +184,6 @@ def run(
 
         _console(stderr=True).print(Text("interrupted (Ctrl-C) while writing; the results were written whole"), highlight=False)
         raise typer.Exit(INTERRUPTED)
-
-
-def _without_numba_if_built(sc) -> None:
-    """One replica, with the ahead-of-time engine built here (or the Python engine asked for):
-    run without importing numba (servesim/aot.py; ~0.6 s of a small run's start-up). A fleet
-    keeps the JIT-compiled engine."""
-    from servesim import aot
-
-    if sc.is_fleet:
-        return
-    if sc.sim.engine == "python" or aot.available():  # (the Python engine needs no numba either)
-        aot.request_plain()
-    else:
-        from servesim.engine.warm import aot_pending, compiled_ready, warm_in_background
-
-        # a machine whose compiled engine predates the ahead-of-time one builds that now (a cold
-        # machine builds both: build() starts that, this must not start a second builder)
-        if compiled_ready() and aot_pending():
-            warm_in_background()
 
 
 def _check_formats(formats: Optional[List[str]]) -> None:
@@ -299,8 +280,7 @@ def check(
 
     try:
         sc = load_scenario(scenario, set_ or [])
-        _without_numba_if_built(sc)  # (the header says which engine a run would take)
-        print_header(_console(), build(sc, cold="python"))
+        print_header(_console(), build(sc, cold="auto"))  # (it says which engine a run would take)
     except ServesimError as exc:
         _fail(str(exc))
     except MemoryError:
@@ -308,22 +288,42 @@ def check(
     _console().print("[green]ok[/]")
 
 
+def _say_if_compiling(built) -> None:
+    """The progress line of a first compiled run on this machine (numba compiles before the
+    first simulated iteration, for a minute or two, with nothing else to show)."""
+    from servesim.jit import compiled_ready
+
+    if built.replica.path == "compiled" and not compiled_ready():
+        _console().print("compiling the engine with numba: once per kernel version on this machine, 1-2 min on "
+                         "two cores (later runs load it in about a second)...", markup=False)
+
+
+# a tiny run that reaches the replica loop (one compiled specialization serves every built-in
+# policy, allocator and step-time model: they are data, not types)
+WARM_SCENARIO = {"name": "warm", "stop": {"requests": 20}, "sim": {"engine": "compiled"},
+                 "engine": {"num_gpu_blocks_override": 64, "max_model_len": 512, "max_num_batched_tokens": 512},
+                 "workload": {"arrival": {"process": "poisson", "rate": 50.0},
+                              "prompt": {"dist": "uniform", "min": 1, "max": 100},
+                              "output": {"dist": "uniform", "min": 1, "max": 20}}}
+
+
 @app.command()
 def warm() -> None:
-    """Build the compiled engine for this machine now (about a minute, once per version)."""
-    from servesim import aot
-    from servesim.engine.warm import aot_pending, compiled_ready
-    from servesim.warmup import build_ahead_of_time, warm as build_engine
+    """Compile the engine for this machine now (1-2 min, once per version), in the foreground."""
+    import time
 
-    if compiled_ready() and not aot_pending():
-        _console().print("the compiled engine is already built on this machine; " + aot.status(), markup=False)
-        return
+    from servesim.jit import compiled_ready
+
     if compiled_ready():
-        _console().print("building the ahead-of-time engine (seconds)...")
-        _console().print(build_ahead_of_time(), markup=False)
+        _console().print("the compiled engine is already built on this machine", markup=False)
         return
-    _console().print("building the compiled engine (numba; about two minutes on two cores, once)...")
-    _console().print(f"done in {build_engine():.0f} s; " + aot.status(), markup=False)
+    from servesim.scenario import scenario_from_dict
+    from servesim.simulate import simulate
+
+    _console().print("compiling the engine with numba (1-2 min on two cores, once)...", markup=False)
+    t0 = time.perf_counter()
+    simulate(scenario_from_dict(WARM_SCENARIO, "warm"))
+    _console().print(f"done in {time.perf_counter() - t0:.0f} s", markup=False)
 
 
 @app.command()
@@ -498,38 +498,5 @@ def main(argv: Optional[List[str]] = None) -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-def entry() -> None:
-    """The console script: :func:`main`, then a prompt exit.
-
-    Python's own teardown after a finished command (collecting every module, numba's types and
-    LLVM's compiled code) takes 0.3-0.4 s -- a third of a 10k-request ``servesim run``, end to
-    end -- and does nothing the command needs: its files are written and closed, the background
-    compile runs in a session of its own. So the exit handlers run (they flush logs, close
-    clients, join child processes), the standard streams are flushed, and the process ends --
-    unless a non-daemon thread is still running, which Python's normal exit waits for. Tests and
-    notebooks call :func:`main`, which returns by ``SystemExit`` as usual."""
-    try:
-        main()
-        code: object = 0
-    except SystemExit as exc:
-        code = exc.code
-    import threading
-
-    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.current_thread()):
-        sys.exit(code)  # a thread still working (a client of a sweep's cluster): Python's own exit waits for it
-    if code is not None and not isinstance(code, int):  # sys.exit("message"): Python prints it, status 1
-        print(code, file=sys.stderr)
-        code = 1
-    import atexit
-
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe (servesim run ... | head): nothing to lose
-            pass
-    os._exit(code or 0)
-
-
 if __name__ == "__main__":  # pragma: no cover
-    entry()
+    main()

@@ -2,7 +2,7 @@
 
 Every rule of a replica's per-step work (KV allocation, scheduling policies, iteration progress,
 step times) is written once, as a plain function over arrays and small records, and decorated
-with :func:`kernel`. Called normally, a kernel runs compiled (numba, cached on disk). The
+with :func:`kernel`. Called normally, a kernel runs compiled (``numba.njit(cache=True)``). The
 *reference* engine is the same source uncompiled: :func:`pure` returns the original Python
 function with every kernel it calls replaced, recursively, by its own pure version -- so the two
 engines agree by construction, and there is no second copy of any rule to keep in step.
@@ -11,83 +11,98 @@ engines agree by construction, and there is no second copy of any rule to keep i
 object-level extensions (a prefix-cache KV manager, a user's step-time model or policy part, an
 iteration hook) plug into the same source on the uncompiled path.
 
-Caching: numba's on-disk cache checks only the source file of the function it compiled, not the
-files of the kernels that function inlined. So that an edit to any kernel module invalidates
-every cached kernel, the cache lives in a folder named by a hash of all kernel modules' sources
-(:data:`KERNEL_MODULES`, servesim/kernel_cache.py; a kernel defined elsewhere is an error at import).
-
-Plain mode: a process that will run the ahead-of-time engine (servesim/aot.py) asks, before this
-module is imported, not to load numba at all. Each kernel is then left its Python function
-(listed in ``_PLAIN_KERNELS`` so :func:`pure` still rebuilds and rebinds it), and no StructRef
-type exists (:func:`struct_ref` returns Nones): only the uncompiled path and the extension run.
+Caching: numba's on-disk cache checks only the source file (path and modification stamp) of the
+function it compiled, not the files of the kernels that function inlined. So that an edit to any
+kernel module invalidates every cached kernel, the cache lives in a folder named by a hash of all
+kernel modules (:data:`KERNEL_MODULES`: their bytes, paths and stamps, as numba's own index keys
+them; a kernel defined elsewhere is an error at import). :func:`compiled_ready` tells whether the
+replica loop is in that folder, so a first run on a machine can choose to compile now or run the
+reference engine (servesim/simulate.py ``python_reasons``).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
+import shutil
+import time
 import types
 from pathlib import Path
 from typing import Any, Callable
 
-from servesim import aot
-from servesim.kernel_cache import KERNEL_MODULES, _PKG, cache_dir
+import numba
+from numba.experimental import structref
 
-PLAIN = aot.plain_requested()  # (see the module docstring)
-_PLAIN_KERNELS: set = set()
+from servesim.diskmemo import cache_bases
+
+# modules that define kernels, relative to the package folder; their sources key the cache
+KERNEL_MODULES = (
+    "jit.py",
+    "kv/kernels.py",
+    "perf/kernels.py",
+    "sched/state.py",
+    "sched/queues.py",
+    "sched/parts.py",
+    "sched/reserve.py",
+    "sched/policies.py",
+    "engine/inbox.py",
+    "engine/kernel.py",
+)
+_PKG = Path(__file__).resolve().parent
+UNUSED_DAYS = 14  # a cache folder no process has used this long is removed (each is ~200 MB)
 
 
-def _configure_numba():
-    """Point numba's on-disk cache at the folder keyed by the kernels' sources (before any kernel
-    is declared: numba fixes a function's cache location when it is decorated)."""
-    import numba
+def _source_hash() -> str:
+    """The kernel modules' bytes, paths and modification stamps (numba's index keys each file
+    by path and stamp: a copy elsewhere, a new venv, or a touched file recompiles, so it gets a
+    folder of its own and :func:`compiled_ready` never speaks for code numba would recompile)."""
+    h = hashlib.sha256()
+    for rel in KERNEL_MODULES:
+        p = _PKG / rel
+        if p.is_file():
+            h.update(f"{rel}\0{p}:{p.stat().st_mtime_ns}\0".encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()[:16]
 
-    if cache_dir():
-        numba.config.CACHE_DIR = cache_dir()
-    if not numba.config.DISABLE_JIT:
-        _load_cached_code_without_registries()
-    return numba
 
-
-def _load_cached_code_without_registries() -> None:
-    """Let numba load a cached kernel without first installing every implementation it has.
-
-    Before it reads a function from its on-disk cache, numba refreshes its target context: it
-    imports and registers the lowering of all of Python and NumPy it supports (~60 modules, and
-    ``scipy.linalg`` for a BLAS probe) -- 0.2-0.4 s, a third of a small run's whole process, spent
-    on code that is already compiled. Loading cached code needs only numba's runtime (NRT: the
-    allocator symbols the code links against), so that is what is initialised here. Compiling
-    still refreshes the context first (numba's compiler does so itself), and a lowering looked
-    up later refreshes it on demand (``BaseContext.get_function``), so nothing that compiles can
-    miss a registry. numba's own loading code runs as it is, with the refresh made a no-op for
-    that call (numba holds its compiler lock meanwhile, so no other thread compiles)."""
-    try:
-        from numba.core.caching import Cache
-        from numba.core.runtime import rtsys
-    except ImportError:  # pragma: no cover - another numba layout
-        return
-    load = Cache.load_overload
-
-    def load_overload(self, sig, target_context):
-        rtsys.initialize(target_context)
-        outer = "refresh" in vars(target_context)  # a load within a load: the outer one restores
-        if not outer:
-            target_context.refresh = _no_refresh  # shadows the method for this call only
+def _cache_dir() -> str:
+    """A writable folder for this version's compiled kernels (``""``: none; numba picks its own).
+    Marks it used now and removes siblings unused for :data:`UNUSED_DAYS` (old versions)."""
+    for root in (base / "servesim-numba" for base in cache_bases()):
+        d = root / _source_hash()
         try:
-            return load(self, sig, target_context)
-        finally:
-            if not outer:
-                del target_context.refresh
+            d.mkdir(parents=True, exist_ok=True)
+            os.utime(d)  # (raises when the folder is not ours to write)
+        except OSError:
+            continue
+        cutoff = time.time() - UNUSED_DAYS * 86400
+        for sib in root.iterdir():
+            try:
+                if sib != d and sib.is_dir() and sib.stat().st_mtime < cutoff:
+                    shutil.rmtree(sib, ignore_errors=True)
+            except OSError:
+                pass
+        return str(d)
+    return ""
 
-    Cache.load_overload = load_overload
+
+# numba fixes a function's cache location when it is decorated: set it before any kernel is
+CACHE_DIR = "" if os.environ.get("NUMBA_CACHE_DIR") else _cache_dir()
+if CACHE_DIR:
+    numba.config.CACHE_DIR = CACHE_DIR
+Dispatcher = numba.core.registry.CPUDispatcher
 
 
-def _no_refresh() -> None:
-    pass
-
-
-_numba = None if PLAIN else _configure_numba()
-# (plain mode: a class nothing is an instance of, so ``isinstance(k, Dispatcher)`` stays a valid test)
-Dispatcher = _numba.core.registry.CPUDispatcher if _numba is not None else type("NoDispatcher", (), {})
+def compiled_ready() -> bool:
+    """Whether the replica loop (``engine.kernel.advance``, which compiles every kernel it calls)
+    is in this version's cache folder: a run loads it in about a second instead of compiling for
+    one to two minutes. Read from numba's index file names (``<module>.<function>-<line>...nbi``;
+    tests/test_jit.py checks the convention against the numba installed). True with no folder
+    of our own (numba's cache is then wherever ``NUMBA_CACHE_DIR`` says: nothing to tell)."""
+    if not CACHE_DIR or numba.config.DISABLE_JIT:
+        return True
+    return any(Path(CACHE_DIR).rglob("kernel.advance-*.nbi"))
 
 
 def kernel(fn: Callable | None = None, *, inline: bool = False):
@@ -103,12 +118,9 @@ def kernel(fn: Callable | None = None, *, inline: bool = False):
     if rel not in KERNEL_MODULES:
         raise RuntimeError(f"kernel {fn.__qualname__} is defined in {rel}, which is not listed in "
                            f"servesim.jit.KERNEL_MODULES (the cache key would miss its edits)")
-    if _numba is None:
-        _PLAIN_KERNELS.add(fn)
-        return fn
     if inline:
-        return _numba.njit(cache=True, inline="always")(fn)
-    return _numba.njit(cache=True)(fn)
+        return numba.njit(cache=True, inline="always")(fn)
+    return numba.njit(cache=True)(fn)
 
 
 @functools.lru_cache(maxsize=None)
@@ -152,14 +164,13 @@ def bisect_left(a, q):
     return lo
 
 
-if _numba is not None:
-    class FieldStruct(_numba.core.types.StructRef):
-        """Base of servesim's StructRef types (one pointer per kernel call instead of a NamedTuple's
-        every field): fields typed as given, literals widened (a field first set from a constant
-        must still take any value of its type)."""
+class FieldStruct(numba.core.types.StructRef):
+    """Base of servesim's StructRef types (one pointer per kernel call instead of a NamedTuple's
+    every field): fields typed as given, literals widened (a field first set from a constant
+    must still take any value of its type)."""
 
-        def preprocess_fields(self, fields):
-            return tuple((name, _numba.core.types.unliteral(typ)) for name, typ in fields)
+    def preprocess_fields(self, fields):
+        return tuple((name, numba.core.types.unliteral(typ)) for name, typ in fields)
 
 
 def struct_constructor(proxy: type, fields: list[str], name: str, module: str, filename: str):
@@ -178,12 +189,7 @@ def struct_ref(type_name: str, proxy_name: str, fields: list[str], constructor: 
     """``(type, proxy, constructor kernel)`` of one StructRef of the compiled engine: the replica
     state, the KV pool and a fleet's engine handle are each passed to kernels as one pointer
     rather than a NamedTuple numba would unbox field by field at every call. The caller's module
-    binds them to globals of these names (numba pickles a type by its module and name). In plain
-    mode there is no compiled engine to build them for: ``(None, None, None)``."""
-    if _numba is None:
-        return None, None, None
-    from numba.experimental import structref
-
+    binds them to globals of these names (numba pickles a type by its module and name)."""
     typ = structref.register(type(type_name, (FieldStruct,), {"__module__": module, "__qualname__": type_name}))
     proxy = type(proxy_name, (structref.StructRefProxy,), {"__module__": module, "__qualname__": proxy_name})
     structref.define_proxy(proxy, typ, fields)
@@ -216,8 +222,4 @@ def pure(k: Callable, overrides: dict[Any, Callable] | None = None,
 
 def _source(k) -> Callable | None:
     """The Python function behind kernel ``k`` (None: ``k`` is not a kernel)."""
-    if isinstance(k, Dispatcher):
-        return k.py_func
-    if isinstance(k, types.FunctionType) and k in _PLAIN_KERNELS:
-        return k
-    return None
+    return k.py_func if isinstance(k, Dispatcher) else None

@@ -315,8 +315,9 @@ class SimConfig(Frozen):
 
     fast_path: bool = True  # advance runs of decode iterations together (exactly equal to single stepping)
     check_invariants: bool = False  # check KV and batch invariants after every scheduling decision (slower)
-    # auto: the compiled core for runs of 50,000+ requests when it supports the configuration
-    # (vllm policy, recompute, paged KV), else the Python engine; both give the same results
+    # auto: compiled unless a piece needs Python (prefix caching, your own model or policy parts);
+    # the CLI's first run on a machine runs up to 20,000 requests uncompiled rather than wait for
+    # the compile. Both give the same results
     engine: Literal["auto", "python", "compiled"] = "auto"
 
 

@@ -227,9 +227,11 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
           buffers: tuple[int, int] | None = None, kernel_overrides: dict | None = None,
           processes: list | None = None) -> Built:
     """Everything one run needs. ``cold``: what ``sim.engine: auto`` does when the compiled
-    engine is not yet built on this machine -- ``compile`` it now (about a minute, once), or run
-    ``python`` (the same source uncompiled) while it is built in the background (the CLI's choice
-    for small runs)."""
+    engine is not yet built on this machine (servesim/jit.py ``compiled_ready``) -- ``compile``
+    it now (one to two minutes, once per kernel version; the library's default), run ``python``
+    (the same source uncompiled: builds that only print a header), or ``auto``: Python for a run
+    of at most :data:`SMALL_RUN_REQUESTS` requests, else compile (the CLI's choice; the header
+    says which)."""
     # the engine (numba kernels) loads here, not when servesim is imported
     from servesim.engine.build import build_replica
     from servesim.fields import MAX_SEED
@@ -238,6 +240,8 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
     from servesim.perf.build import build_step_model
     from servesim.sched.custom import load_user_policy
 
+    if cold not in ("compile", "python", "auto"):
+        raise ValueError(f"cold {cold!r}: one of compile, python, auto")
     sc = scenario
     seed = sc.seed if seed is None else seed
 
@@ -273,7 +277,7 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
         except ValueError as exc:
             raise ScenarioError(str(exc)) from None
     why = python_reasons(sc, custom_model=not isinstance(model, KernelModel), on_iteration=on_iteration is not None,
-                         user=user, kernel_overrides=kernel_overrides, cold=cold)
+                         user=user, kernel_overrides=kernel_overrides, cold=cold, n_requests=len(wl))
     # both limits: when every one of stop.requests has arrived, the run ends once they have all
     # ended (the request limit came first); when fewer arrived before duration_s, the clock runs
     # on to duration_s (no arrival falls in that idle time: it is part of the observed window)
@@ -300,11 +304,17 @@ def _with_processes(b: Built, fns: list) -> Built:
     return b
 
 
+# a cold machine's ``servesim run`` of at most this many requests takes the Python engine: at
+# ~700 requests per CPU second (scenarios/quickstart.yaml) it ends sooner than numba compiles the
+# engine (1-2 min on two cores); a larger run compiles it first (benchmarks/RESULTS.md, 2026-12-04)
+SMALL_RUN_REQUESTS = 20_000
+
+
 def python_reasons(sc: Scenario, *, custom_model: bool, on_iteration: bool, user, kernel_overrides,
-                   cold: str) -> list[str]:
+                   cold: str, n_requests: int) -> list[str]:
     """Why one replica of ``sc`` runs uncompiled (empty: compiled); ScenarioError when
     ``sim.engine: compiled`` cannot be honoured."""
-    from servesim.engine.warm import compiled_ready, warm_in_background
+    from servesim.jit import compiled_ready
 
     why = engine_reasons(sc, custom_model=custom_model, on_iteration=on_iteration, user_policy=user is not None)
     if sc.sim.engine == "compiled" and why:
@@ -314,10 +324,13 @@ def python_reasons(sc: Scenario, *, custom_model: bool, on_iteration: bool, user
         why.append("kernels bound to Python callables")
     if sc.sim.engine == "python":
         why.append("sim.engine: python")
-    elif not why and sc.sim.engine == "auto" and cold == "python" and not compiled_ready():
-        building = warm_in_background()
-        why.append("the compiled engine is not built on this machine yet"
-                   + ("; building it in the background for the next runs" if building else ""))
+    elif not why and sc.sim.engine == "auto" and cold != "compile" and not compiled_ready():
+        if cold == "python":
+            why.append("the compiled engine is not built on this machine yet")
+        elif n_requests <= SMALL_RUN_REQUESTS:
+            why.append(f"the compiled engine is not built on this machine yet; {n_requests:,} requests run "
+                       f"sooner uncompiled than it compiles (1-2 min, once; runs over {SMALL_RUN_REQUESTS:,} "
+                       f"requests compile it)")
     return why
 
 
@@ -361,7 +374,7 @@ def _build_fleet(sc: Scenario, seed: int, workload, step_model, on_iteration, pr
         if k not in reasons:
             why = python_reasons(gsc, custom_model=step_model is not None and not isinstance(step_model, KernelModel),
                                  on_iteration=on_iteration is not None, user=user(gsc),
-                                 kernel_overrides=kernel_overrides, cold=cold)
+                                 kernel_overrides=kernel_overrides, cold=cold, n_requests=len(wl))
             reasons[k] = "; ".join(why) if why else None
         return reasons[k]
 

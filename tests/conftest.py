@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 
 import pytest
-
-# the test process compiles the engine when a test first needs it; no background builds beside it
-os.environ.setdefault("SERVESIM_BACKGROUND_WARM", "0")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

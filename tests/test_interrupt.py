@@ -163,7 +163,7 @@ BIG = merge(BASE, {"name": "big", "stop": {"requests": 2_000_000}, "engine": {"m
 def test_cli_ctrl_c_writes_partial_results(tmp_path, engine):
     """A real SIGINT to `servesim run` once the run is under way (after its header): exit 130,
     every file written, summary.json partial with consistent counts, one line saying so."""
-    from servesim.engine.warm import compiled_ready
+    from servesim.jit import compiled_ready
 
     if engine == "compiled" and not compiled_ready():
         pytest.skip("the compiled engine is not built on this machine (servesim warm)")

@@ -44,38 +44,45 @@ def test_pure_rebuilds_callees_and_applies_overrides(monkeypatch):
     assert ns["inner"] is inner  # the module itself is untouched
 
 
-def test_cache_folder_follows_the_install_and_the_files_stamps(tmp_path, monkeypatch):
-    """numba's own index keys by path and modification stamp: a copy elsewhere (a new venv) or a
-    touched file gets a folder of its own, so a READY marker never speaks for code numba will
-    recompile."""
+def test_cache_folder_follows_the_kernels_the_install_and_the_files_stamps(tmp_path, monkeypatch):
+    """numba's own cache checks only the compiled function's file, not those of the kernels it
+    inlined: the folder is keyed by every kernel module's bytes, so an edit anywhere compiles
+    anew. numba's index also keys by path and stamp: a copy elsewhere (a new venv) or a touched
+    file gets a folder of its own too, so :func:`compiled_ready` never speaks for code numba
+    would recompile."""
     import os
     import shutil
 
-    from servesim import kernel_cache as kc
+    pkg = jit._PKG
 
     def copy_to(root):
-        for rel in kc.KERNEL_MODULES:
+        for rel in jit.KERNEL_MODULES:
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(kc._PKG / rel, root / rel)
+            shutil.copy2(pkg / rel, root / rel)
         return root
 
     a, b = copy_to(tmp_path / "a"), copy_to(tmp_path / "b")
-    monkeypatch.setattr(kc, "_PKG", a)
-    h_a = kc._source_hash()
-    assert kc._source_hash() == h_a  # stable while nothing changes
-    monkeypatch.setattr(kc, "_PKG", b)
-    assert kc._source_hash() != h_a  # same bytes, another install
-    monkeypatch.setattr(kc, "_PKG", a)
-    st = os.stat(a / kc.KERNEL_MODULES[0])
-    os.utime(a / kc.KERNEL_MODULES[0], ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
-    assert kc._source_hash() != h_a  # touched: numba would recompile it
+    monkeypatch.setattr(jit, "_PKG", a)
+    h_a = jit._source_hash()
+    assert jit._source_hash() == h_a  # stable while nothing changes
+    inlined = a / "sched/parts.py"  # a module whose kernels the replica loop inlines
+    st = os.stat(inlined)
+    inlined.write_text(inlined.read_text() + "\n# an edit\n")
+    os.utime(inlined, ns=(st.st_atime_ns, st.st_mtime_ns))  # (same stamp: only the bytes differ)
+    assert jit._source_hash() != h_a  # edited: every kernel compiles anew
+    a = copy_to(tmp_path / "a")  # (the original bytes and stamps back)
+    assert jit._source_hash() == h_a
+    monkeypatch.setattr(jit, "_PKG", b)
+    assert jit._source_hash() != h_a  # same bytes, another install
+    monkeypatch.setattr(jit, "_PKG", a)
+    st = os.stat(a / jit.KERNEL_MODULES[0])
+    os.utime(a / jit.KERNEL_MODULES[0], ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert jit._source_hash() != h_a  # touched: numba would recompile it
 
 
 def test_unused_cache_folders_are_pruned(tmp_path, monkeypatch):
     import os
     import time
-
-    from servesim import kernel_cache as kc
 
     monkeypatch.setenv("SERVESIM_CACHE_DIR", str(tmp_path))
     root = tmp_path / "servesim-numba"
@@ -83,42 +90,34 @@ def test_unused_cache_folders_are_pruned(tmp_path, monkeypatch):
     for d in (old, recent):
         d.mkdir(parents=True)
         (d / "x.nbi").write_text("")
-    stale = time.time() - (kc.UNUSED_DAYS + 1) * 86400
+    stale = time.time() - (jit.UNUSED_DAYS + 1) * 86400
     os.utime(old, (stale, stale))
-    mine = kc._cache_dir()
+    mine = jit._cache_dir()
     assert mine.startswith(str(root)) and os.path.isdir(mine)
     assert not old.exists() and recent.exists()
 
 
-def test_a_warm_process_loads_the_cached_engine_without_numbas_registries():
-    """Loading cached kernels skips numba's refresh of every lowering it knows (the NumPy array
-    implementations among them: 0.2-0.4 s of a small run's start-up); the cached engine gives the
-    same result as in this process, and a function compiled afterwards in that process still finds
-    every implementation it needs (numba refreshes on compile)."""
-    import os
-    import subprocess
-    import sys
+def test_compiled_ready_reads_the_installed_numbas_cache_names(tmp_path, monkeypatch):
+    """``compiled_ready`` looks for numba's index file of the replica loop by its name
+    (``kernel.advance-<line>...nbi``); a numba that names its files otherwise must fail here,
+    not silently make every first run look cold. A function of that module and name, cached by
+    the installed numba into an empty folder: not ready before its first call, ready after."""
+    import importlib.util
 
-    from conftest import scenario
-    from servesim import simulate
+    import numba
 
-    sc = scenario(sim={"engine": "compiled"})
-    here = simulate(sc).table.t_finish.tolist()  # compiles into the shared cache if it is cold
-    code = ("import sys, json, numpy as np, numba\n"
-            "from conftest import scenario\n"
-            "from servesim import simulate\n"
-            "res = simulate(scenario(sim={'engine': 'compiled'}))\n"
-            "loaded = 'numba.np.arraymath' in sys.modules\n"
-            "f = numba.njit(lambda a, q, b: np.searchsorted(a, q, side='right') + np.dot(b, b))\n"
-            "print(json.dumps([loaded, res.table.t_finish.tolist(), float(f(np.arange(5.0), 2.5, np.ones(3)))]))\n")
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_JIT"}
-    env["PYTHONPATH"] = os.path.dirname(__file__) + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 0, out.stderr
-    loaded, there, value = __import__("json").loads(out.stdout.strip().splitlines()[-1])
-    assert loaded is False
-    assert there == here
-    assert value == 3.0 + 3.0
+    cache = tmp_path / "cache"
+    (tmp_path / "src").mkdir()
+    src = tmp_path / "src" / "kernel.py"  # the replica loop's module name (servesim/engine/kernel.py)
+    src.write_text("import numba\n\n\n@numba.njit(cache=True)\ndef advance(x):\n    return x + 1\n")
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(cache))  # (read when a function is decorated)
+    monkeypatch.setattr(jit, "CACHE_DIR", str(cache))
+    spec = importlib.util.spec_from_file_location("servesim_test_cache_names.kernel", src)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert not jit.compiled_ready()
+    assert mod.advance(1) == 2  # compiles and writes numba's index
+    assert jit.compiled_ready()
 
 
 @pytest.mark.parametrize("dtype", ["int64", "float64"])

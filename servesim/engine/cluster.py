@@ -65,8 +65,6 @@ class Fleet:
     ``scalars``: every engine's scalar record in one array (compiled engines), so the router's
     loads are read in one vectorized step; engines of a replica are consecutive."""
 
-    ahead_of_time = False  # a fleet runs the JIT-compiled engine or the Python one (servesim/aot.py)
-
     def __init__(self, engines: list[Engine], replicas: list[list[int]], router: Router, inbox: FleetInbox,
                  table, *, closed: bool, delay_in: float = 0.0, delay_out: float = 0.0, warmup_id: int = -1,
                  progress: Callable[[int], None] | None = None, scalars: np.ndarray | None = None):

@@ -34,9 +34,7 @@ from typing import Callable
 
 import numpy as np
 
-from servesim import aot, jit
 from servesim.engine import kernel as K
-from servesim.engine.warm import mark_ready
 from servesim.jit import pure
 from servesim.kv import kernels as kvk
 from servesim.perf import kernels as pk
@@ -147,7 +145,6 @@ class Replica:
 
     stop_on_interrupt = False
     interrupted = False
-    ahead_of_time = False  # the loop is the ahead-of-time module's (servesim/aot.py)
     scalars = None  # the state's scalar records (``st.s`` as an array), set by engine.build
 
     def __init__(self, cfg, st, kv, tab, recorder, *, kv_object=None, model_object=None,
@@ -160,13 +157,7 @@ class Replica:
                            **(hook_overrides(on_iteration) if on_iteration is not None else {}), **(user_parts or {})}
         why = [force_python] if force_python else []  # (the builder names every Python piece: simulate.engine_reasons)
         assert why or not overrides, "Python pieces bound without a reason for the Python engine"
-        aot_advance = None
-        if jit.PLAIN and not why:  # numba is not loaded: the ahead-of-time engine, or Python
-            aot_advance, reason = (None, "a fleet's replica") if cfg.routed else aot.entry(cfg, st, kv, tab)
-            if aot_advance is None:
-                why.append(reason)
         self.record = st.s
-        self.ahead_of_time = aot_advance is not None
         if why:
             self.path = "python"
             self.why = ", ".join(why)
@@ -177,11 +168,11 @@ class Replica:
         else:
             self.path = "compiled"
             self.why = ""
-            self._advance = aot_advance or K.advance
+            self._advance = K.advance
         self.st = st  # the arrays, as Python sees them
-        jitted = self.path == "compiled" and not self.ahead_of_time
-        self.kst = compiled_state(st) if jitted else st  # as the kernel sees them
-        self.kkv = kvk.compiled_kv(kv) if jitted else kv
+        compiled = self.path == "compiled"
+        self.kst = compiled_state(st) if compiled else st  # as the kernel sees them
+        self.kkv = kvk.compiled_kv(kv) if compiled else kv
         recorder.itl_from = float(st.s.itl_from)
 
     @property
@@ -262,8 +253,6 @@ class Replica:
         s.swap_outs = 0
         if isinstance(s, ScalarsMirror):
             s.sync(self.record)
-        else:
-            mark_ready()  # the compiled engine ran: it is in the disk cache
         if self.progress is not None:
             self.progress(self.ended)
 

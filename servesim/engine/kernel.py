@@ -54,14 +54,13 @@ from servesim.kv.kernels import (
     kv_free,
     kv_step_usage,
     kv_used_blocks,
-    make_kv_ref,
 )
 from servesim.perf.kernels import decode_seconds, iteration_seconds
 from servesim.request import FINISHED, RUNNING
 from servesim.sched.parts import kv_stable_steps
 from servesim.sched.policies import decode_steps_done, schedule
 from servesim.sched.queues import n_queued, num_waiting
-from servesim.sched.state import ONE, ZERO, make_state_ref, set_causes
+from servesim.sched.state import ONE, ZERO, set_causes
 
 PER_STEP = np.int64(-1)  # record(): blocks in use from st.used, step by step
 
@@ -414,15 +413,6 @@ def advance(cfg, st, kv, tab, until):
             return UNTIL
         st.s.idle = 0
         st.s.now = t_next
-
-
-@kernel
-def advance_tuples(cfg, st, kv, tab, until):
-    """:func:`advance` over the state and pool as NamedTuples: the entry point of the
-    ahead-of-time engine (servesim/aot.py), whose compiled module takes arrays and tuples from
-    Python but no StructRef (those need numba's Python side to cross). The pointers are built
-    at each call, over the same arrays, for a few microseconds per return to Python."""
-    return advance(cfg, make_state_ref(*st), make_kv_ref(*kv), tab, until)
 
 
 # ------------------------------------------------------------------- one engine, one pointer

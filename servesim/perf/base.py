@@ -87,15 +87,9 @@ class KernelCalls:
     """``predict`` / ``predict_decode_run`` of a built-in model: the kernels on its tables."""
 
     def __init__(self, tab):
-        from servesim import jit
-
-        self.tab = tab
-        if jit.PLAIN:  # no numba in this process: the kernels as Python (a header's few predictions)
-            k = _kernels()
-            self._iteration, self._decode = k.iteration_seconds, k.decode_seconds
-            return
         from numba import typeof
 
+        self.tab = tab
         self._iteration, self._decode = _entry_points(typeof(tab))
 
     def iteration(self, new_tokens, context) -> float:

@@ -36,8 +36,7 @@ def print_header(console: Console, built) -> None:
                   f"max_model_len {sc.max_model_len}")
     _step_line(say, sc, built.model.describe())
     rep = built.replica
-    ahead = " (compiled ahead of time)" if rep.ahead_of_time else ""
-    say(f"simulator {rep.path} engine{ahead}" + (f" -- {rep.why}" if rep.why else ""))
+    say(f"simulator {rep.path} engine" + (f" -- {rep.why}" if rep.why else ""))
     w = built.workload
     wc = sc.workload
     for note in getattr(sc, "load_notes", ()):
