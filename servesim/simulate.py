@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 import simpy
 
+from servesim.engine.waits import close_open_waits
 from servesim.errors import ScenarioError
 from servesim.memory import MemoryPlan, plan_memory
 from servesim.metrics.collect import Recorder
@@ -456,6 +457,8 @@ def run_built(b: Built, seed: int | None = None) -> Result:
     specs = stream_specs(sc, b.workload)
     sim_time = b.replica.now
     b.table.end_s = sim_time
+    for st in ([e.rep.st for e in engines] if engines else [b.replica.st]):
+        close_open_waits(st, sim_time)  # requests still waiting: blocked seconds up to the end
     if not sim_time <= MAX_SECONDS:  # (a closed loop's arrivals are decided during the run)
         raise ScenarioError(f"the run reached simulated time {sim_time:.4g} s; {TIME_BOUND_WHY} (shorten the run: "
                             f"stop.requests, stop.duration_s, think times)")

@@ -226,3 +226,41 @@ def test_a_closed_loops_unsent_requests_are_not_rows(tmp_path):
 
     frame = simulate(scenario_from_dict(raw)).requests
     assert len(frame) == len(req) and frame["arrival_s"].notna().all()
+
+
+# ------------------------------------------- 8: blocked seconds of requests still waiting
+BLOCKED = [f"blocked_{c}_s" for c in ("kv_blocks", "token_budget", "batch_slots", "higher_class", "static_batch",
+                                      "tier_transfer", "preempted", "iteration")]
+
+
+@pytest.mark.parametrize("fleet", [False, True])
+def test_requests_waiting_at_a_duration_stop_report_their_blocked_seconds(tmp_path, fleet):
+    """Requests still waiting at a duration stop had no blocked seconds in requests.parquet
+    after seconds of waiting (their rows were left open: the clocks settle at admission). Now
+    a never-admitted request's causes sum to end - arrival, and one preempted back to waiting
+    shows its preempted seconds; the summary's blockage (finished requests) is unchanged."""
+    import pandas as pd
+
+    raw = {**MIX, "stop": {"duration_s": 4.0},
+           "engine": {"scheduler": "vllm", "max_num_seqs": 3, "num_gpu_blocks_override": 24, "block_size": 16},
+           "step_time": {"model": "constant", "seconds": 0.02},
+           "workload": {"arrival": {"process": "poisson", "rate": 12.0},
+                        "prompt": {"dist": "uniform", "min": 20, "max": 120},
+                        "output": {"dist": "uniform", "min": 40, "max": 150}}}
+    if fleet:
+        raw["cluster"] = {"router": "round-robin", "groups": [{"replicas": 2}]}
+    code, crash, out, err = _run_raw(tmp_path, raw)
+    assert code == 0 and crash is None, err
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    end = summary["sim_time_s"]
+    req = pd.read_parquet(tmp_path / "out" / "requests.parquet")
+    waiting = req[req["status"] == "waiting"]
+    fresh = waiting[waiting["preemptions"] == 0]
+    again = waiting[waiting["preemptions"] > 0]
+    assert len(fresh) > 5 and len(again) > 0, req["status"].value_counts()  # the cases are there
+    assert waiting[BLOCKED].notna().all().all()
+    waited = end - fresh["arrival_s"]
+    assert np.allclose(fresh[BLOCKED].sum(axis=1), waited, rtol=1e-9, atol=1e-9), (fresh[BLOCKED].sum(axis=1) - waited)
+    assert (fresh[BLOCKED] >= -1e-12).all().all()
+    assert (again["blocked_preempted_s"] > 0).all()
+    assert (again[BLOCKED].sum(axis=1) <= end - again["arrival_s"] + 1e-9).all()

@@ -24,7 +24,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
-from servesim.request import FINISHED, PENDING, REJECTED, Reject, RequestTable
+from servesim.request import FINISHED, PENDING, REJECTED, WAITING, Reject, RequestTable
 from servesim.metrics.by_class import (GlobalSLO, Groups, GroupStats, class_groups, slo_per_group, stream_groups,
                                        update_good)
 from servesim.metrics.collect import Recorder
@@ -88,13 +88,15 @@ def request_columns(req: RequestTable, lo: int = 0, hi: int | None = None,
         "queue_s": req.t_first_sched[sl] - arrival,
         "preemptions": req.preemptions[sl],
     }
-    settled = ~np.isnan(req.t_first_sched[sl])
+    ended = req.end_s is not None  # the run closed the waits still open at its end (engine/waits.py)
+    settled = ~np.isnan(req.t_first_sched[sl]) | (ended & (status == WAITING))
     blocked = req.blocked[sl]
     for c in range(NUM_CAUSES):
         col = np.where(settled, blocked[:, c], np.nan)
         if c == Cause.PREEMPTED:
             col = np.where(req.preemptions[sl] > 0, blocked[:, c], 0.0)
-            col = np.where(status == 1, np.nan, col)  # still waiting after a preemption
+            if not ended:
+                col = np.where(status == WAITING, np.nan, col)  # still waiting after a preemption
         cols[f"blocked_{CAUSE_NAMES[c]}_s"] = col
     if req.replica is not None:  # a fleet's run
         cols["replica"] = req.replica[sl]
