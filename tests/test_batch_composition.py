@@ -3,7 +3,8 @@
 With a constant step time ``c``, every iteration lasts exactly ``c``, so the time integral of a
 per-iteration token count is ``c`` times its sum over iterations: the prefill integral must be
 ``c`` x (every prompt token computed, recomputation included) and the decode integral ``c`` x
-(every output token after the first). Checked on both engines, single stepping and the fast path,
+(every output token after the first; with multi-step bursts, plus the tokens computed past a
+finish and discarded). Checked on both engines, single stepping and the fast path,
 multi-step bursts, chunked prefill and recompute preemptions.
 """
 
@@ -50,7 +51,15 @@ def test_prefill_and_decode_tokens_add_up(case, fast, engine):
     prefill, decode = _integrals(res)
     assert r["preemptions"].sum() == 0
     assert prefill == pytest.approx(float(r["prompt_tokens"].sum()), rel=1e-9)
-    assert decode == pytest.approx(float((r["output_tokens"] - 1).sum()), rel=1e-9)
+    useful = float((r["output_tokens"] - 1).sum())
+    if case == "multistep":
+        # vLLM 0.6 bursts run all their steps: a request that finishes inside one keeps decoding
+        # (tokens discarded) to its end, at most k - 1 = 3 tokens per request (exact timeline:
+        # tests/test_sched_golden.py::test_vllm_0_6_multi_step_golden_timeline)
+        extra = decode - useful
+        assert extra == pytest.approx(round(extra), abs=1e-6) and 0 < round(extra) <= 3 * len(r)
+        return
+    assert decode == pytest.approx(useful, rel=1e-9)
 
 
 def test_recomputation_counts_as_prefill():

@@ -200,19 +200,67 @@ def test_vllm_swap_space_exhausted_falls_back_to_recompute(fast_path):
 @pytest.mark.parametrize("fast_path", FAST)
 def test_vllm_multi_step_bursts(fast_path):
     """num_scheduler_steps 4: r1 arrives at 15 ms but joins only at the burst boundary (50 ms);
-    r0's four burst tokens reach the client together."""
+    r0's four burst tokens reach the client together. r1's last burst runs its 4 steps for the
+    one token it needs (vLLM 0.6's fixed bursts: the 3 after its finish are discarded)."""
     sc = sim(fast_path, num_scheduler_steps=4)
     res, trace = run_traced(sc, [Request(0.0, 4, 6), Request(0.015, 4, 2)])
     assert trace == [
         (0.00, 0.01, {0: 4}),
         (0.01, 0.02, {0: 1}), (0.02, 0.03, {0: 1}), (0.03, 0.04, {0: 1}), (0.04, 0.05, {0: 1}),
         (0.05, 0.06, {0: 1, 1: 4}),
-        (0.06, 0.07, {1: 1}),
+        (0.06, 0.07, {1: 1}), (0.07, 0.08, {1: 1}), (0.08, 0.09, {1: 1}), (0.09, 0.10, {1: 1}),
     ]
     df = res.requests.set_index("id")
     np.testing.assert_allclose(df.loc[1, "blocked_iteration_s"], 0.035, atol=1e-12)
+    np.testing.assert_allclose(df.finish_s, [0.06, 0.10], atol=1e-12)
     itl = res.summary["latency_s"]["itl"]
     assert itl["p999"] == pytest.approx(0.04, rel=0.01)  # the burst's tokens arrive 40 ms after the previous
+
+
+@pytest.mark.parametrize("fast_path", FAST)
+def test_vllm_0_6_multi_step_golden_timeline(fast_path):
+    """vLLM 0.6 multi-step, derived by hand from its source (v0.6.x):
+
+    * LLMEngine.step (vllm/engine/llm_engine.py) calls the scheduler only when the batch has no
+      remaining steps: a decode burst runs all ``num_scheduler_steps`` steps with the batch it
+      started with; a prefill batch runs one step (Scheduler: num_lookahead_slots 0 for prompts).
+    * Outputs are returned only at a burst's last step (the "Multi-step case" returns no request
+      outputs before; worker/multi_step_model_runner.py pythonizes the steps' tokens then): a
+      streaming client receives a burst's tokens together at its end.
+    * MultiStepOutputProcessor._process_seq_outputs (engine/output_processor/multi_step.py)
+      truncates a burst's tokens at max_tokens and frees the finished sequence after the burst:
+      a request that finishes inside it keeps its slot and KV (the lookahead slots the scheduler
+      reserved) to the end, and the tokens past its finish are discarded.
+
+    k = 4, 10 ms steps. r0 (3 tokens) and r1 (6) prefill together; r2 (2 tokens) arrives at 20 ms::
+
+        0   10        20   30   40   50        60   70   80   90  100 ms
+        |r0 r1 pf|r0 r1|r0 r1|r0 r1|r0 r1|r1 + r2 pf|r2  |r2  |r2  |r2  |
+                  └ burst 1: r0 done after 2 ┘            └ burst 2: r2 done after 1 ┘
+                    steps, kept to the end               (3 tokens discarded)
+    """
+    sc = sim(fast_path, num_scheduler_steps=4)
+    res, trace = run_traced(sc, [Request(0.0, 16, 3), Request(0.0, 16, 6), Request(0.02, 16, 2)])
+    assert trace == [
+        (0.00, 0.01, {0: 16, 1: 16}),  # prefill: one step; both first tokens at 10 ms
+        (0.01, 0.02, {0: 1, 1: 1}), (0.02, 0.03, {0: 1, 1: 1}),  # burst 1: r0's last token at step 2,
+        (0.03, 0.04, {0: 1, 1: 1}), (0.04, 0.05, {0: 1, 1: 1}),  # but it runs all 4 (2 discarded)
+        (0.05, 0.06, {1: 1, 2: 16}),  # r2 (waiting since 20 ms) joins at the boundary; r1's 6th token
+        (0.06, 0.07, {2: 1}), (0.07, 0.08, {2: 1}), (0.08, 0.09, {2: 1}), (0.09, 0.10, {2: 1}),
+    ]
+    df = res.requests.set_index("id")
+    np.testing.assert_allclose(df.ttft_s, [0.01, 0.01, 0.04], atol=1e-12)
+    # a request ends (and its client gets its last tokens) when its burst ends
+    np.testing.assert_allclose(df.finish_s, [0.05, 0.06, 0.10], atol=1e-12)
+    np.testing.assert_allclose(df.tpot_s, [0.02, 0.01, 0.04], atol=1e-12)
+    np.testing.assert_allclose(df.loc[2, "blocked_iteration_s"], 0.03, atol=1e-12)
+    assert df.output_tokens.tolist() == [3, 6, 2]
+    # the gaps a streaming client sees: r0 40 ms then 0 (its 2 burst tokens together); r1 40 ms,
+    # 0, 0, 0, then 10 ms; r2 40 ms: 8 gaps summing to 130 ms
+    itl = res.summary["latency_s"]["itl"]
+    assert itl["count"] == 8
+    assert itl["mean"] == pytest.approx(0.13 / 8, abs=1e-12)
+    assert itl["max"] == pytest.approx(0.04, abs=1e-12)
 
 
 # ---------------------------------------------------------------------------------- priority

@@ -258,7 +258,8 @@ def outstanding_work(cfg, st, t):
     """Tokens still to compute for every request this replica holds at time ``t`` (running,
     waiting, fetching, routed here and not yet pulled): ``prompt + output - computed`` each --
     prefill and decode work left, a preempted request's recomputation included. Steps of a
-    decode run under way that ended by ``t`` count as done (no request finishes inside a run)."""
+    decode run under way that ended by ``t`` count as done (a request that finishes inside a
+    multi-step burst counts only the tokens it still needed)."""
     w = np.int64(0)
     for i in range(st.s.run_len):
         r = st.run[i]
@@ -277,6 +278,9 @@ def outstanding_work(cfg, st, t):
             w += np.int64(st.prompt[r]) + np.int64(st.output[r]) - np.int64(st.computed[r])
             r = st.in_next[r]
     if st.s.inflight == INFLIGHT_RUN:
-        done = bisect_right(st.ends[:st.s.run_k], t)
-        w -= np.int64(done) * st.s.b_len
+        done = np.int64(bisect_right(st.ends[:st.s.run_k], t))
+        for i in range(st.s.b_len):  # (a multi-step burst's finished requests compute no more work)
+            r = st.b_ids[i]
+            rem = np.int64(st.output[r]) - np.int64(st.num_output[r])
+            w -= done if done < rem else rem
     return w

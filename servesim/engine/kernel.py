@@ -20,6 +20,11 @@ call, end times from a sequential sum (the same float additions single steps do)
 per-request effect is applied in bulk. Single stepping is the same code with ``k = 1``; a
 property test holds both equal.
 
+A multi-step burst (``num_scheduler_steps`` k > 1, vLLM 0.6) is planned the same way whether the
+fast path is on or not: always k steps (only the KV pool can cut it), which arrivals and finishes
+do not cut; a request that finishes inside it keeps its slot and KV to the burst's end and its
+tokens past the finish are discarded; every token of the burst reaches the client at its end.
+
 Steppable: ``advance(until)`` commits exactly the iterations that end by ``until`` and leaves the
 replica at its last iteration boundary (or idle), so its observable state is its state at
 ``until``; requests that arrive later are added to its inbox and pulled at the next boundary. A
@@ -142,10 +147,14 @@ def plan_decode_run(cfg, st, kv, tab, until):
         if rem < rem_min:
             rem_min = rem
         ctx_sum += st.computed[r]
-    burst = st.s.b_steps > 1  # multi-step: a fixed burst that arrivals cannot cut
+    burst = st.s.b_steps > 1  # multi-step: a fixed burst that arrivals and finishes cannot cut
     k_max = 1
     if burst:
-        k_max = rem_min if rem_min < st.s.b_steps else st.s.b_steps
+        # vLLM 0.6 runs every burst for all its steps (LLMEngine.step skips the scheduler while
+        # the batch has remaining steps, vllm/engine/llm_engine.py): a request that finishes
+        # inside it keeps its slot and KV, and its tokens past the finish are discarded
+        # (output_processor/multi_step.py). Only the KV pool can cut it (docs/schedulers.md).
+        k_max = st.s.b_steps
     elif cfg.fast and st.s.b_stable and st.s.extra == 0.0:
         run_cap = st.ends.shape[0] - 1  # the per-step scratch arrays bound a run
         k_max = rem_min if rem_min < run_cap else run_cap
@@ -194,17 +203,23 @@ def commit_decode_run(cfg, st, kv, k):
         on_iteration(t0 if j == 0 else st.ends[j - 1], st.ends[j], st.b_ids, st.b_new, nb)
     kv_step_usage(kv, st.computed, st.run, st.s.run_len, st.b_ids, st.b_new, nb, k, st.used, st.frag)
     rem_min = np.int64(st.output[st.b_ids[0]]) - st.num_output[st.b_ids[0]]
+    kept = np.int64(0)  # tokens the clients keep beyond each request's first of the run
     for i in range(nb):
         r = st.b_ids[i]
         rem = np.int64(st.output[r]) - st.num_output[r]
         if rem < rem_min:
             rem_min = rem
-        st.computed[r] += k
-        st.num_output[r] += k
+        got = k if k < rem else rem  # a burst's tokens past a finish are discarded
+        kept += got - 1
+        st.computed[r] += k  # (their KV was written all the same; freed when the burst ends)
+        st.num_output[r] += got
     kv_commit_decodes(kv, st.computed, st.b_ids, nb)
     if not burst:
         decode_steps_done(cfg, st, k)
-    deliver = t_end if burst else st.ends[0]  # tokens reach clients per step, or per burst
+    # tokens reach clients per step, or all of a burst's at its end (vLLM 0.6 processes a burst's
+    # outputs at its last step: llm_engine.py returns no outputs while steps remain, and
+    # worker/multi_step_model_runner.py pythonizes the steps' tokens then)
+    deliver = t_end if burst else st.ends[0]
     n_regular = 0
     n_last_chunk = 0
     for i in range(nb):
@@ -224,12 +239,12 @@ def commit_decode_run(cfg, st, kv, k):
         if t_end >= st.s.itl_from:
             if n_regular > 0:
                 itl_add(st, t_end - t0, n_regular)
-            if (k - 1) * nb > 0:
-                itl_add(st, 0.0, (k - 1) * nb)
+            if kept > 0:  # the rest of each request's tokens arrive with its first: gaps of 0
+                itl_add(st, 0.0, kept)
     else:
         record(st, t0, k, PER_STEP, nb, n_last_chunk, n_regular, nb, waiting)
     st.s.now = t_end
-    if k == rem_min:
+    if k >= rem_min:
         done = np.empty(nb, dtype=np.int64)
         nd = 0
         for i in range(nb):
