@@ -20,7 +20,7 @@ import os
 import yaml
 from pydantic import BaseModel
 
-from servesim.scenario import Scenario
+from servesim.scenario import ModelRefConfig, Scenario
 from servesim.version import __version__
 from servesim.config.traces import LengthsConfig, ServeGenArrivalConfig, TraceConfig
 from servesim.workload.trace_readers import resolve_path
@@ -72,6 +72,8 @@ def _absolute_paths(model: BaseModel, data: dict, base_dir: str) -> None:
         data["file"] = os.path.abspath(resolve_path(model.file, base_dir))
     if isinstance(model, ServeGenArrivalConfig):
         data["dir"] = os.path.abspath(resolve_path(model.dir, base_dir))
+    if isinstance(model, ModelRefConfig) and model.config is not None:
+        data["config"] = os.path.abspath(resolve_path(model.config, base_dir))
     for name, info in type(model).model_fields.items():
         value = getattr(model, name)
         key = info.alias or name

@@ -20,7 +20,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, Discriminator, Field, PrivateAttr, Tag, ValidationError, field_validator,
+                      model_validator)
 
 from servesim.config.cluster import ClusterConfig, LinkConfig
 from servesim.config.dynamics import ProcessPath, RateScheduleConfig
@@ -40,7 +41,8 @@ from servesim.fields import (
 from servesim.policy_catalog import ENGINE_KNOBS, POLICIES, policy_names, read_options
 from servesim.config.engines import PRESET_NAMES, canonical, engine_rules
 from servesim.config.kv import KVConfig, TierConfig
-from servesim.models import MODELS, ModelShape
+from servesim.hardware import GPUS
+from servesim.models import KV_CACHE_DTYPES, MODELS, WEIGHT_FORMATS, ConfigError, ModelShape, shape_from_file, with_precision
 from servesim.yamltext import YamlDataError, load_yaml
 from servesim.config.dists import (  # noqa: F401 (re-exported: scenario's public types)
     ExponentialDist,
@@ -102,7 +104,7 @@ class StopConfig(Frozen):
 
 
 # ---------------------------------------------------------------------------------- hardware
-GpuName = Literal["a100-80g", "h100-80g", "h200"]
+GpuName = Literal[tuple(sorted(GPUS))]  # type: ignore[valid-type]  # the registry (servesim/hardware.py)
 
 
 class HardwareConfig(Frozen):
@@ -141,6 +143,10 @@ class HardwareConfig(Frozen):
 
 
 # ------------------------------------------------------------------------------------- model
+QuantizationName = Literal[tuple(WEIGHT_FORMATS)]  # type: ignore[valid-type]
+KVCacheDtype = Literal[tuple(KV_CACHE_DTYPES)]  # type: ignore[valid-type]
+
+
 class ModelShapeConfig(Frozen):
     """An inline model shape, for models that are not built in."""
 
@@ -154,6 +160,7 @@ class ModelShapeConfig(Frozen):
     vocab_size: Annotated[int, Field(ge=1, le=1 << 24)]
     max_model_len: TokenCount = 8192  # the model's context limit (engine.max_model_len may lower it)
     tie_word_embeddings: bool = False  # the output head shares the embedding's weights (memory)
+    quantization: QuantizationName = "none"  # weight format (vLLM --quantization; docs/models.md)
 
     @model_validator(mode="after")
     def _heads(self) -> "ModelShapeConfig":
@@ -167,6 +174,36 @@ class ModelShapeConfig(Frozen):
 
 
 ModelName = Literal[tuple(sorted(MODELS))]  # type: ignore[valid-type]
+
+
+class ModelRefConfig(Frozen):
+    """A model from the shipped library (``name``) or a Hugging Face ``config.json`` of your own
+    (``config``: the file, or a folder holding it; relative to the scenario file), served in a
+    weight format (``quantization``, vLLM's names; default: the checkpoint's, as vLLM does)."""
+
+    name: Optional[ModelName] = None  # type: ignore[valid-type]  # a library model (docs/models.md)
+    config: Optional[Annotated[str, Field(min_length=1, max_length=4096)]] = None  # a config.json (read offline)
+    quantization: Optional[QuantizationName] = None  # none, fp8, int8, awq, gptq, mxfp4 (default: checkpoint's)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ModelRefConfig":
+        if (self.name is None) == (self.config is None):
+            raise ValueError("model: give exactly one of name (a library model) or config (a config.json path)")
+        return self
+
+
+def _model_kind(v: Any) -> str:
+    """Which form a ``model:`` value takes: a mapping with ``num_layers`` is an inline shape, any
+    other mapping a reference (so each form's own errors are reported, not the other's)."""
+    if isinstance(v, (dict, ModelShapeConfig, ModelRefConfig)):
+        shape = isinstance(v, ModelShapeConfig) or (isinstance(v, dict) and "num_layers" in v)
+        return "ModelShapeConfig" if shape else "ModelRefConfig"
+    return "Literal-name"
+
+
+ModelField = Annotated[Union[Annotated[ModelName, Tag("Literal-name")],  # type: ignore[valid-type]
+                             Annotated[ModelRefConfig, Tag("ModelRefConfig")],
+                             Annotated[ModelShapeConfig, Tag("ModelShapeConfig")]], Discriminator(_model_kind)]
 
 
 # ------------------------------------------------------------------------------------ engine
@@ -213,6 +250,8 @@ class EngineConfig(Frozen):
     kv_allocator: Literal["paged", "static", "elastic"] = "paged"
     enable_prefix_caching: bool = False
     prefix_cache_eviction: Literal["lru", "priority"] = "lru"
+    # KV-cache precision (vLLM --kv-cache-dtype): auto = the model dtype; fp8 halves KV bytes (docs/models.md)
+    kv_cache_dtype: KVCacheDtype = "auto"  # type: ignore[valid-type]
     kv: KVConfig = KVConfig()
 
 
@@ -358,12 +397,13 @@ class Scenario(Frozen):
     _engine_notes: tuple[str, ...] = PrivateAttr(default=())
     _groups: tuple = PrivateAttr(default=())
     _placement: Any = PrivateAttr(default=None)
+    _shape: Any = PrivateAttr(default=None)
     name: str = "scenario"  # labels the outputs (out/<name>/ by default)
     seed: Seed = 0  # every random stream derives from it
     stop: StopConfig = StopConfig(requests=1000)  # when the run ends
     hardware: HardwareConfig = HardwareConfig()  # GPUs and parallelism
-    # a built-in model by name, or an inline shape
-    model: Union[ModelName, ModelShapeConfig] = "llama-3-8b"  # type: ignore[valid-type]
+    # a library model by name; {name | config: path to a config.json, quantization}; or an inline shape
+    model: ModelField = "llama-3-8b"  # type: ignore[valid-type]
     engine: EngineConfig = EngineConfig()  # scheduler and engine knobs (vLLM / SGLang names)
     step_time: StepTimeConfig = AutoStepConfig(model="auto")  # how long an iteration takes (pack if one exists)
     workload: WorkloadConfig = WorkloadConfig()  # where requests come from
@@ -472,9 +512,18 @@ class Scenario(Frozen):
 
     @property
     def model_shape(self) -> ModelShape:
-        if isinstance(self.model, str):
-            return MODELS[self.model]
-        return self.model.shape()
+        """The model served: its shape in its weight format and engine.kv_cache_dtype."""
+        if self._shape is None:
+            m = self.model
+            if isinstance(m, str):
+                shape = MODELS[m]
+            elif isinstance(m, ModelShapeConfig):
+                shape = m.shape()
+            else:
+                shape = MODELS[m.name] if m.name is not None else _read_model_config(m.config, self.base_dir)
+                shape = with_precision(shape, m.quantization)
+            self._shape = with_precision(shape, kv_cache_dtype=self.engine.kv_cache_dtype)
+        return self._shape
 
     @property
     def chunks_prefill(self) -> bool:
@@ -570,6 +619,13 @@ class Scenario(Frozen):
                 raise ValueError(f"step_time.fit {st.fit!r} is a pack of {gpu}, but hardware.gpu is "
                                  f"{self.hardware.gpu!r}: fit to a pack of the GPU simulated, "
                                  f"e.g. fit: {self.hardware.gpu}/<model>")
+        return self
+
+    @model_validator(mode="after")
+    def _model_resolves(self) -> "Scenario":
+        """A config.json is read (offline) when the scenario is built: a bad one is a load error."""
+        self._shape = None
+        _ = self.model_shape
         return self
 
     @model_validator(mode="after")
@@ -756,6 +812,16 @@ class ReplicaGroup:
     __hash__ = None  # equality by value, and no use as a key
 
 
+def _read_model_config(path: str, base_dir: str) -> ModelShape:
+    p = Path(path).expanduser()
+    if not p.is_absolute():
+        p = Path(base_dir) / p
+    try:
+        return shape_from_file(p)
+    except ConfigError as e:
+        raise ValueError(f"model.config = {path!r}: {e}") from None
+
+
 def _tp_fits(shape: ModelShape, tp: int) -> bool:
     kv = shape.num_kv_heads
     return shape.num_heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
@@ -774,7 +840,7 @@ def _format_loc(loc: tuple) -> str:
         if isinstance(p, int):
             parts.append(f"[{p}]")
         elif p in ("function-after", "function-before", "int", "float", "str", "list", "bool") or "[" in str(p) \
-                or str(p).startswith(("Literal", "union", "ModelShape", "Fixed", "Normal")):
+                or str(p).startswith(("Literal", "union", "ModelShape", "ModelRef", "Fixed", "Normal")):
             continue  # pydantic's internal union/validator branch labels
         else:
             parts.append(("." if parts else "") + str(p))

@@ -487,6 +487,7 @@ def run_built(b: Built, seed: int | None = None) -> Result:
         from servesim.engine.processes import processes_summary
 
         summary["processes"] = processes_summary(b.handle, b.processes)
+    summary["model"] = sc.model_shape.summary(sc.tp, sc.pp)  # params, active params, kv_bytes_per_token
     resolved_text, summary["resolved_scenario"] = resolved_info(sc, seed)
     return Result(sc, summary, b.table, rec, memory, b.model.describe(), b.workload.notes,
                   request_labels(b.table, specs), resolved_text,

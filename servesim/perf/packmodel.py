@@ -340,7 +340,7 @@ def _tail(curve: Curve) -> tuple[float, float, float]:
 
 
 # the sources a built model derives from, besides its pack's two files (they key the disk memo)
-_MODEL_CODE = ("models.py", "hardware.py", "perf/base.py", "perf/pack.py", "perf/packmodel.py", "perf/packtables.py")
+_MODEL_CODE = ("models/shape.py", "models/precision.py", "hardware.py", "perf/base.py", "perf/pack.py", "perf/packmodel.py", "perf/packtables.py")
 
 
 @lru_cache(maxsize=32)

@@ -22,8 +22,7 @@ def print_header(console: Console, built) -> None:
 
     hw, e, shape = sc.hardware, sc.engine, sc.model_shape
     console.rule(f"[bold]servesim[/] · {escape(sc.name)}")
-    say(f"model     {shape.name}: {shape.num_layers} layers, hidden {shape.hidden_size}, "
-                  f"heads {shape.num_heads}/{shape.num_kv_heads} kv, {shape.num_params() / 1e9:.2f} B params")
+    say(f"model     {shape.headline()}")
     if sc.is_fleet:
         _fleet_header(say, built)
     else:

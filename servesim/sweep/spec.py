@@ -95,6 +95,7 @@ def input_files(sc: Scenario) -> list[Path]:
     """Every data file (or ServeGen folder) ``sc`` names, absolute, found through its config
     models (servesim/config/traces.py), plus the calibration packs its step-time models read."""
     from servesim.config.traces import LengthsConfig, ServeGenArrivalConfig, TraceConfig
+    from servesim.scenario import ModelRefConfig
     from servesim.workload.trace_readers import resolve_path
     from pydantic import BaseModel
 
@@ -105,6 +106,9 @@ def input_files(sc: Scenario) -> list[Path]:
             found.append(resolve_path(x.file, sc.base_dir).absolute())
         elif isinstance(x, ServeGenArrivalConfig):
             found.append(resolve_path(x.dir, sc.base_dir).absolute())
+        elif isinstance(x, ModelRefConfig) and x.config is not None:
+            p = resolve_path(x.config, sc.base_dir).absolute()
+            found.append(p / "config.json" if p.is_dir() else p)
         if isinstance(x, BaseModel):
             for name in type(x).model_fields:
                 walk(getattr(x, name))

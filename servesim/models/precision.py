@@ -1,0 +1,60 @@
+"""Precisions a model is served in, with vLLM's names: one registry of weight formats
+(``--quantization``) and KV-cache dtypes (``--kv-cache-dtype``).
+
+A weight format says how many bytes one quantized parameter takes (scales included) and how its
+GEMMs compute (``gemm``): at the model dtype's tensor-core rate (``bf16``), at the FP8 or INT8
+rate (activations quantized too: W8A8), or as a weight-only ``w4a16`` kernel that dequantizes
+4-bit weights to 16 bits in registers before 16-bit tensor-core math (vLLM's Marlin kernels for
+AWQ, GPTQ and, on Hopper, MXFP4). Where a GPU has no FP8 tensor cores (Ampere), vLLM runs FP8
+checkpoints weight-only (FP8 Marlin): ``gemm`` falls back to ``w8a16``.
+
+Sources (vLLM v0.10 documentation, docs/features/quantization/): fp8.md (per-tensor/channel
+scales, W8A8 on compute capability >= 8.9, weight-only Marlin below), int8.md (W8A8 INT8),
+auto_awq.md and gptq.md (4-bit weights, group size 128: one fp16 scale and one 4-bit zero point
+per 128 weights), and the gpt-oss model card (MXFP4: 4-bit values with one 8-bit E8M0 scale per
+32, on the MoE weights only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    name: str
+    bytes_per_param: float | None  # None: the model dtype's
+    gemm: str  # bf16, fp8, int8, w4a16
+    experts_only: bool = False  # only the routed experts take this format (gpt-oss's MXFP4)
+    description: str = ""
+
+
+GROUP = 128  # AWQ / GPTQ group size (vLLM's default checkpoints)
+
+WEIGHT_FORMATS: dict[str, WeightFormat] = {
+    "none": WeightFormat("none", None, "bf16", description="unquantized (the model dtype, bf16)"),
+    "fp8": WeightFormat("fp8", 1.0, "fp8", description="FP8 E4M3 weights and activations (W8A8)"),
+    "int8": WeightFormat("int8", 1.0, "int8", description="INT8 weights and activations (W8A8)"),
+    "awq": WeightFormat("awq", 0.5 + 2.5 / GROUP, "w4a16",
+                        description="AWQ 4-bit weights, group 128 (fp16 scale + 4-bit zero): 4.16 bits"),
+    "gptq": WeightFormat("gptq", 0.5 + 2.5 / GROUP, "w4a16",
+                         description="GPTQ 4-bit weights, group 128 (fp16 scale + 4-bit zero): 4.16 bits"),
+    "mxfp4": WeightFormat("mxfp4", 0.5 + 1 / 32, "w4a16", experts_only=True,
+                          description="MXFP4 experts (4-bit, one E8M0 scale per 32: 4.25 bits), rest bf16"),
+}
+
+KV_CACHE_DTYPES: dict[str, int | None] = {"auto": None, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+
+
+def weight_format(name: str) -> WeightFormat:
+    try:
+        return WEIGHT_FORMATS[name]
+    except KeyError:
+        raise ValueError(f"quantization {name!r}: unknown; allowed: {', '.join(WEIGHT_FORMATS)}") from None
+
+
+def kv_dtype_bytes(name: str, model_dtype_bytes: int) -> int:
+    if name not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype {name!r}: unknown; allowed: {', '.join(KV_CACHE_DTYPES)}")
+    b = KV_CACHE_DTYPES[name]
+    return model_dtype_bytes if b is None else b
