@@ -43,6 +43,7 @@ class GPUSpec:
     arch: str = ""  # ampere, hopper, ada, blackwell, cdna3: packs transfer within one
     fp8_flops_per_s: float = 0.0  # dense FP8 tensor throughput; 0: no FP8 tensor cores
     int8_ops_per_s: float = 0.0  # dense INT8 tensor throughput
+    fp4_flops_per_s: float = 0.0  # dense FP4 tensor throughput (Blackwell); 0: none
     source: str = ""  # the data sheet
 
     def gemm_rate(self, kind: str) -> float:
@@ -52,6 +53,8 @@ class GPUSpec:
             return self.fp8_flops_per_s or self.bf16_flops_per_s
         if kind == "int8":
             return self.int8_ops_per_s or self.bf16_flops_per_s
+        if kind == "fp4":
+            return self.fp4_flops_per_s or self.bf16_flops_per_s
         return self.bf16_flops_per_s
 
 
@@ -177,6 +180,7 @@ GPUS: dict[str, GPUSpec] = _gpus(
         bf16_flops_per_s=2.25e15,  # [B200] HGX B200 FP16/BF16 36 PFLOPS sparse / 8 / 2 = 2.25 dense
         fp8_flops_per_s=4.5e15,  # [B200] HGX B200 FP8 72 PFLOPS sparse / 8 / 2 = 4.5 dense
         int8_ops_per_s=4.5e15,  # [B200] HGX B200 INT8 72 POPS sparse / 8 / 2 = 4.5 dense
+        fp4_flops_per_s=9e15,  # [B200] HGX B200 FP4 144 PFLOPS sparse / 8 / 2 = 9 dense
         nvlink_bytes_per_s=900e9,  # [B200] NVLink 5: 1.8 TB/s bidirectional per GPU
         pcie_bytes_per_s=50e9,  # [B200] PCIe Gen5 128 GB/s bidirectional
         description="NVIDIA B200 180GB (HBM3e 7.7 TB/s, 2.25 PFLOP/s bf16, NVLink5 1.8 TB/s bidir.)",

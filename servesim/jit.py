@@ -41,6 +41,7 @@ KERNEL_MODULES = (
     "jit.py",
     "kv/kernels.py",
     "perf/kernels.py",
+    "perf/roofline_kernels.py",
     "sched/state.py",
     "sched/queues.py",
     "sched/parts.py",

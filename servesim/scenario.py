@@ -252,6 +252,9 @@ class EngineConfig(Frozen):
     prefix_cache_eviction: Literal["lru", "priority"] = "lru"
     # KV-cache precision (vLLM --kv-cache-dtype): auto = the model dtype; fp8 halves KV bytes (docs/models.md)
     kv_cache_dtype: KVCacheDtype = "auto"  # type: ignore[valid-type]
+    # MoE: split the experts whole across the TP group's GPUs, all-to-all in place of the all-reduce
+    # (vLLM --enable-expert-parallel; docs/models.md)
+    enable_expert_parallel: bool = False
     kv: KVConfig = KVConfig()
 
 
@@ -297,6 +300,8 @@ class RooflineStepConfig(Frozen):
     overhead_s: StepSeconds0 = 0.002  # fixed time added to every iteration
     # fit mfu, mbu and overhead_s to a calibration pack of this GPU ("gpu/model[-tpN]")
     fit: Optional[Annotated[str, Field(min_length=3, max_length=100)]] = None
+    # MoE under engine.enable_expert_parallel: the busiest GPU's routed tokens / the mean (>= 1)
+    moe_imbalance: Annotated[float, Field(ge=1.0, le=64.0)] = 1.0
 
     @field_validator("fit")
     @classmethod
@@ -626,6 +631,17 @@ class Scenario(Frozen):
         """A config.json is read (offline) when the scenario is built: a bad one is a load error."""
         self._shape = None
         _ = self.model_shape
+        return self
+
+    @model_validator(mode="after")
+    def _expert_parallel_needs_experts(self) -> "Scenario":
+        if self.engine.enable_expert_parallel and not self.model_shape.is_moe:
+            raise ValueError(f"engine.enable_expert_parallel = True: model {self.model_shape.name} has no experts "
+                             f"(a mixture-of-experts model only); remove it")
+        st = self.step_time
+        if isinstance(st, RooflineStepConfig) and st.moe_imbalance != 1.0 and not self.engine.enable_expert_parallel:
+            raise ValueError(f"step_time.moe_imbalance = {st.moe_imbalance:g} applies only with "
+                             f"engine.enable_expert_parallel: true (the busiest GPU's share of routed tokens)")
         return self
 
     @model_validator(mode="after")

@@ -12,7 +12,8 @@ Sources (vLLM v0.10 documentation, docs/features/quantization/): fp8.md (per-ten
 scales, W8A8 on compute capability >= 8.9, weight-only Marlin below), int8.md (W8A8 INT8),
 auto_awq.md and gptq.md (4-bit weights, group size 128: one fp16 scale and one 4-bit zero point
 per 128 weights), and the gpt-oss model card (MXFP4: 4-bit values with one 8-bit E8M0 scale per
-32, on the MoE weights only).
+32, on the MoE weights only); NVFP4 (4-bit E2M1 values, one FP8 E4M3 scale per 16, W4A4 on
+Blackwell's FP4 tensor cores): vLLM's ModelOpt NVFP4 support (docs/features/quantization/modelopt.md).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
                         description="AWQ 4-bit weights, group 128 (fp16 scale + 4-bit zero): 4.16 bits"),
     "gptq": WeightFormat("gptq", 0.5 + 2.5 / GROUP, "w4a16",
                          description="GPTQ 4-bit weights, group 128 (fp16 scale + 4-bit zero): 4.16 bits"),
+    "nvfp4": WeightFormat("nvfp4", 0.5 + 1 / 16, "fp4",
+                          description="NVFP4 weights and activations (4-bit, one FP8 scale per 16: 4.5 bits)"),
     "mxfp4": WeightFormat("mxfp4", 0.5 + 1 / 32, "w4a16", experts_only=True,
                           description="MXFP4 experts (4-bit, one E8M0 scale per 32: 4.25 bits), rest bf16"),
 }

@@ -224,6 +224,15 @@ class ModelShape:
         per_token += 3 * self.mlp_width() // tp
         return per_token * self.dtype_bytes
 
+    def unlike_bf16_packs(self) -> str | None:
+        """What a bf16 dense-decoder calibration pack cannot price about this model (None: nothing):
+        its weight format, KV dtype, experts or latent attention."""
+        what = [x for x in (f"weights {self.quantization}" if self.quantization != "none" else "",
+                            f"KV cache {self.kv_cache_dtype}" if self.kv_cache_dtype != "auto" else "",
+                            "mixture of experts" if self.is_moe else "",
+                            "latent attention (MLA)" if self.is_mla else "") if x]
+        return ", ".join(what) if what else None
+
     # --- reporting -------------------------------------------------------------------------
     def summary(self, tp: int = 1, pp: int = 1) -> dict:
         """The model's entry of summary.json: what it is, its size and its KV footprint."""

@@ -29,8 +29,9 @@ def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
 
             return load_pack_model(hw.gpu, sc.model_shape, tp=sc.tp, pp=sc.pp, cuda_graph=cfg.cuda_graph, **cross)
         return RooflineStepModel(GPUS[hw.gpu], sc.model_shape, sc.tp, sc.pp, note="uncalibrated: " + choice.reason,
-                                 **cross)
+                                 expert_parallel=sc.engine.enable_expert_parallel, **cross)
     if isinstance(cfg, RooflineStepConfig):
+        cross = dict(cross, expert_parallel=sc.engine.enable_expert_parallel, moe_imbalance=cfg.moe_imbalance)
         if cfg.fit is not None:  # efficiency factors and overhead fitted to a pack of this GPU
             from servesim.perf.rooflinefit import fit_roofline
 
@@ -45,6 +46,13 @@ def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
     if isinstance(cfg, PackStepConfig):
         from servesim.perf.packmodel import load_pack_model  # measured kernel timings
 
+        unlike = sc.model_shape.unlike_bf16_packs()
+        if unlike is not None:
+            from servesim.errors import PackError
+
+            raise PackError(f"step_time.model: pack: the packs are bf16 dense-decoder timings and model "
+                            f"{sc.model_shape.name} runs {unlike}; use step_time: {{model: roofline}} or leave "
+                            f"step_time out (docs/models.md)")
         return load_pack_model(hw.gpu, sc.model_shape, tp=sc.tp, pp=sc.pp,
                                cuda_graph=cfg.cuda_graph, **cross)
     raise TypeError(f"unknown step_time config {cfg!r}")  # pragma: no cover

@@ -32,6 +32,7 @@ from typing import NamedTuple  # (no postponed annotations: step_tables reads th
 import numpy as np
 
 from servesim.jit import bisect_right, kernel
+from servesim.perf.roofline_kernels import roofline_decode_run, roofline_iteration_seconds
 
 CONSTANT, ROOFLINE, PACK = 0, 1, 2
 
@@ -78,6 +79,28 @@ class RooflineConsts(NamedTuple):
     dec_f: float  # decode attention over all layers: max(kv * f, kv * b + n * q)
     dec_b: float
     dec_q: float
+    # the general path (roofline_kernels.roofline_token_seconds_general): general 0 = the dense
+    # bf16 formulas above, bit for bit; 1 = weight formats, MoE layers, MLA projections
+    general: int
+    w_bytes: float  # bytes per quantized weight
+    gemm_flops: float  # the weight format's GEMM rate x mfu
+    dequant_s: float  # seconds per weight dequantized (weight-only formats), per row tile
+    dequant_tile: int  # rows one dequantization serves
+    x1_k: int  # extra attention GEMMs (MLA: q_b, kv_b), (K, N) per rank; 0: none
+    x1_n: int
+    x2_k: int
+    x2_n: int
+    dense_layers: int  # layers with a dense MLP (gate_up, down above)
+    moe_layers: int
+    moe_experts: int  # experts on one rank (E / ep)
+    moe_total: int  # E
+    moe_topk: int
+    moe_n: int  # one expert's intermediate per rank (I_e / tp without EP, I_e with EP)
+    moe_ep: int  # expert-parallel degree (1: experts TP-sharded)
+    moe_imbalance: float  # busiest rank's routed tokens / the mean (EP)
+    moe_q_experts: int  # 1: expert weights take the quantized format; 0: the model dtype
+    moe_q_dense: int  # 1: attention and dense/shared MLP weights take the quantized format
+    shared_n: int  # shared experts' intermediate per rank
 
 
 class PackConsts(NamedTuple):
@@ -465,83 +488,6 @@ def pack_decode_s(pk, const_ms, cpu_ms, attn_ms):
     if not pk.decode_in_graph:
         ms = max(ms, cpu_ms)
     return ms * 1e-3
-
-
-# --- roofline --------------------------------------------------------------------------------
-
-@kernel
-def roofline_gemm_s(rf, t, k, n):
-    """One GEMM of ``t`` rows by (K, N): compute- or bandwidth-bound, whichever is slower."""
-    return max(2.0 * t * k * n / rf.flops, rf.dtype_bytes * (k * n + t * k + t * n) / rf.bw)
-
-
-@kernel
-def roofline_token_seconds(rf, tokens, rows):
-    """Everything that depends only on the token count and the sampled rows (not on context):
-    GEMMs, elementwise traffic, all-reduces, LM head, stage sends, the fixed overhead."""
-    per_layer = 0.0
-    per_layer += roofline_gemm_s(rf, tokens, rf.qkv_k, rf.qkv_n)
-    per_layer += roofline_gemm_s(rf, tokens, rf.o_k, rf.o_n)
-    per_layer += roofline_gemm_s(rf, tokens, rf.gate_up_k, rf.gate_up_n)
-    per_layer += roofline_gemm_s(rf, tokens, rf.down_k, rf.down_n)
-    per_layer = per_layer + tokens * rf.elementwise_bytes_tok / rf.bw
-    if rf.tp > 1:
-        msg = tokens * rf.hidden * rf.dtype_bytes
-        per_layer += 2 * (2 * (rf.tp - 1) / rf.tp * msg / rf.link + rf.allreduce_latency)
-    lm = roofline_gemm_s(rf, rows, rf.lm_k, rf.lm_n)
-    pp_send = 0.0
-    if rf.pp > 1:
-        msg = tokens * rf.hidden * rf.dtype_bytes
-        pp_send = (rf.pp - 1 - rf.x_hops) * (msg / rf.link + rf.send_latency)
-        if rf.x_hops > 0:
-            pp_send += rf.x_hops * (msg / rf.x_bw + rf.x_latency)
-    return rf.layers * per_layer + lm + pp_send + rf.overhead
-
-
-@kernel
-def roofline_decode_attn(rf, n, kv):
-    """Decode attention over all layers for ``n`` sequences reading ``kv`` keys in all."""
-    return max(kv * rf.dec_f, kv * rf.dec_b + n * rf.dec_q)
-
-
-@kernel
-def roofline_prefill_attn(rf, new, ctx):
-    """Prefill attention over all layers of one chunk (``new``, ``ctx`` as floats)."""
-    flops = 4.0 * rf.heads * rf.head_dim * new * (ctx + (new + 1) / 2)
-    byts = rf.kv_bytes_tok_layer * (ctx + new) + 2 * new * rf.heads * rf.head_dim * rf.dtype_bytes
-    return rf.layers * max(flops / rf.flops, byts / rf.bw)
-
-
-@kernel
-def roofline_iteration_seconds(rf, new, ctx, nb):
-    tokens = 0
-    n_dec = 0
-    dec_ctx = 0
-    attn = 0.0
-    for i in range(nb):
-        tokens += new[i]
-        if new[i] == 1:
-            n_dec += 1
-            dec_ctx += ctx[i]
-        else:
-            attn += roofline_prefill_attn(rf, float(new[i]), float(ctx[i]))
-    if n_dec == nb:
-        return roofline_token_seconds(rf, n_dec, n_dec) + roofline_decode_attn(rf, n_dec, float(dec_ctx + n_dec))
-    t = roofline_token_seconds(rf, tokens, nb) + attn
-    if n_dec:
-        t += roofline_decode_attn(rf, n_dec, float(dec_ctx + n_dec))
-    return t
-
-
-@kernel
-def roofline_decode_run(rf, num_seqs, context_sum, steps, out):
-    base = roofline_token_seconds(rf, num_seqs, num_seqs)
-    if steps == 1:
-        out[0] = base + roofline_decode_attn(rf, num_seqs, float(context_sum + num_seqs))
-        return
-    first = float(context_sum + num_seqs)
-    for j in range(steps):
-        out[j] = base + roofline_decode_attn(rf, num_seqs, first + num_seqs * float(j))
 
 
 # --- the contract ----------------------------------------------------------------------------

@@ -110,6 +110,10 @@ def pack_problem(gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> str | N
         if have is not None and have != want:
             return (f"pack {_ref(gpu, shape.name, tp)} was measured in {pack.meta.get('dtype')} "
                     f"({have} bytes per weight), the model runs {want} bytes per weight")
+        unlike = shape.unlike_bf16_packs()  # servesim/models/shape.py: precision, experts, MLA
+        if unlike is not None:
+            return (f"pack {_ref(gpu, shape.name, tp)} holds bf16 dense-decoder timings; the model runs "
+                    f"{unlike} (docs/models.md)")
         pack.require(required_ops(tp, pp, cuda_graph))
     except ServesimError as exc:
         return f"pack {_ref(gpu, shape.name, tp)} does not fit: {_first_line(exc)}"
