@@ -126,3 +126,14 @@ def test_fp8_runs_end_to_end(model_name, gpu, tp):
     assert r.summary["model"]["quantization"] == "fp8" and "fp8" in r.step_model
     bf = simulate(sc.override({"model": {"name": model_name}, "engine.kv_cache_dtype": "auto"}))
     assert r.summary["latency_s"]["tpot"]["mean"] < bf.summary["latency_s"]["tpot"]["mean"]
+
+
+def test_the_default_step_model_falls_back_to_the_roofline_for_a_precision_no_pack_holds():
+    from servesim.perf.select import choose
+
+    base = {"hardware": {"gpu": "h200"}}
+    assert choose(scenario_from_dict({**base, "model": "llama-3-8b"}, "t")).model == "pack"
+    for patch, needle in [({"model": {"name": "llama-3-8b", "quantization": "fp8"}}, "weights fp8"),
+                          ({"model": "llama-3-8b", "engine": {"kv_cache_dtype": "fp8"}}, "KV cache fp8")]:
+        c = choose(scenario_from_dict({**base, **patch}, "t"))
+        assert c.model == "roofline" and not c.calibrated and needle in c.reason and "bf16" in c.reason
