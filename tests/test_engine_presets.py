@@ -141,3 +141,23 @@ def test_preset_runs(name):
         over.append("engine.enable_prefix_caching=false")
     res = simulate(load_scenario(ENGINES / f"{name}.yaml", over))
     assert res.summary["requests"]["completed"] == 60
+
+
+def test_v1_preset_runs_with_its_prefix_cache():
+    """vllm-v1 as shipped (prefix caching on: the uncompiled engine today), a few requests."""
+    from servesim import simulate
+    sc = load_scenario(ENGINES / "vllm-v1.yaml", ["stop.requests=30", "stop.warmup_requests=0"])
+    assert sc.engine.enable_prefix_caching and sc.engine.enable_chunked_prefill
+    res = simulate(sc)
+    assert res.summary["requests"]["completed"] == 30
+
+
+def test_resolved_file_reads_back_the_same_engine():
+    """scenario.resolved.yaml writes every decided value out: read again (all fields given, so
+    no rule decides anything), the engine is the same."""
+    from servesim.resolved import resolved_yaml
+    sc = load_scenario(ENGINES / "vllm-v1.yaml")
+    again = scenario_from_dict(yaml.safe_load(resolved_yaml(sc)))
+    par = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1}  # (resolved: both spellings)
+    assert again.engine.model_dump() == {**sc.engine.model_dump(), **par}
+    assert again.engine_notes == ()
