@@ -64,6 +64,17 @@ def test_v0_long_context_turns_chunked_prefill_on():
     assert again.engine.enable_chunked_prefill is False and again.engine.max_num_batched_tokens == 16384
 
 
+def test_v0_rule_on_shipped_long_context_models():
+    """llama-3.1-8b (131,072 tokens): on, budget 512; gpt-oss-20b (131,072, a 128-token sliding
+    window): off, as vLLM 0.6 leaves it for sliding-window models, budget max(len, 2048)."""
+    on = scenario_from_dict(bare("vllm-v0", model="llama-3.1-8b"))
+    assert on.engine.enable_chunked_prefill and on.engine.max_num_batched_tokens == 512
+    off = scenario_from_dict(bare("vllm-v0", model="gpt-oss-20b"))
+    assert not off.engine.enable_chunked_prefill and off.engine.max_num_batched_tokens == 131072
+    assert ("chunked prefill off: max_model_len 131072 > 32768 but the model has a 128-token sliding window "
+            "(vLLM 0.6 vllm/engine/arg_utils.py)") in off.load_notes
+
+
 def test_v1_budget_by_gpu_class():
     a100 = scenario_from_dict(bare("vllm-v1"))
     h200 = scenario_from_dict(bare("vllm-v1", gpu="h200"))

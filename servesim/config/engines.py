@@ -53,12 +53,15 @@ def _vllm_v0(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str
     chunked = e.enable_chunked_prefill
     if "enable_chunked_prefill" not in given:
         # vllm/engine/arg_utils.py (v0.6.x), EngineArgs.create_engine_config: with the flag unset,
-        # use_long_context = max_model_len > 32K turns chunked prefill on (GPU, no sliding window,
-        # no speculative decoding or LoRA; none of which servesim models), else it stays off
-        chunked = mml > 32768
+        # use_long_context = max_model_len > 32K turns chunked prefill on, unless the model uses a
+        # sliding window (get_sliding_window() is not None; nor with speculative decoding or LoRA,
+        # which servesim does not model); otherwise it stays off
+        window = getattr(sc.model_shape, "sliding_window", 0) or 0
+        chunked = mml > 32768 and not window
         out["enable_chunked_prefill"] = chunked
-        notes.append(f"chunked prefill {'on' if chunked else 'off'}: max_model_len {mml} "
-                     f"{'>' if chunked else '<='} 32768 (vLLM 0.6 vllm/engine/arg_utils.py)")
+        why = (f"max_model_len {mml} > 32768 but the model has a {window}-token sliding window" if mml > 32768
+               and window else f"max_model_len {mml} {'>' if chunked else '<='} 32768")
+        notes.append(f"chunked prefill {'on' if chunked else 'off'}: {why} (vLLM 0.6 vllm/engine/arg_utils.py)")
     if "max_num_batched_tokens" not in given:
         # vllm/config.py (v0.6.x), SchedulerConfig: 512 with chunked prefill ("the best balance
         # between ITL and TTFT on A100"), else max(max_model_len, 2048)
