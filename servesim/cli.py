@@ -446,6 +446,58 @@ def capacity(
         raise typer.Exit(3)
 
 
+@app.command()
+def plan(
+    plan_file: Path = typer.Argument(..., help="plan YAML: base scenario, choices, prices, SLOs (docs/sweeps.md)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="folder: plan.json, options and probe stores (resume), "
+                                       "report.html"),
+    trials: Optional[int] = typer.Option(None, "--trials", help="options to try at most (overrides search.trials)"),
+    method: Optional[str] = typer.Option(None, "--method", help="auto | grid | optuna (overrides search.method)"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="local processes (default: one per core)"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="a dask scheduler, tcp://HOST:PORT"),
+    formats: Optional[str] = typer.Option(None, "--format", help="report formats with --out: html (default), png, svg"),
+) -> None:
+    """The cheapest fleet meeting every SLO over a space of choices (GPU, precision, TP/PP,
+    knobs, router): each option's fewest replicas (verified: one fewer fails) times its price."""
+    import dataclasses
+    import json
+
+    from servesim.report.console import print_plan
+    from servesim.report.page import parse_formats
+    from servesim.report.planreport import write_plan_report
+    from servesim.sweep.executor import make_executor
+    from servesim.sweep.plan import METHODS, PlanError, load_plan, run_plan
+
+    try:
+        spec = load_plan(plan_file)
+        if trials is not None:
+            if trials < 1:
+                raise PlanError(f"--trials {trials}: must be at least 1")
+            spec = dataclasses.replace(spec, trials=trials)
+        if method is not None:
+            if method not in METHODS:
+                raise PlanError(f"--method {method!r} (allowed: {', '.join(METHODS)})")
+            spec = dataclasses.replace(spec, method=method)
+        fmts = parse_formats(formats) if formats else ("html",)
+        if out is not None and out.exists() and not out.is_dir():
+            raise PlanError(f"--out {out}: is a file; give a folder")
+        print(f"plan {spec.name}: {spec.resolved_method} over {spec.size} options, SLOs "
+              f"{', '.join(str(s) for s in spec.slos)}", flush=True)
+        with make_executor(workers, scheduler) as ex:
+            res = run_plan(spec, executor=ex, out=out, progress=_probe_printer())
+    except ServesimError as exc:
+        _fail(str(exc))
+        return
+    print_plan(_console(), res)
+    if out is not None:
+        d = res.to_dict()
+        (out / "plan.json").write_text(json.dumps(d, indent=2, default=str) + "\n")
+        for p in write_plan_report(d, out, fmts):
+            _console().print(f"wrote {p}", markup=False)
+    if res.best is None:
+        raise typer.Exit(3)
+
+
 def _probe_printer():
     """A line per finished probe, printed as it finishes (flushed: a log file or a pipe sees the
     search go on, not 12 silent minutes)."""

@@ -368,3 +368,31 @@ def print_capacity(console: Console, search) -> None:
                       f"headroom {room:.1%} of the bound")
     if search.reused:
         console.print(f"{search.reused} runs reused from the probe store, {search.runs} run now", markup=False)
+
+
+def print_plan(console: Console, result) -> None:
+    """The plan's answer: the best few options (cost, fleet, binding SLO and its headroom), then
+    the options without an answer and why."""
+    spec = result.spec
+    ranked = result.ranked()
+    console.rule(f"plan: {spec.name}: the cheapest fleet meeting " + ", ".join(str(s) for s in spec.slos))
+    table = Table(show_edge=False, header_style="bold")
+    for col, just in (("#", "right"), ("option", "left"), (f"{spec.currency}/h", "right"), ("fleet", "right"),
+                      ("binding SLO", "left"), ("headroom", "right")):
+        table.add_column(col, justify=just)
+    feas = [o for o in ranked if o.feasible]
+    for i, o in enumerate(feas[:spec.top], 1):
+        below = "" if o.fails_below is None else (" (one fewer fails)" if o.fails_below else "")
+        table.add_row(str(i), escape(o.label()), f"{o.cost_per_hour:,.2f}",
+                      f"{o.replicas} x {o.gpus_per_replica} {o.gpu}{below}", escape(o.binding or ""),
+                      f"{o.headroom:.1%}")
+    console.print(table)
+    for o in ranked:
+        if not o.feasible:
+            console.print(f"  no answer for {o.label()}: {o.refused}", markup=False, soft_wrap=True)
+    if feas:
+        b = feas[0]
+        console.print(f"[bold]cheapest:[/] {escape(b.label())}: {b.replicas} x {b.gpus_per_replica} {b.gpu} = "
+                      f"{b.replicas * b.gpus_per_replica} GPUs, {b.cost_per_hour:,.2f} {spec.currency}/h", soft_wrap=True)
+    else:
+        console.print("[bold yellow]no option meets every SLO[/]")

@@ -93,9 +93,10 @@ def first_count_unbuildable(sc: Scenario) -> str | None:
 
 def find_min_replicas(sc: Scenario, slos: list[SLO], budget: Budget, *, start: int = 1, executor=None,
                       progress: Callable[[str], None] | None = None, store: ProbeStore | None = None,
-                      run_progress: Progress | None = None) -> Search:
+                      run_progress: Progress | None = None, limit: int = 4096) -> Search:
     """``start``: the first count probed (e.g. a lower bound from one replica's capacity); the
-    answer does not depend on it, only the number of probes does."""
+    answer does not depend on it, only the number of probes does. ``limit``: the most replicas
+    tried (the plan stops an option at the count that would cost more than its best answer)."""
     budget.check()
     preflight(sc, "min-replicas")
     if isinstance(start, bool) or not isinstance(start, int) or start < 1:
@@ -110,7 +111,7 @@ def find_min_replicas(sc: Scenario, slos: list[SLO], budget: Budget, *, start: i
     prober = Prober(make, slos, budget, executor, progress, run_progress=run_progress, store=store,
                     describe=describe)
     zero = (lambda: prober(ZERO_LOAD)) if sc.workload.has_open_loop() else None
-    out = search_min_replicas(prober, slos, start=start, zero_load=zero)
+    out = search_min_replicas(prober, slos, start=start, zero_load=zero, limit=limit)
     out.step_model = provenance(sc)
     out.step_models = sorted(prober.step_models)
     return out
