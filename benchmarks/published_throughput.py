@@ -20,6 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from servesim import scenario_from_dict, simulate  # noqa: E402
 
+# requests per ISL/OSL as the overview ran them ($num_requests of its "Preparing a Dataset" table)
+REQUESTS = {(128, 128): 30000, (128, 2048): 3000, (1000, 1000): 3000, (1000, 2000): 1500, (2048, 128): 3000,
+            (2048, 2048): 1500, (5000, 500): 1500}
 # (label, model, quantization, gpu, tp, isl, osl, published output tok/s of the whole replica)
 ROWS = [
     ("Llama-3.1-8B FP8, H100 TP1", "llama-3.1-8b", "fp8", "h100-80g", 1, 128, 2048, 22714),
@@ -29,10 +32,15 @@ ROWS = [
     ("Qwen3-30B-A3B FP4, B200 TP1 (MoE)", "qwen3-30b-a3b", "nvfp4", "b200", 1, 128, 2048, 37844),
     ("Qwen3-30B-A3B FP4, B200 TP1 (MoE)", "qwen3-30b-a3b", "nvfp4", "b200", 1, 1000, 1000, 25828),
     ("Qwen3-30B-A3B FP4, B200 TP1 (MoE)", "qwen3-30b-a3b", "nvfp4", "b200", 1, 1000, 2000, 22051),
+    ("Qwen3-30B-A3B FP4, B200 TP1 (MoE)", "qwen3-30b-a3b", "nvfp4", "b200", 1, 2048, 2048, 17554),
+    ("Qwen3-30B-A3B FP4, B200 TP1 (MoE)", "qwen3-30b-a3b", "nvfp4", "b200", 1, 5000, 500, 6142),
+    ("Qwen3-30B-A3B FP4, B200 TP1 (MoE)", "qwen3-30b-a3b", "nvfp4", "b200", 1, 2048, 128, 6251),
+    ("Qwen3-30B-A3B FP4, B200 TP1 (MoE)", "qwen3-30b-a3b", "nvfp4", "b200", 1, 128, 128, 39827),
 ]
 
 
-def simulated(model: str, q: str, gpu: str, tp: int, isl: int, osl: int, requests: int = 1500) -> float:
+def simulated(model: str, q: str, gpu: str, tp: int, isl: int, osl: int, requests: int | None = None) -> float:
+    requests = requests or REQUESTS[(isl, osl)]
     sc = scenario_from_dict({
         "model": {"name": model, "quantization": q}, "hardware": {"gpu": gpu},
         "engine": {"tensor_parallel_size": tp, "max_num_seqs": 1024, "max_num_batched_tokens": 16384,
