@@ -15,7 +15,7 @@ import simpy
 from servesim.engine.waits import close_open_waits
 from servesim.errors import ScenarioError
 from servesim.memory import MemoryPlan, plan_memory
-from servesim.metrics.collect import Recorder
+from servesim.metrics.collect import Recorder, table_arrivals
 from servesim.metrics.flat import flat_metrics
 from servesim.metrics.sketch import LogSketch
 from servesim.metrics.summary import (Labels, build_summary, latency_sketches, pool_slots, request_frame, request_labels,
@@ -271,6 +271,7 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
     env = simpy.Environment()
     kv = build_kv(sc, plan, table, wl, env)
     rec = Recorder(sc.metrics.timeseries_bin_s)
+    rec.arrivals_between = table_arrivals(table, closed_rows(wl))  # waiting counts arrivals during a step
     user = None
     if sc.engine.scheduler not in POLICIES:
         try:
@@ -439,6 +440,13 @@ def stream_specs(sc: Scenario, wl: Workload) -> tuple[StreamSpec, ...]:
     if tuple(s.name for s in specs) == wl.stream_names:
         return specs
     return tuple(StreamSpec(i, name, None, None) for i, name in enumerate(wl.stream_names))
+
+
+def closed_rows(wl: Workload) -> int:
+    """How many leading rows are closed-loop requests (their arrivals decided during the run)."""
+    if wl.closed_groups:
+        return max(g.hi for g in wl.closed_groups)
+    return len(wl) if len(wl) and np.isnan(wl.arrival_s[0]) else 0
 
 
 def run_built(b: Built, seed: int | None = None) -> Result:

@@ -99,6 +99,7 @@ class Engine:
     def route_in(self, rid: int) -> None:
         self._route(rid)
         self.routed += 1
+        self.recorder.note_arrivals(self.rep.st.arrival[rid])  # waits during a step count (metrics/collect.py)
 
     def append_inbox(self, ids: np.ndarray) -> None:
         """Send ``ids`` (in arrival order) to an engine that has not started: its inbox list."""
@@ -111,6 +112,7 @@ class Engine:
         self.s.set_i("in_head", int(ids[0]))
         self.s.set_i("in_tail", int(ids[-1]))
         self.routed += len(ids)
+        self.recorder.note_arrivals(self.rep.st.arrival[ids])
 
     def last_arrival_by(self, t: float) -> float | None:
         """The latest arrival at or before ``t`` among the requests routed here and not pulled yet
