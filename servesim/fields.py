@@ -31,6 +31,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+NUM_CLASSES = 5  # SLA classes P0..P4 (servesim.request re-exports it; configs read it here, without numpy)
 MAX_TOKENS = 1_000_000_000  # prompt + output (<= 2e9) stays below 2**31 - 1
 MAX_SECONDS = 1e8
 MAX_STEP_SECONDS = 3600.0
@@ -77,3 +78,10 @@ def finite_number(x: Any, lo: float, hi: float, *, lo_open: bool = False) -> boo
     if not math.isfinite(x) or x > hi:
         return False
     return x > lo if lo_open else x >= lo
+
+
+def is_import_path(name: str) -> bool:
+    """``package.module:Class`` -- how a user names a policy or router of their own (imported when
+    the run is built)."""
+    module, sep, cls = name.partition(":")
+    return bool(sep) and all(p.isidentifier() for p in module.split(".")) and cls.isidentifier()

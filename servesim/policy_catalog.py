@@ -20,9 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from servesim.fields import MAX_GIB, MAX_SECONDS, finite_number
+from servesim.fields import MAX_GIB, MAX_SECONDS, NUM_CLASSES, finite_number
 
-NUM_CLASSES = 5
 MODES = ("stall_free", "prefill_first", "hybrid_only", "chunk_only")
 RETRACT = ("newest", "sglang")
 ADMISSION = ("whole_prompt", "sglang")  # KV for the whole prompt at admission, or SGLang's reservation

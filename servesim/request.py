@@ -23,10 +23,12 @@ from typing import Sequence
 import numpy as np
 
 from servesim.errors import WorkloadError
-from servesim.fields import MAX_SECONDS, MAX_TOKENS
+from servesim.fields import MAX_SECONDS, MAX_TOKENS, NUM_CLASSES
 
-NUM_CLASSES = 5
 CLASS_NAMES = tuple(f"P{i}" for i in range(NUM_CLASSES))
+# public (servesim/__init__.py): what a user's policy part, checker or hook reads in the state
+__all__ = ["CLASS_NAMES", "NUM_CLASSES", "Cause", "PENDING", "WAITING", "RUNNING", "FINISHED", "REJECTED",
+           "RequestTable", "Workload"]
 
 
 class Cause(IntEnum):

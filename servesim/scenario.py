@@ -28,6 +28,7 @@ from servesim.config.dynamics import ProcessPath, RateScheduleConfig
 from servesim.errors import ScenarioError
 from servesim.fields import (
     MAX_REQUESTS,
+    is_import_path,
     RequestCount,
     RequestCount0,
     Seconds,
@@ -732,7 +733,7 @@ class Scenario(Frozen):
                 f"to >= {e.max_num_seqs} or lower max_num_seqs (vLLM refuses this config too)"
             )
         spec = POLICIES.get(e.scheduler)
-        if spec is None and not _import_path(e.scheduler):
+        if spec is None and not is_import_path(e.scheduler):
             raise ValueError(
                 f"engine.scheduler {e.scheduler!r} is not a known policy "
                 f"(allowed: {', '.join(policy_names())}, or your own as an import path 'package.module:Class')"
@@ -841,12 +842,6 @@ def _read_model_config(path: str, base_dir: str) -> ModelShape:
 def _tp_fits(shape: ModelShape, tp: int) -> bool:
     kv = shape.num_kv_heads
     return shape.num_heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
-
-
-def _import_path(name: str) -> bool:
-    """``package.module:Class`` -- the form of a user's policy (imported when the run is built)."""
-    module, sep, cls = name.partition(":")
-    return bool(sep) and all(p.isidentifier() for p in module.split(".")) and cls.isidentifier()
 
 
 # ------------------------------------------------------------------------- loading + errors

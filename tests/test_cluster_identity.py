@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from servesim import scenario_from_dict
 from servesim.simulate import build, run_built
+from servesim.testing.strategies import router_names
 from tests.conftest import BASE, merge
 from tests.test_compiled_engine import scenarios
 from tests.test_fastpath_exact import TS_COLS
@@ -155,7 +156,7 @@ def fleets(draw):
     if draw(st.booleans()):
         groups.append({"replicas": draw(st.integers(1, 2)),
                        "engine": {"pipeline_parallel_size": 2, "max_num_seqs": draw(st.integers(1, 8))}})
-    router = draw(st.sampled_from(["round-robin", "random", "least-requests", "least-tokens", "priority"]))
+    router = draw(st.sampled_from(router_names()))
     delay = draw(st.sampled_from([0.0, 0.003]))
     raw["engine"]["num_gpu_blocks_override"] = 2 * raw["engine"]["num_gpu_blocks_override"]  # (pp 2 halves it)
     return merge(raw, {"cluster": {"router": router, "groups": groups, "network_delay_s": delay,

@@ -14,6 +14,7 @@ from servesim import scenario_from_dict
 from servesim.engine.router import Affinity, LeastRequests, LeastTokens, LoadView, PriorityRouter, RandomRouter, RoundRobin
 from servesim.request import FINISHED, PENDING, REJECTED
 from servesim.simulate import build, run_built
+from servesim.testing.strategies import router_names
 from tests.conftest import BASE, merge
 
 
@@ -104,7 +105,7 @@ def test_affinity_binds_keys_and_respects_the_load_cap(events, cap):
 @st.composite
 def fleet_runs(draw):
     n = draw(st.integers(2, 5))
-    router = draw(st.sampled_from(["round-robin", "random", "least-requests", "least-tokens", "priority"]))
+    router = draw(st.sampled_from(router_names()))
     closed = draw(st.booleans())
     arrival = ({"process": "closed", "clients": draw(st.integers(1, 12)), "think_s": draw(st.sampled_from([0.0, 0.01]))}
                if closed else {"process": "poisson", "rate": draw(st.floats(20.0, 400.0))})

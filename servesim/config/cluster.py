@@ -26,12 +26,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from servesim.fields import StrictModel
+from servesim.router_catalog import check_router
 
-ROUTERS = ("round-robin", "random", "least-requests", "least-tokens", "affinity", "priority")
-RouterName = Literal["round-robin", "random", "least-requests", "least-tokens", "affinity", "priority"]
+# a router of servesim/router_catalog.py, or a user's own as 'package.module:Class'
+RouterName = Annotated[str, AfterValidator(check_router)]
 MAX_REPLICAS = 4096
 
 
@@ -73,7 +74,7 @@ class ClusterConfig(StrictModel):
     replica ``router_overhead_s + network_delay_s`` after it was sent, and its tokens reach the
     client ``network_delay_s`` after the replica produced them; TTFT and E2E include both."""
 
-    router: RouterName = "round-robin"
+    router: RouterName = "round-robin"  # servesim/router_catalog.py (docs/cluster.md), or 'module:Class'
     router_overhead_s: Annotated[float, Field(ge=0, le=60.0)] = 0.0
     network_delay_s: Annotated[float, Field(ge=0, le=60.0)] = 0.0
     affinity: AffinityConfig = AffinityConfig()

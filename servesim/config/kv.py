@@ -25,9 +25,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from servesim.fields import GiB, Seconds, Share, Share0, StrictModel
+from servesim.fields import NUM_CLASSES, GiB, Seconds, Share, Share0, StrictModel
 
-NUM_CLASSES = 5  # as servesim.request (kept import-light)
 
 _Frozen = StrictModel  # frozen, unknown fields refused, strict types, finite floats
 

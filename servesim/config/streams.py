@@ -35,7 +35,7 @@ from typing import Annotated, Any, Optional, Union
 
 from pydantic import ConfigDict, Field, create_model, field_validator, model_validator
 
-from servesim.fields import Seconds, StrictModel, Weight
+from servesim.fields import NUM_CLASSES, Seconds, StrictModel, Weight
 from servesim.config.arrivals import ArrivalConfig, ClosedArrival, PoissonArrival
 from servesim.config.dists import FixedDist, LengthDist
 from servesim.config.traces import (
@@ -46,7 +46,6 @@ from servesim.config.traces import (
     _parse_klass,
 )
 
-NUM_CLASSES = 5
 
 
 Frozen = StrictModel  # frozen, unknown fields refused, strict types, finite floats (servesim.fields)

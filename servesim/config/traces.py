@@ -27,10 +27,9 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from servesim.fields import MAX_TOKENS, Scale, Seconds, Seconds0, StrictModel, TokenCount, TokenCount0, TokenTotal
+from servesim.fields import MAX_TOKENS, NUM_CLASSES, Scale, Seconds, Seconds0, StrictModel, TokenCount, TokenCount0, TokenTotal
 from servesim.config.dists import GeometricDist, LengthDist
 
-NUM_CLASSES = 5  # P0..P4, as in servesim.request (repeated to keep this module import-light)
 
 OnBadRow = Literal["error", "skip"]
 TraceFormat = Literal["azure", "mooncake", "burstgpt"]

@@ -29,7 +29,6 @@ from servesim.workload.streams import stream
 
 INF = float("inf")
 PREROUTE = True  # route everything first when the routes cannot depend on the replicas (Fleet.prerouted)
-STATELESS = ("round-robin", "random")
 
 
 @dataclass
@@ -135,7 +134,7 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     warmup = sc.stop.warmup_requests
     fleet = Fleet(engines, members, router, inbox, table, closed=closed, delay_in=delay_in, delay_out=delay_out,
                   warmup_id=warmup if 0 < warmup < n else -1, progress=progress, scalars=scalars)
-    fleet.prerouted = (PREROUTE and not closed and sc.cluster.router in STATELESS
+    fleet.prerouted = (PREROUTE and not closed and not router.reads_load
                        and all(len(m) == 1 for m in members))
     return fleet, engines, replicas
 

@@ -28,10 +28,13 @@ choice, so equal loads are served round robin (never all to replica 0).
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Callable
 
 import numpy as np
+
+from servesim.router_catalog import ROUTERS
 
 
 class LoadView:
@@ -52,11 +55,18 @@ class Router:
     """Base: ``choose(rid, klass, view) -> replica``; ``n`` replicas."""
 
     name = ""
+    reads_load = True  # False: routes without reading loads (choose_many), so a fleet may route every arrival first
 
     def __init__(self, n: int):
         self.n = n
         self.ptr = 0
         self.active: np.ndarray | None = None  # replicas taking requests (None: all; set by drain)
+
+    @classmethod
+    def build(cls, cfg, n: int, workload, rng: np.random.Generator) -> "Router":
+        """The router for a fleet of ``n`` replicas: ``cfg`` the scenario's ClusterConfig, the
+        workload (for keys), and the run's own ``router`` random stream. Override to read them."""
+        return cls(n)
 
     def set_active(self, r: int, on: bool) -> None:
         """Replica ``r`` takes new requests (``on``) or not (drained, failed, not started). At
@@ -108,6 +118,7 @@ class Router:
 
 class RoundRobin(Router):
     name = "round-robin"
+    reads_load = False
 
     def choose(self, rid, klass, view):
         return self.next_rr()
@@ -120,6 +131,11 @@ class RoundRobin(Router):
 
 class RandomRouter(Router):
     name = "random"
+    reads_load = False
+
+    @classmethod
+    def build(cls, cfg, n, workload, rng):
+        return cls(n, rng)
 
     def __init__(self, n: int, rng: np.random.Generator, block: int = 4096):
         super().__init__(n)
@@ -176,6 +192,11 @@ class Affinity(Router):
         self.bound: dict[int, int] = {}
         self.overflows = 0  # requests whose replica was full
         self.hits = 0  # requests sent to their key's replica
+
+    @classmethod
+    def build(cls, cfg, n, workload, rng):
+        keys, has, _ = affinity_keys(workload, cfg.affinity.key, cfg.affinity.prefix_blocks)
+        return cls(n, keys, has, cfg.affinity.load_cap)
 
     def cap(self, loads) -> int:
         return math.ceil(self.load_cap * (int(np.sum(loads)) + 1) / self.n)
@@ -245,10 +266,21 @@ def affinity_keys(workload, key: str, prefix_blocks: int) -> tuple[np.ndarray, n
 
 
 def make_router(cfg, n: int, workload, rng: np.random.Generator) -> Router:
-    """The router ``cfg`` (a ClusterConfig) names, over ``n`` replicas."""
-    if cfg.router == "affinity":
-        keys, has, _ = affinity_keys(workload, cfg.affinity.key, cfg.affinity.prefix_blocks)
-        return Affinity(n, keys, has, cfg.affinity.load_cap)
-    if cfg.router == "random":
-        return RandomRouter(n, rng)
-    return {r.name: r for r in (RoundRobin, LeastRequests, LeastTokens, PriorityRouter)}[cfg.router](n)
+    """The router ``cfg.router`` names (a ClusterConfig), over ``n`` replicas: a registered one
+    (servesim/router_catalog.py) or a user's ``package.module:Class``. ValueError in one line
+    when a user's router cannot be imported or is not a Router."""
+    spec = ROUTERS.get(cfg.router)
+    path = spec.impl if spec is not None else cfg.router
+    return load_router_class(path).build(cfg, n, workload, rng)
+
+
+def load_router_class(path: str) -> type[Router]:
+    module, _, name = path.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"cluster.router {path!r}: cannot import it ({exc})") from None
+    if not (isinstance(obj, type) and issubclass(obj, Router)):
+        raise ValueError(f"cluster.router {path!r} is not a subclass of servesim.engine.router.Router "
+                         f"(see docs/cluster.md)")
+    return obj

@@ -23,13 +23,18 @@ closed loops with ramp-up, runs cut by a duration, warm-up, several streams, SLA
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Sequence, get_args
 
 from hypothesis import strategies as st
 
-POLICIES = ("vllm", "chunked", "priority", "static-fifo")
-ALLOCATORS = ("paged", "static", "elastic")
-MIXES = ("stall_free", "prefill_first", "hybrid_only", "chunk_only")
+from servesim.policy_catalog import MODES, POLICIES as _POLICIES
+from servesim.router_catalog import ROUTERS as _ROUTERS
+from servesim.scenario import EngineConfig
+
+# names drawn from the registries (servesim/policy_catalog.py, router_catalog.py, the allocator Literal)
+POLICIES = tuple(_POLICIES)
+ALLOCATORS = get_args(EngineConfig.model_fields["kv_allocator"].annotation)
+MIXES = MODES
 DISTS = ("fixed", "uniform", "normal", "lognormal", "exponential", "geometric")
 MAX_MODEL_LEN = 96
 Range = tuple[int, int]
@@ -301,15 +306,19 @@ def stops(draw, *, max_requests: int = 40, durations: bool | None = None, warmup
     return s
 
 
-ROUTERS = ("round-robin", "random", "least-requests", "least-tokens", "priority")
+def router_names() -> list[str]:
+    """Every registered router a generated workload can feed (not those that need sessions or
+    prefix hashes: ``affinity``), read when drawn so that a router registered later is drawn too."""
+    return [name for name, spec in _ROUTERS.items() if not spec.needs_keys]
 
 
 @st.composite
-def clusters(draw, *, replicas: Range = (1, 3), routers: Sequence[str] = ROUTERS) -> dict:
-    """A ``cluster`` block: one group of ``replicas`` replicas behind a router, sometimes with
-    router and network delays. (The checker watches one replica; a fleet's runs are checked by
-    the run-pair checks: fast path, same seed, compiled, worker count.)"""
-    c: dict = {"router": draw(st.sampled_from(list(routers))),
+def clusters(draw, *, replicas: Range = (1, 3), routers: Sequence[str] | None = None) -> dict:
+    """A ``cluster`` block: one group of ``replicas`` replicas behind a router (default: every
+    one of :func:`router_names`), sometimes with router and network delays. (The checker watches
+    one replica; a fleet's runs are checked by the run-pair checks: fast path, same seed,
+    compiled, worker count.)"""
+    c: dict = {"router": draw(st.sampled_from(list(routers if routers is not None else router_names()))),
                "groups": [{"replicas": draw(st.integers(*replicas))}]}
     if draw(st.booleans()):
         c["network_delay_s"] = draw(st.sampled_from([0.001, 0.01]))
