@@ -31,7 +31,7 @@ from pathlib import Path
 import altair as alt
 import numpy as np
 
-from servesim.perf.calibrate_cli import error_table, read_validation, validate_frame
+from servesim.perf import error_table, read_validation, validate_frame
 
 ROOT = Path.cwd() if (Path.cwd() / "calibration").is_dir() else Path.cwd().parent
 GPU = "h200"

@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 import servesim
-from servesim.report.curves import t_interval
+from servesim.report import t_interval
 
 QUICK = os.environ.get("SERVESIM_NOTEBOOK_QUICK") == "1"
 ROOT = Path.cwd() if (Path.cwd() / "scenarios").is_dir() else Path.cwd().parent
@@ -116,7 +116,7 @@ assert probes[max_rate]["hi"] < SLO_S and replicas * max_rate >= TARGET_RATE
 # or fails by its interval over seeds, like the probes above.
 
 # %%
-from servesim.sweep.capacity import SLO, Budget, find_min_replicas
+from servesim.sweep import SLO, Budget, find_min_replicas
 
 fleet = servesim.load_scenario(ROOT / "scenarios" / "quickstart.yaml", [
     f"workload.arrival.rate={TARGET_RATE}", f"stop.requests={int(TARGET_RATE * FLEET_SECONDS)}",

@@ -39,7 +39,7 @@ import pandas as pd
 
 import servesim
 from servesim.report import charts
-from servesim.report.rundata import from_result
+from servesim.report import from_result
 
 QUICK = os.environ.get("SERVESIM_NOTEBOOK_QUICK") == "1"
 ROOT = Path.cwd() if (Path.cwd() / "scenarios").is_dir() else Path.cwd().parent

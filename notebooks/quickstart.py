@@ -27,7 +27,7 @@ from pathlib import Path
 
 import servesim
 from servesim.report import charts
-from servesim.report.rundata import from_result
+from servesim.report import from_result
 
 QUICK = os.environ.get("SERVESIM_NOTEBOOK_QUICK") == "1"
 ROOT = Path.cwd() if (Path.cwd() / "scenarios").is_dir() else Path.cwd().parent
@@ -82,7 +82,7 @@ print({r.label: round(r.summary["latency_s"]["ttft"]["p99"], 3) for r in runs})
 # %%
 out = OUT / "notebook-quickstart"
 res.write(out)
-from servesim.report.build import write_run_report
+from servesim.report import write_run_report
 
 print(write_run_report(out))
 

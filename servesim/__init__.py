@@ -10,10 +10,13 @@ from servesim.version import __version__  # noqa: F401
 
 from servesim.errors import ServesimError
 from servesim.scenario import Scenario, load_scenario, scenario_from_dict
-from servesim.simulate import Result, simulate
+from servesim.simulate import Built, Result, build, run_built, simulate
 
-__all__ = ["Result", "Scenario", "ServesimError", "load_scenario", "scenario_from_dict", "simulate",
-           "simulate_many"]
+# The public API: these names, and each package's ``__all__`` (servesim.report, .sweep, .testing,
+# .workload, .kv, .perf) and servesim.request's. Every other module is internal: it may change
+# without notice (docs/architecture.md; tests/test_public_api.py holds docs and notebooks to it).
+__all__ = ["Built", "Result", "Scenario", "ServesimError", "build", "load_scenario", "run_built", "scenario_from_dict",
+           "simulate", "simulate_many"]
 
 
 def __getattr__(name: str):

@@ -1,4 +1,4 @@
-"""The import contract of DESIGN.md (floors; no cycles between packages), checked by import-linter
+"""The import contract of docs/architecture.md (floors; no cycles between packages), checked by import-linter
 with the contract in pyproject.toml."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@
     DIR/invalid.csv          points set aside by ``invalid: skip``
 
 The report reads these files itself rather than importing the sweep package: the two sit on the
-same floor of the layout (DESIGN.md), and the files are the contract. Rows are deduplicated by
+same floor of the layout (docs/architecture.md), and the files are the contract. Rows are deduplicated by
 task ``(key, seed)`` as the store's reader does (the copy holding the most metrics, else the
 first); rows join the design by ``(key, seed)`` (points sharing a key share rows; rows of seeds
 the last design does not have are left out), by ``key`` in a design written before it listed

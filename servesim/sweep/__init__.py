@@ -10,6 +10,12 @@ replications with confidence intervals, capacity searches (docs/sweeps.md).
     capacity.py          max rate / min replicas meeting SLOs
 """
 
-from servesim.sweep.store import load_results
+from servesim.exports import exports
 
-__all__ = ["load_results"]
+__all__, __getattr__ = exports(__name__, {
+    "load_results": "servesim.sweep.store",
+    "simulate_many": "servesim.sweep.many",
+    "SLO": "servesim.sweep.capacity",
+    "Budget": "servesim.sweep.capacity",
+    "find_min_replicas": "servesim.sweep.capacity",
+})

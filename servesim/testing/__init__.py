@@ -98,5 +98,14 @@ __all__ = [
     "CheckStats", "CheckedRun", "Checker", "INVARIANTS", "InvariantViolation", "PAIRS", "check_compiled",
     "check_counts", "check_fast_path", "check_fragmentation", "check_percentiles", "check_reproducible",
     "check_run", "check_tiers", "check_worker_independent", "compare_frames", "compare_results",
-    "compiled_unavailable",
+    "compiled_unavailable", "strategies",
 ]
+
+
+def __getattr__(name: str):
+    """``strategies`` (hypothesis strategies for scenarios) loads on first use."""
+    if name == "strategies":
+        import importlib
+
+        return importlib.import_module("servesim.testing.strategies")
+    raise AttributeError(f"module 'servesim.testing' has no attribute {name!r}")
