@@ -103,6 +103,9 @@ def test_sglang_memory_rules():
     from servesim.memory import plan_memory
     plan = plan_memory(sc)
     assert plan.kv_bytes == pytest.approx(0.836 * plan.gpu_bytes - plan.weight_bytes, rel=1e-3)
+    shipped = load_scenario(ENGINES / "sglang.yaml", ["engine.max_running_requests=512"])
+    plan = plan_memory(shipped)
+    assert plan.kv_bytes == pytest.approx(0.836 * plan.gpu_bytes - plan.weight_bytes, rel=1e-3)
     pinned = scenario_from_dict(bare("sglang", engine={"scheduler": "chunked", "gpu_memory_utilization": 0.88}))
     assert pinned.engine.gpu_memory_utilization == 0.88
 

@@ -137,7 +137,7 @@ def _sglang(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str]
         # SGLang's fraction is weights + KV pool; servesim's utilization also holds the activations
         # its memory plan reserves (servesim/memory.py), which SGLang keeps in `reserved`
         total = gpu.memory_bytes
-        extra = _acts(sc, e.max_num_batched_tokens, e.max_running_requests or e.max_num_seqs) / total
+        extra = _acts(sc, e.max_num_batched_tokens, e.max_num_seqs) / total  # as memory.py plans them
         util = round(min(0.99, mfs + extra), 4)
         out["gpu_memory_utilization"] = util
         notes.append(f"gpu_memory_utilization {util}: mem_fraction_static {mfs} = ({mib:.0f} - {reserved:.0f} "
