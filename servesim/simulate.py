@@ -21,6 +21,7 @@ from servesim.metrics.sketch import LogSketch
 from servesim.metrics.summary import (Labels, build_summary, latency_sketches, pool_slots, request_frame, request_labels,
                                       timeseries_columns, timeseries_frame)
 from servesim.perf.base import StepTimeModel
+from servesim.perf.extrapolation import report as extrapolation_report
 from servesim.perf.select import provenance as step_provenance
 from servesim.policy_catalog import POLICIES, python_only_reasons
 from servesim.fields import MAX_SECONDS
@@ -496,6 +497,8 @@ def run_built(b: Built, seed: int | None = None) -> Result:
 
         summary["processes"] = processes_summary(b.handle, b.processes)
     summary["model"] = sc.model_shape.summary(sc.tp, sc.pp)  # params, active params, kv_bytes_per_token
+    tabs = [e.rep.tab for e in engines] if engines else [getattr(b.replica, "tab", None)]
+    summary["extrapolation"] = extrapolation_report(tabs)  # share of the run beyond the pack's grid
     resolved_text, summary["resolved_scenario"] = resolved_info(sc, seed)
     return Result(sc, summary, b.table, rec, memory, b.model.describe(), b.workload.notes,
                   request_labels(b.table, specs), resolved_text,

@@ -35,7 +35,8 @@ HERE = Path(__file__).parent / "fixtures" / "single_stream"
 sys.path.insert(0, str(HERE))
 from make_expected import CASES, run_case  # noqa: E402
 
-ADDED = {("by_class",), ("kv", "of_allocated"), ("resolved_scenario",), ("engine", "swap_outs"), ("step_model",)}
+ADDED = {("by_class",), ("kv", "of_allocated"), ("resolved_scenario",), ("engine", "swap_outs"), ("step_model",),
+         ("extrapolation",)}
 FRAG_FIX = {"sglang"}  # cases whose internal/reservation split is corrected (module docstring)
 STORES_FIX = {"prefix_tiers"}  # cases whose tier 'stores' count blocks now (module docstring)
 # a closed loop stopped by duration alone draws more never-sent rows now (2026-12-04: its bound

@@ -104,6 +104,8 @@ def object_model_overrides(model) -> dict:
     return {
         pk.iteration_seconds: lambda tab, new, ctx, nb: float(model.predict(new[:nb], ctx[:nb])),
         pk.decode_seconds: decode,
+        pk.count_iteration: lambda tab, new, ctx, nb, seconds: None,  # no pack grid to leave
+        pk.count_decode_run: lambda tab, ids, computed, nb, k, t0, ends: None,
     }
 
 

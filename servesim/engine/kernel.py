@@ -60,7 +60,7 @@ from servesim.kv.kernels import (
     kv_step_usage,
     kv_used_blocks,
 )
-from servesim.perf.kernels import decode_seconds, iteration_seconds
+from servesim.perf.kernels import count_decode_run, count_iteration, decode_seconds, iteration_seconds
 from servesim.request import FINISHED, RUNNING
 from servesim.sched.parts import kv_stable_steps
 from servesim.sched.policies import decode_steps_done, schedule
@@ -359,9 +359,11 @@ def advance(cfg, st, kv, tab, until):
         if st.s.inflight != 0:
             if st.s.t_end > until:
                 return UNTIL
-            if st.s.inflight == 2:
+            if st.s.inflight == 2:  # (the pack's extrapolation tally first: servesim/perf/kernels.py)
+                count_decode_run(tab, st.b_ids, st.computed, st.s.b_len, st.s.run_k, st.s.now, st.ends)
                 commit_decode_run(cfg, st, kv, st.s.run_k)
             else:
+                count_iteration(tab, st.b_new, st.b_ctx, st.s.b_len, st.s.t_end - st.s.now)
                 commit_iteration(cfg, st, kv, st.s.t_end)
             st.s.inflight = 0
             st.s.segments += 1

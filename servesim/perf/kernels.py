@@ -42,6 +42,13 @@ TAIL_EMBED = 11
 TAIL_LM_HEAD, TAIL_FINAL_NORM, TAIL_GAPS = 12, 13, 14
 N_TAILS = 15
 
+#: ``StepTables.pk_ex``: the pack's measured grid ends (0..4), then per op kind (5 kinds and "any")
+#: the committed iterations outside the grid (5..10) and their seconds (11..16), then all committed
+#: iterations (17) and their seconds (18): servesim/perf/extrapolation.py reads them
+EX_GEMM, EX_DEC_BATCH, EX_DEC_CTX, EX_PRE_CHUNK, EX_PRE_CTX = 0, 1, 2, 3, 4
+EX_KINDS = 5
+EX_N0, EX_S0, EX_TOTAL_N, EX_TOTAL_S, EX_LEN = 5, 11, 17, 18, 19
+
 
 class RooflineConsts(NamedTuple):
     """The roofline model's constants (servesim/perf/roofline.py has the equations). Scalars
@@ -148,6 +155,7 @@ class StepTables(NamedTuple):
     pk_pre_chunks: np.ndarray  # prefill attention lattice: chunk rows
     pk_pre_grid: np.ndarray
     pk_pre_flat: np.ndarray  # (chunks * grid) row-major
+    pk_ex: np.ndarray  # grid ends and extrapolation counters (EX_*; empty: not counted)
 
 
 _ARRAY_RANK = {"pk_tails": 2, "pk_ar": 2, "pk_sr": 2, "pk_cpu_curve": 2, "pk_dec_table": 2}
@@ -579,3 +587,76 @@ def decode_seconds(tab, num_seqs, context_sum, steps, out):
     cpu_ms = cpu[num_seqs] if num_seqs < cpu.shape[0] else pack_cpu_ms(tab, num_seqs)
     for j in range(steps):
         out[j] = pack_decode_s(pk, const_ms, cpu_ms, out[j])
+
+
+# --- extrapolation accounting (servesim/perf/extrapolation.py) --------------------------------
+#
+# The engine calls these once per committed iteration or decode run (never for a planned step
+# that is not run), so the counts are the run's own. Outside the grid means beyond the pack's
+# measured range on that op's axis (below it the first measurement is used, which is not
+# extrapolation): GEMM tokens of the iteration, decode batch, decode KV tokens per sequence,
+# prefill chunk tokens, prefill cached context. A few comparisons per iteration.
+
+@kernel(inline=True)
+def ex_one(ex, kind, hit, seconds):
+    if hit:
+        ex[EX_N0 + kind] += 1.0
+        ex[EX_S0 + kind] += seconds
+
+
+@kernel(inline=True)
+def ex_tally(ex, gemm, dec_b, dec_c, pre_t, pre_c, seconds):
+    ex_one(ex, 0, gemm, seconds)
+    ex_one(ex, 1, dec_b, seconds)
+    ex_one(ex, 2, dec_c, seconds)
+    ex_one(ex, 3, pre_t, seconds)
+    ex_one(ex, 4, pre_c, seconds)
+    ex_one(ex, EX_KINDS, gemm or dec_b or dec_c or pre_t or pre_c, seconds)
+    ex[EX_TOTAL_N] += 1.0
+    ex[EX_TOTAL_S] += seconds
+
+
+@kernel
+def count_iteration(tab, new, ctx, nb, seconds):
+    """Tally one committed iteration (requests ``i < nb``: ``new[i]`` tokens over ``ctx[i]``,
+    as :func:`iteration_seconds` saw them) that took ``seconds``."""
+    ex = tab.pk_ex
+    if tab.kind != PACK or ex.shape[0] < EX_LEN or nb == 0:
+        return
+    tokens = 0
+    n_dec = 0
+    kv = 0
+    pre_t = False
+    pre_c = False
+    for i in range(nb):
+        tokens += new[i]
+        if new[i] == 1:
+            n_dec += 1
+            kv += ctx[i]
+        else:
+            if new[i] > ex[EX_PRE_CHUNK]:
+                pre_t = True
+            if ctx[i] > ex[EX_PRE_CTX]:
+                pre_c = True
+    dec_b = n_dec > 0 and n_dec > ex[EX_DEC_BATCH]
+    dec_c = n_dec > 0 and kv / n_dec > ex[EX_DEC_CTX]
+    ex_tally(ex, tokens > ex[EX_GEMM], dec_b, dec_c, pre_t, pre_c, seconds)
+
+
+@kernel
+def count_decode_run(tab, ids, computed, nb, k, t0, ends):
+    """Tally ``k`` committed pure-decode steps of requests ``ids[:nb]`` (their cached tokens
+    ``computed`` before the first step), step ``j`` ending at ``ends[j]`` (the first began at
+    ``t0``), as :func:`decode_seconds` priced them."""
+    ex = tab.pk_ex
+    if tab.kind != PACK or ex.shape[0] < EX_LEN or nb == 0:
+        return
+    ctx_sum = 0
+    for i in range(nb):
+        ctx_sum += computed[ids[i]]
+    gemm = nb > ex[EX_GEMM]
+    dec_b = nb > ex[EX_DEC_BATCH]
+    prev = t0
+    for j in range(k):
+        ex_tally(ex, gemm, dec_b, (ctx_sum + nb * j) / nb > ex[EX_DEC_CTX], False, False, ends[j] - prev)
+        prev = ends[j]

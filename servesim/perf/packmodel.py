@@ -229,6 +229,7 @@ class PackStepModel(KernelModel):
         what the kernels extrapolate beyond a table, so the bounds change speed, never results."""
         check_bounds(max_tokens, max_seqs)
         tab = self._tables()
+        tab = tab._replace(pk_ex=tab.pk_ex.copy())  # the engine's own extrapolation counters, at 0
         mt, ms = min(int(max_tokens), self.EXTEND_CAP), min(int(max_seqs), self.EXTEND_CAP)
         if mt < len(tab.pk_lin) and ms < min(len(tab.pk_seq), len(tab.pk_cpu), len(tab.pk_dec_const)):
             return tab
@@ -236,6 +237,14 @@ class PackStepModel(KernelModel):
 
         lin, seq, cpu, dec = pack_extend(tab, mt, ms)
         return tab._replace(pk_lin=lin, pk_seq=seq, pk_cpu=cpu, pk_dec_const=dec)
+
+    def grid_ends(self) -> dict[str, float]:
+        """The measured grid's end on each op kind's axis (servesim/perf/extrapolation.py):
+        beyond it a prediction extrapolates. Contexts: the largest measured at any batch/chunk."""
+        da, pa = self.decode_attn, self.prefill_attn
+        return {"gemm_tokens": float(min(self.curves[op].x[-1] for op in LAYER_TOKEN_OPS)),
+                "decode_batch": float(da.batches[-1]), "decode_kv_per_seq": float(da.grid[-2]),
+                "prefill_chunk": float(pa.measured_max_chunk), "prefill_context": float(pa.grid[-2])}
 
     def _tables(self):
         if self._tab is None:
@@ -245,8 +254,8 @@ class PackStepModel(KernelModel):
     def _build_tables(self, complete: bool = True):
         """The tables as measured (``n_table``), plus each curve's linear tail for the counts
         beyond them. ``complete=False`` (during construction) leaves out the CPU floor."""
-        from servesim.perf.kernels import (N_TAILS, PACK, TAIL_EMBED, TAIL_FINAL_NORM, TAIL_GAPS,
-                                           TAIL_LM_HEAD, step_tables)
+        from servesim.perf.kernels import (EX_LEN, EX_N0, N_TAILS, PACK, TAIL_EMBED, TAIL_FINAL_NORM,
+                                           TAIL_GAPS, TAIL_LM_HEAD, step_tables)
 
         c = self.curves
         tails = np.zeros((N_TAILS, 3))  # an absent curve's tail is 0.0 (adds nothing)
@@ -281,7 +290,8 @@ class PackStepModel(KernelModel):
             pk_dec_const=self._dec_const, pk_tails=tails, pk_ar=curve["all_reduce"][0],
             pk_sr=curve["send_recv"][0], pk_cpu_curve=curve["cpu_floor"][0],
             pk_dec_grid=da.grid, pk_dec_table=da._table2d, pk_dec_batches=da._batches_f,
-            pk_dec_beta=da.beta, pk_pre_chunks=pa._chunks_f, pk_pre_grid=pa.grid, pk_pre_flat=pa._flat)
+            pk_dec_beta=da.beta, pk_pre_chunks=pa._chunks_f, pk_pre_grid=pa.grid, pk_pre_flat=pa._flat,
+            pk_ex=np.concatenate([list(self.grid_ends().values()), np.zeros(EX_LEN - EX_N0)]))
 
     # -- per-count terms (diagnostics, construction); the kernels extrapolate beyond the tables --
     def _lin_at(self, tokens: int) -> float:

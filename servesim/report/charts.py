@@ -342,9 +342,44 @@ def replica_figures(runs: list["RunData"]) -> list[Figure]:
                    "...): an even fleet has even bars.")]
 
 
+# --------------------------------------------------------------------------- extrapolation
+def extrapolation_figures(runs: list["RunData"]) -> list[Figure]:
+    """Per op kind, the share of iterations and of step time beyond the pack's measured grid
+    (summary.json ``extrapolation``; runs without a pack have no grid and no bars)."""
+    import altair as alt
+    import pandas as pd
+
+    rows, notes = [], []
+    for r in runs:
+        ex = r.summary.get("extrapolation") or {}
+        if not ex.get("measured_grid"):
+            continue
+        for key, v in ex["by_op"].items():
+            end = v["grid_end"] if not isinstance(v["grid_end"], list) else max(v["grid_end"])
+            what = f"{v['what']} > {end:,.0f}"
+            for measure, share in (("iterations", v["iterations_share"]), ("step time", v["step_time_share"])):
+                rows.append({"run": r.label, "op": what, "measure": measure, "share": share or 0.0})
+        if ex.get("warning"):
+            notes.append(f"{r.label}: {ex['warning']}" if len(runs) > 1 else ex["warning"])
+    if not rows:
+        return []
+    d = pd.DataFrame(rows)
+    enc = dict(x=alt.X("share:Q", title="share outside the measured grid", axis=alt.Axis(format="%")),
+               y=alt.Y("op:N", title=None, sort=None), color=alt.Color("measure:N", title=None),
+               yOffset="measure:N", tooltip=[alt.Tooltip("run:N"), alt.Tooltip("op:N"), alt.Tooltip("measure:N"),
+                                            alt.Tooltip("share:Q", format=".2%")])
+    chart = alt.Chart(_data(d)).mark_bar().encode(**enc).properties(width=WIDE // 2, height=HEIGHT - 60)
+    if len(runs) > 1:
+        chart = chart.facet(row=alt.Row("run:N", title=None, sort=[r.label for r in runs]))
+    return [Figure("extrapolation", "Iterations beyond the calibration pack's measured grid", chart,
+                   "Per op kind, the share of iterations (and of step time) whose batch lay beyond the largest "
+                   "size the pack measured on that op's axis, where the step time is extrapolated "
+                   "(docs/calibration.md). " + (" ".join(notes) if notes else "Below the warning threshold."))]
+
+
 def run_figures(runs: list["RunData"]) -> list[tuple[str, list[Figure]]]:
     """Every figure of a run report (or a comparison), by section."""
     sections = [("Latency", latency_figures(runs)), ("Over time", timeline_figures(runs)),
                 ("Why requests waited", wait_figures(runs)), ("Prefix cache and KV tiers", tier_figures(runs)),
-                ("Replicas", replica_figures(runs))]
+                ("Replicas", replica_figures(runs)), ("Calibration coverage", extrapolation_figures(runs))]
     return [(name, figs) for name, figs in sections if figs]

@@ -203,6 +203,13 @@ def print_summary(console: Console, res) -> None:
         if e.get("cpu_overhead_s") else ""
     console.print(f"engine    {e['iterations']:,} iterations, busy {e['busy_fraction']:.1%}{cpu}, "
                   f"mean {e['mean_running']:.1f} running, {e['mean_batch_tokens']:.0f} tokens/iteration")
+    ex = s.get("extrapolation")
+    if ex is not None:  # how much of the run the pack's measured grid covered (servesim/perf/extrapolation.py)
+        from servesim.perf.extrapolation import summary_line
+
+        console.print(f"pack grid {summary_line(ex)}", markup=False)
+        if ex.get("warning"):
+            console.print("[bold yellow]warning[/]   " + escape(ex["warning"]), soft_wrap=True)
     if "cluster" in s:
         print_cluster(console, s["cluster"])
     console.print(f"simulated {s['sim_time_s']:,.1f} s in {s['wall_s']:.2f} s wall "

@@ -129,10 +129,12 @@ def pack_provenance(summary: dict) -> str:
     """The calibration pack a run used, with the provenance its YAML records, and whether the
     pack installed here is still the one the run used (same digest)."""
     pid = dig(summary, ("resolved_scenario", "calibration_pack"))
+    label = dig(summary, ("step_model", "label"))  # servesim/perf/select.py (runs since issue 28)
+    step = f"<p><b>step time</b> {escape(str(label))}</p>" if label else ""
     if not pid:
-        return "<p><b>calibration pack</b> none: the step-time model is analytical (roofline or constant)</p>"
+        return step + "<p><b>calibration pack</b> none: the step-time model is analytical (roofline or constant)</p>"
     name, _, digest = str(pid).partition(" sha256:")
-    out = f"<p><b>calibration pack</b> <code>{escape(str(pid))}</code></p>"
+    out = step + f"<p><b>calibration pack</b> <code>{escape(str(pid))}</code></p>"
     from servesim.perf.pack import pack_root
 
     csv_path = pack_root() / f"{name}.csv"
