@@ -496,6 +496,7 @@ def run_built(b: Built, seed: int | None = None) -> Result:
         from servesim.engine.processes import processes_summary
 
         summary["processes"] = processes_summary(b.handle, b.processes)
+        summary["scaling"] = b.handle.scaling(sim_time)
     summary["model"] = sc.model_shape.summary(sc.tp, sc.pp)  # params, active params, kv_bytes_per_token
     tabs = [e.rep.tab for e in engines] if engines else [getattr(b.replica, "tab", None)]
     summary["extrapolation"] = extrapolation_report(tabs)  # share of the run beyond the pack's grid

@@ -53,7 +53,7 @@ def test_processes_that_only_look_change_nothing(case):
     seen: list = []
     watched = simulate(sc, processes=[looker(0.37, seen)])
     assert len(seen) > 5
-    assert_identical(alone, watched, fleet_keys=("cluster", "processes"))
+    assert_identical(alone, watched, fleet_keys=("cluster", "processes", "scaling"))
     if "cluster" in alone.summary:
         a, w = dict(alone.summary["cluster"]), dict(watched.summary["cluster"])
         assert a == w

@@ -17,7 +17,7 @@ sent move in time; closed-loop clients are not moved). A diurnal curve is
 from __future__ import annotations
 
 import math
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -55,3 +55,32 @@ class RateScheduleConfig(StrictModel):
 
 
 ProcessPath = Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", max_length=300)]
+
+
+class AutoscaleConfig(StrictModel):
+    """``cluster.autoscale``: keep the per-replica ``metric`` near ``target`` by starting and
+    stopping replicas, as Kubernetes' horizontal autoscaler does: every ``interval_s`` the wanted
+    count is ``ceil(serving * value / target)`` within ``[min_replicas, the fleet's replicas]``.
+    A started replica takes requests ``scale_up_delay_s`` later (the model loads); a stopped one
+    is drained and released once it holds no request. Decisions are at least ``cooldown_s``
+    apart. The fleet's ``hardware.replicas`` (or groups) are the slots; ``initial_replicas`` of
+    them (default ``min_replicas``) serve from the start."""
+
+    metric: Literal["waiting", "outstanding", "running", "kv_used"] = "outstanding"  # per serving replica
+    target: Annotated[float, Field(gt=0, le=1e9, allow_inf_nan=False)] = 8.0  # the metric's wanted value
+    min_replicas: Annotated[int, Field(ge=1, le=4096)] = 1
+    initial_replicas: Annotated[int, Field(ge=1, le=4096)] | None = None  # default: min_replicas
+    interval_s: Seconds = 10.0  # how often the autoscaler looks
+    scale_up_delay_s: Seconds0 = 60.0  # a started replica loads the model this long before it serves
+    cooldown_s: Seconds0 = 60.0  # at least this long between two decisions
+
+    @model_validator(mode="after")
+    def _initial(self) -> "AutoscaleConfig":
+        if self.initial_replicas is not None and self.initial_replicas < self.min_replicas:
+            raise ValueError(f"cluster.autoscale.initial_replicas {self.initial_replicas} is below min_replicas "
+                             f"{self.min_replicas}")
+        return self
+
+    @property
+    def initial(self) -> int:
+        return self.initial_replicas if self.initial_replicas is not None else self.min_replicas

@@ -55,6 +55,15 @@ class FleetHandle:
             self._groups = [[0]]
             self._fleet = None
             self._delay = 0.0
+        n = len(self._groups)
+        # provisioned replicas (GPUs held: loading, serving or draining) and their spells
+        self._up = np.ones(n, dtype=bool)
+        self._loading = np.zeros(n, dtype=bool)
+        self._since = np.zeros(n)
+        self._replica_s = np.zeros(n)  # seconds of spells already ended
+        self._timeline: list[tuple[float, int]] = [(0.0, n)]
+        self._gpus = np.ones(n, dtype=np.int64)  # GPUs per replica (set by ``start``)
+        self.release_poll_s = 1.0  # a stopped replica is released at the first such poll that finds it empty
         self._base: np.ndarray | None = None  # open-loop client send times at factor 1
         self._warp = (0.0, 0.0, 1.0)  # (client time, base time, factor) of the last rate change
         self.actions: list[tuple[float, str, object]] = []  # (time, action, argument), for the summary
@@ -130,6 +139,84 @@ class FleetHandle:
             raise ValueError(f"replica {r!r}: the fleet has replicas 0..{self.replicas - 1}")
         self._fleet.router.set_active(int(r), on)
 
+    def provisioned(self) -> np.ndarray:
+        """Which replica slots hold their GPUs (loading, serving, or draining before release)."""
+        return self._up.copy()
+
+    def loading(self) -> int:
+        """Replicas started and still loading their model (not yet serving)."""
+        return int(self._loading.sum())
+
+    def serving(self) -> np.ndarray:
+        """Which replicas are provisioned and take new requests."""
+        return self._up & self.active()
+
+    def add_replica(self, delay_s: float = 0.0) -> int:
+        """Start a replica in the lowest free slot: its GPUs count from now, it takes requests
+        ``delay_s`` later (the model loads). Returns its index; ValueError when every slot is
+        provisioned (the fleet's ``hardware.replicas`` are the slots)."""
+        free = np.flatnonzero(~self._up)
+        if not len(free):
+            raise ValueError(f"add_replica: all {self.replicas} replica slots are provisioned "
+                             f"(hardware.replicas is the most the fleet can grow to)")
+        r = int(free[0])
+        self._provision(r, True)
+        self._loading[r] = True
+        self.actions.append((self.now, "add_replica", r))
+        self.env.process(self._ready(r, float(delay_s)))
+        return r
+
+    def _ready(self, r: int, delay_s: float):
+        if delay_s > 0:
+            yield self.env.timeout(delay_s)
+        self._loading[r] = False
+        if self._up[r]:
+            self._set_active(r, True)
+
+    def remove_replica(self, r: int | None = None) -> int:
+        """Stop replica ``r`` (default: the highest-numbered serving one): drained now, released
+        (its GPUs no longer counted) once it holds no request."""
+        if r is None:
+            on = np.flatnonzero(self.serving())
+            if not len(on):
+                raise ValueError("remove_replica: no replica is serving")
+            r = int(on[-1])
+        self._set_active(int(r), False)
+        self.actions.append((self.now, "remove_replica", int(r)))
+        self.env.process(self._release(int(r)))
+        return int(r)
+
+    def _release(self, r: int):
+        while self.outstanding()[r] > 0:
+            yield self.env.timeout(self.release_poll_s)
+        if self._up[r] and not self.active()[r]:
+            self._provision(r, False)
+
+    def _provision(self, r: int, on: bool) -> None:
+        if self._up[r] == on:
+            return
+        self._up[r] = on
+        if on:
+            self._since[r] = self.now
+        else:
+            self._replica_s[r] += self.now - self._since[r]
+        self._timeline.append((self.now, int(self._up.sum())))
+
+    def scaling(self, end: float) -> dict:
+        """``summary.scaling``: provisioned replicas over time and what they cost, to ``end``."""
+        spells = self._replica_s + np.where(self._up, end - self._since, 0.0)
+        timeline: list[list] = []
+        for t, k in self._timeline:  # (several changes at one instant: the last count)
+            if timeline and timeline[-1][0] == t:
+                timeline[-1][1] = int(k)
+            else:
+                timeline.append([float(t), int(k)])
+        return {"replicas_over_time": timeline,
+                "replica_seconds": float(spells.sum()),
+                "gpu_hours": float((spells * self._gpus).sum() / 3600.0),
+                "replicas_max": int(max(k for _, k in self._timeline)),
+                "replicas_min": int(min(k for _, k in self._timeline))}
+
     def refresh_loads(self) -> None:
         """The router's view of the replicas' loads becomes their loads now
         (``cluster.router_refresh_s``)."""
@@ -173,6 +260,7 @@ def rate_schedule_process(steps: Iterable[tuple[float, float]]) -> Callable:
                 yield env.timeout(t - env.now)
             fleet.set_rate(f)
 
+    rates.__qualname__ = 'rate_schedule'
     return rates
 
 
@@ -184,6 +272,7 @@ def refresh_process(every_s: float) -> Callable:
             fleet.refresh_loads()
             yield env.timeout(every_s)
 
+    refresh.__qualname__ = 'router_refresh'
     return refresh
 
 
@@ -230,6 +319,15 @@ def scenario_processes(sc, processes: list | None = None) -> list[Callable]:
             fns.append(diurnal_process(rs.diurnal))
     if sc.cluster.router_refresh_s > 0 and sc.is_fleet and sc.cluster.router not in ("round-robin", "random"):
         fns.append(refresh_process(sc.cluster.router_refresh_s))
+    auto = sc.cluster.autoscale
+    if auto is not None:
+        from servesim.engine.autoscale import autoscale_process
+
+        if not sc.is_fleet or auto.initial > sc.num_replicas or auto.min_replicas > sc.num_replicas:
+            raise ValueError(f"cluster.autoscale: min_replicas {auto.min_replicas} and initial_replicas "
+                             f"{auto.initial} must be at most the fleet's {sc.num_replicas} replica slots "
+                             f"(hardware.replicas or the groups' replicas)")
+        fns.append(autoscale_process(auto))
     fns.extend(load_process(p) for p in sc.processes)
     for fn in processes or ():
         if not callable(fn):
@@ -246,6 +344,7 @@ def diurnal_process(d) -> Callable:
             fleet.set_rate(d.factor(env.now + d.step_s / 2))
             yield env.timeout(d.step_s)
 
+    diurnal.__qualname__ = 'diurnal'
     return diurnal
 
 
@@ -255,7 +354,16 @@ def start(sc, env, runner, table, fns: list[Callable]) -> FleetHandle | None:
         return None
     if sc.cluster.router_refresh_s > 0 and getattr(runner, "engines", None) is not None:
         runner.stale_loads()
-    return start_processes(env, runner, table, fns)
+    handle = start_processes(env, runner, table, fns)
+    handle._gpus = np.array([g.scenario.gpus_per_replica for g in sc.replica_groups for _ in range(g.replicas)],
+                            dtype=np.int64)
+    auto = sc.cluster.autoscale
+    if auto is not None:  # the slots beyond the initial replicas start unprovisioned
+        for r in range(auto.initial, handle.replicas):
+            handle._set_active(r, False)
+            handle._up[r] = False
+        handle._timeline = [(0.0, int(handle._up.sum()))]
+    return handle
 
 
 def processes_summary(handle: FleetHandle, fns: list[Callable]) -> dict:
