@@ -67,7 +67,9 @@ class Reject:
     MAX_MODEL_LEN = 1
     KV_CAPACITY = 2
     TOKEN_BUDGET = 3
-    NAMES = {1: "exceeds_max_model_len", 2: "exceeds_kv_capacity", 3: "prompt_exceeds_token_budget"}
+    REPLICA_FAILED = 4  # its replica failed while it was there (cluster.faults, on_failure: lost)
+    NAMES = {1: "exceeds_max_model_len", 2: "exceeds_kv_capacity", 3: "prompt_exceeds_token_budget",
+             4: "replica_failed"}
 
 
 class RequestTable:

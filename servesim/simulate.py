@@ -253,7 +253,7 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
     from servesim.engine.processes import scenario_processes
 
     try:
-        fns = scenario_processes(sc, processes)
+        fns = scenario_processes(sc, processes, seed)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
     if sc.is_fleet:
@@ -457,6 +457,8 @@ def run_built(b: Built, seed: int | None = None) -> Result:
     t0 = time.perf_counter()
     b.env.run(until=b.main if b.handle is not None else None)  # (other processes may run forever)
     wall = time.perf_counter() - t0
+    if b.handle is not None:
+        b.handle.finish(b.replica.now)  # (retried requests' first arrivals back)
     engines = b.fleet.engines if b.fleet is not None else None
     if engines is not None:
         restore_client_times(b.table, sc.delay_in_s, sc.delay_out_s)
@@ -493,10 +495,13 @@ def run_built(b: Built, seed: int | None = None) -> Result:
         summary["cluster"] = cluster_summary(sc, b.replica, engines, b.fleet.replicas, b.table, sim_time)
     summary["step_model"] = step_provenance(sc)  # which model priced the iterations (servesim/perf/select.py)
     if b.handle is not None:
-        from servesim.engine.processes import processes_summary
+        from servesim.engine.processes import faults_summary, processes_summary
 
         summary["processes"] = processes_summary(b.handle, b.processes)
         summary["scaling"] = b.handle.scaling(sim_time)
+        faults = faults_summary(b.handle)
+        if faults is not None:
+            summary["faults"] = faults
     summary["model"] = sc.model_shape.summary(sc.tp, sc.pp)  # params, active params, kv_bytes_per_token
     tabs = [e.rep.tab for e in engines] if engines else [getattr(b.replica, "tab", None)]
     summary["extrapolation"] = extrapolation_report(tabs)  # share of the run beyond the pack's grid

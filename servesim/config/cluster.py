@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from servesim.config.dynamics import AutoscaleConfig
+from servesim.config.dynamics import AutoscaleConfig, FaultsConfig
 from servesim.fields import StrictModel
 from servesim.router_catalog import check_router
 
@@ -82,6 +82,7 @@ class ClusterConfig(StrictModel):
     # the router reads the replicas' loads as of its last refresh, every this many seconds (0: exact)
     router_refresh_s: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
     autoscale: AutoscaleConfig | None = None  # start and stop replicas by load (docs/processes.md)
+    faults: FaultsConfig | None = None  # replicas fail and come back (docs/processes.md)
     groups: Annotated[list[ReplicaGroupConfig], Field(min_length=1, max_length=256)] | None = None
 
     @field_validator("groups")

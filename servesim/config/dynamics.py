@@ -84,3 +84,28 @@ class AutoscaleConfig(StrictModel):
     @property
     def initial(self) -> int:
         return self.initial_replicas if self.initial_replicas is not None else self.min_replicas
+
+
+class FaultEvent(StrictModel):
+    replica: Annotated[int, Field(ge=0, le=4095)]  # which replica fails ...
+    at_s: Seconds0  # ... at this simulated second ...
+    down_s: Seconds0 = 300.0  # ... and serves again this long after (repaired, model reloaded)
+
+
+class FaultsConfig(StrictModel):
+    """``cluster.faults``: replicas fail -- at random (``mtbf_s``: each replica's time to failure
+    is exponential with this mean, from the run's ``faults`` random stream) or on a
+    ``schedule`` -- and come back ``mttr_s`` (or the event's ``down_s``) later, empty. What a
+    failed replica held is retried through the router (``on_failure: retry``) or lost
+    (``lost``: rejected with reason ``replica_failed``); its KV cache is lost either way."""
+
+    mtbf_s: Seconds | None = None  # mean time between failures of one replica
+    mttr_s: Seconds0 = 300.0  # time to repair: down this long after each random failure
+    schedule: Annotated[list[FaultEvent], Field(min_length=1, max_length=100_000)] | None = None
+    on_failure: Literal["retry", "lost"] = "retry"  # what happens to the requests a failed replica held
+
+    @model_validator(mode="after")
+    def _some(self) -> "FaultsConfig":
+        if self.mtbf_s is None and self.schedule is None:
+            raise ValueError("cluster.faults: give mtbf_s (random failures) or a schedule (or both)")
+        return self

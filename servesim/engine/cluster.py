@@ -80,6 +80,12 @@ class Fleet:
         whys = sorted({e.rep.why for e in engines if e.rep.why})
         self.why = "; ".join(whys)
         self.decisions: list | None = None  # (rid, replica, loads) per routing when recording
+        self._scalars = scalars
+        self.factories: list | None = None  # engine i afresh (fleet_build), for restarts after a failure
+        self._rekey: list[int] = []  # engines restarted while the loop was paused
+        self._retry: list[int] = []  # requests to route again when the loop resumes
+        self.first_arrival: dict[int, float] = {}  # a retried request's arrival before its retry
+        self._is_shut = False
         self.routed = np.zeros(len(engines), dtype=np.int64)
         self._starts = np.array([r[0] for r in replicas], dtype=np.int64)
         self._vector = None
@@ -109,6 +115,83 @@ class Fleet:
             self._fleet_work(self._refs, t, self._work_out)
             return self._per_replica(self._work_out.copy())
         return self._per_replica(np.array([e.work(t) for e in self.engines], dtype=np.int64))
+
+    def fail_replica(self, r: int, t: float, retry: bool) -> tuple[int, int]:
+        """Replica ``r`` fails at ``t`` (the loop is paused there): every engine of it restarts
+        empty -- its queues, running batch, the iterations under way and its KV cache (prefix
+        cache included) are lost. The requests it held (routed there, not ended) are sent again
+        through the router when the loop resumes (``retry``: they start over, their latencies
+        still counted from their first arrival) or end rejected (``replica_failed``; a closed
+        loop's client then sends its next one). Returns (lost, retried)."""
+        from servesim.request import FINISHED, PENDING, REJECTED, Reject
+        from servesim.sched.state import new_scalars
+
+        table = self.table
+        for e in self.replicas[r]:
+            old = self.engines[e]
+            if self.closed:
+                self._send_successors(old)  # (what it ended before the failure)
+            old.finish()
+            if self._scalars is not None:
+                self._scalars[e] = new_scalars()[0]
+            new = self.factories[e](old.recorder)
+            new.s.set_f("now", max(t, old.s.get_f("now")))
+            new.s.set_f("itl_from", old.s.get_f("itl_from"))
+            new.rep.rec.itl_from = old.rep.rec.itl_from
+            if self._is_shut:
+                new.s.set_i("inbox_shut", 1)
+            self.engines[e] = new
+            if self._vector is not None:
+                self._refs[e] = new._ref
+            self.routed[e] = 0
+            self._rekey.append(e)
+        st = table.status
+        held = np.flatnonzero((self.replica_of == r) & (st != FINISHED) & (st != REJECTED))
+        if retry:
+            for rid in held.tolist():
+                self.first_arrival.setdefault(rid, float(table.arrival[rid]))
+            table.arrival[held] = t  # (restored after the run: restore_arrivals)
+            st[held] = PENDING
+            table.computed[held] = 0
+            table.num_output[held] = 0
+            for col in (table.t_first_sched, table.t_first_token, table.t_last_token):
+                col[held] = np.nan
+            self._retry.extend(held.tolist())
+            return 0, len(held)
+        st[held] = REJECTED
+        table.reject_reason[held] = Reject.REPLICA_FAILED
+        table.t_finish[held] = t
+        if self.closed:
+            for rid in held.tolist():
+                self.inbox.ended(rid, t + self.delay_out + self.delay_in)
+        return len(held), 0
+
+    def restore_arrivals(self) -> None:
+        """Retried requests' arrival times back to their first (latencies count from there)."""
+        for rid, t in self.first_arrival.items():
+            self.table.arrival[rid] = t
+
+    def _resume_faults(self, t: float, key: list, heap: list, done: list) -> int:
+        """After a pause in which replicas failed: key their restarted engines and route the
+        requests to retry (at ``t``). Returns how many ended engines run again."""
+        woke = 0
+        for e in self._rekey:
+            if done[e]:
+                done[e] = False
+                woke += 1
+            key[e] = self.engines[e].s.get_f("now")
+            heapq.heappush(heap, (key[e], e))
+        self._rekey.clear()
+        retry, self._retry = self._retry, []
+        self._t = t
+        for rid in retry:
+            e = self._route(rid, t, key, heap)
+            if done[e]:
+                done[e] = False
+                woke += 1
+                key[e] = max(t, self.engines[e].s.get_f("now"))
+                heapq.heappush(heap, (key[e], e))
+        return woke
 
     def stale_loads(self) -> None:
         """The router reads the loads of the last :meth:`refresh_loads` (``cluster.router_refresh_s``),
@@ -200,6 +283,7 @@ class Fleet:
 
     def _shut(self, key: list, heap: list, done: list) -> None:
         """The inbox is exhausted: engines may end once drained; idle ones are woken to see it."""
+        self._is_shut = True
         for i, eng in enumerate(self.engines):
             if done[i]:
                 continue
@@ -324,6 +408,8 @@ class Fleet:
             k_min = top()
             if h < T and h < k_min:  # every fleet event up to h is done: the other processes' turn
                 yield h
+                if self._rekey or self._retry:  # (replicas failed: FleetHandle.fail)
+                    n_done -= self._resume_faults(h, key, heap, done)
                 h = self._horizon()
                 T = inbox.next()  # (a process may have moved arrivals: FleetHandle.set_rate)
                 if not shut and T == INF and inbox.exhausted():

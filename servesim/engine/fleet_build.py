@@ -86,6 +86,7 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     engines: list[Engine] = []
     replicas: list[ReplicaInfo] = []
     members: list[list[int]] = []
+    factories: list[Callable] = []  # engine i afresh (a replica restarted after a failure)
     r = 0
     for gi, g in enumerate(sc.replica_groups):
         gsc = g.scenario
@@ -113,17 +114,20 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
                 model = models[hops]
             ids = []
             for _v in range(pp):
-                kv = build_kv(gsc, ve_plan, table, workload, env)
-                rec = new_recorder(buffers[1])
-                rep = build_replica(gsc, table, kv, model, rec, seed, workload=workload, on_iteration=on_iteration,
-                                    kv_bytes_per_token=plan.kv_bytes_per_token, force_python=why,
-                                    spec=u.spec if u else None,
-                                    user_parts={**(u.overrides if u else {}), **(kernel_overrides or {})},
-                                    buffers=buffers, stop_when_drained=stop_when_drained, routed=True,
-                                    report_ended=closed, shared=shared,
-                                    scalars=scalars[len(engines):len(engines) + 1])
+                def make(rec, i=len(engines), gsc=gsc, ve_plan=ve_plan, model=model, why=why, u=u, plan=plan):
+                    """Engine ``i`` as built (fresh: empty queues, an empty KV pool) over ``rec``."""
+                    kv = build_kv(gsc, ve_plan, table, workload, env)
+                    rep = build_replica(gsc, table, kv, model, rec, seed, workload=workload,
+                                        on_iteration=on_iteration, kv_bytes_per_token=plan.kv_bytes_per_token,
+                                        force_python=why, spec=u.spec if u else None,
+                                        user_parts={**(u.overrides if u else {}), **(kernel_overrides or {})},
+                                        buffers=buffers, stop_when_drained=stop_when_drained, routed=True,
+                                        report_ended=closed, shared=shared, scalars=scalars[i:i + 1])
+                    return Engine(rep, i, ve_plan, kv)
+
                 ids.append(len(engines))
-                engines.append(Engine(rep, len(engines), ve_plan, kv))
+                factories.append(make)
+                engines.append(make(new_recorder(buffers[1])))
             members.append(ids)
             replicas.append(ReplicaInfo(g.name, gsc.hardware.gpu, gsc.tp, pp, placement.stages[r], ids,
                                         model.describe()))
@@ -134,6 +138,7 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     warmup = sc.stop.warmup_requests
     fleet = Fleet(engines, members, router, inbox, table, closed=closed, delay_in=delay_in, delay_out=delay_out,
                   warmup_id=warmup if 0 < warmup < n else -1, progress=progress, scalars=scalars)
+    fleet.factories = factories
     fleet.prerouted = (PREROUTE and not closed and not router.reads_load
                        and all(len(m) == 1 for m in members))
     return fleet, engines, replicas

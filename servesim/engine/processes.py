@@ -63,6 +63,8 @@ class FleetHandle:
         self._replica_s = np.zeros(n)  # seconds of spells already ended
         self._timeline: list[tuple[float, int]] = [(0.0, n)]
         self._gpus = np.ones(n, dtype=np.int64)  # GPUs per replica (set by ``start``)
+        self._down_since = np.full(n, np.nan)  # failed replicas: since when
+        self.faults = {"failures": 0, "repairs": 0, "lost": 0, "retried": 0, "skipped": 0, "down_s": 0.0}
         self.release_poll_s = 1.0  # a stopped replica is released at the first such poll that finds it empty
         self._base: np.ndarray | None = None  # open-loop client send times at factor 1
         self._warp = (0.0, 0.0, 1.0)  # (client time, base time, factor) of the last rate change
@@ -217,6 +219,46 @@ class FleetHandle:
                 "replicas_max": int(max(k for _, k in self._timeline)),
                 "replicas_min": int(min(k for _, k in self._timeline))}
 
+    def fail(self, r: int, retry: bool = True) -> bool:
+        """Replica ``r`` fails now: the router stops sending to it, it restarts empty (queues,
+        batch, KV cache lost), and the requests it held are sent again through the router
+        (``retry``) or lost (rejected, reason ``replica_failed``). It serves again after
+        :meth:`repair`. False (nothing done) when it is not serving, or is the last replica
+        serving (the router would have nowhere to send requests)."""
+        if self._fleet is None:
+            raise ValueError("fail: a lone replica has no router to send its requests elsewhere "
+                             "(give hardware.replicas > 1)")
+        on = self.serving()
+        if not on[r] or on.sum() <= 1:
+            self.faults["skipped"] += 1
+            return False
+        self._set_active(r, False)
+        lost, retried = self._fleet.fail_replica(int(r), self.now, retry)
+        self.faults["failures"] += 1
+        self.faults["lost"] += lost
+        self.faults["retried"] += retried
+        self._down_since[r] = self.now
+        self.actions.append((self.now, "fail", int(r)))
+        return True
+
+    def repair(self, r: int) -> None:
+        """Replica ``r`` (failed) serves again."""
+        if np.isnan(self._down_since[r]):
+            return
+        self.faults["down_s"] += self.now - self._down_since[r]
+        self._down_since[r] = np.nan
+        self.faults["repairs"] += 1
+        if self._up[r]:
+            self._set_active(int(r), True)
+        self.actions.append((self.now, "repair", int(r)))
+
+    def finish(self, end: float) -> None:
+        """After the run: retried requests' arrivals back to their first; downtime to ``end``."""
+        if self._fleet is not None:
+            self._fleet.restore_arrivals()
+        down = ~np.isnan(self._down_since)
+        self.faults["down_s"] += float(np.sum(end - self._down_since[down]))
+
     def refresh_loads(self) -> None:
         """The router's view of the replicas' loads becomes their loads now
         (``cluster.router_refresh_s``)."""
@@ -306,7 +348,52 @@ def start_processes(env, runner, table, fns: list[Callable]) -> FleetHandle:
     return handle
 
 
-def scenario_processes(sc, processes: list | None = None) -> list[Callable]:
+def fault_processes(cfg, n: int, seed: int) -> list[Callable]:
+    """``cluster.faults``: one process per replica with random failures, one for the schedule."""
+    from servesim.workload.streams import stream
+
+    retry = cfg.on_failure == "retry"
+    fns: list[Callable] = []
+    if cfg.mtbf_s is not None:
+        rng = stream(seed, "faults")
+        first = rng.exponential(cfg.mtbf_s, n)  # (drawn up front per replica: the order of events
+        seeds = rng.integers(0, 2**63 - 1, n)     # never changes which replica gets which draws)
+
+        def replica_faults(r: int):
+            def faults(env, fleet: FleetHandle):
+                own = np.random.default_rng(int(seeds[r]))
+                wait = float(first[r])
+                while True:
+                    yield env.timeout(wait)
+                    if fleet.fail(r, retry):
+                        yield env.timeout(cfg.mttr_s)
+                        fleet.repair(r)
+                    wait = float(own.exponential(cfg.mtbf_s))
+            faults.__qualname__ = f"faults[{r}]"
+            return faults
+
+        fns.extend(replica_faults(r) for r in range(n))
+    if cfg.schedule is not None:
+        events = sorted((e.at_s, e.replica, e.down_s) for e in cfg.schedule)
+
+        def scheduled(env, fleet: FleetHandle):
+            for at, r, down in events:
+                if at > env.now:
+                    yield env.timeout(at - env.now)
+                if fleet.fail(r, retry):
+                    env.process(_repair_after(env, fleet, r, down))
+
+        scheduled.__qualname__ = "fault_schedule"
+        fns.append(scheduled)
+    return fns
+
+
+def _repair_after(env, fleet: FleetHandle, r: int, down: float):
+    yield env.timeout(down)
+    fleet.repair(r)
+
+
+def scenario_processes(sc, processes: list | None = None, seed: int | None = None) -> list[Callable]:
     """The processes a run of ``sc`` puts on its clock: the rate schedule, the router's load
     refreshes, the scenario's ``processes`` and the caller's (empty: none, and the fleet runs
     undisturbed). ValueError, one line, for a process that cannot be loaded."""
@@ -328,6 +415,14 @@ def scenario_processes(sc, processes: list | None = None) -> list[Callable]:
                              f"{auto.initial} must be at most the fleet's {sc.num_replicas} replica slots "
                              f"(hardware.replicas or the groups' replicas)")
         fns.append(autoscale_process(auto))
+    faults = sc.cluster.faults
+    if faults is not None:
+        bad = [e.replica for e in faults.schedule or () if e.replica >= sc.num_replicas]
+        if not sc.is_fleet or sc.num_replicas < 2 or bad:
+            raise ValueError(f"cluster.faults: needs a fleet of 2 or more replicas"
+                             + (f"; replica {bad[0]} is not one of 0..{sc.num_replicas - 1}" if bad else "")
+                             + (f" (this one has {sc.num_replicas})" if not bad else ""))
+        fns.extend(fault_processes(faults, sc.num_replicas, sc.seed if seed is None else seed))
     fns.extend(load_process(p) for p in sc.processes)
     for fn in processes or ():
         if not callable(fn):
@@ -372,3 +467,11 @@ def processes_summary(handle: FleetHandle, fns: list[Callable]) -> dict:
     for _, what, _ in handle.actions:
         counts[what] = counts.get(what, 0) + 1
     return {"names": [getattr(f, "__qualname__", repr(f)) for f in fns], "actions": counts}
+
+
+def faults_summary(handle: FleetHandle) -> dict | None:
+    """``summary.faults`` (None when no replica failed nor was asked to)."""
+    f = handle.faults
+    if not (f["failures"] or f["skipped"]):
+        return None
+    return {**{k: int(v) for k, v in f.items() if k != "down_s"}, "down_s": float(f["down_s"])}
