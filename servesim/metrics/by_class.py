@@ -112,15 +112,57 @@ def update_good(good: np.ndarray, metric: str, col: np.ndarray, stream: np.ndarr
         good[rows] &= hit
 
 
-def _met(slo, lat_blocks: dict) -> tuple[dict, bool | None]:
+def overdue(req: RequestTable, sim_time: float, warmup: int, specs: tuple[StreamSpec, ...],
+            default: GlobalSLO) -> dict[str, np.ndarray]:
+    """Requests after the warm-up still unfinished at the run's end (not rejected) that have
+    already missed a target, by metric: TTFT when no first token came within the threshold (or it
+    came late), E2E when their age passed the threshold. They are certain misses however the run
+    would have gone on, so attainment counts them (a run cut by stop.duration_s under overload
+    would otherwise judge only the requests that got through). TPOT cannot be known early."""
+    n = req.n
+    open_ = (req.status != FINISHED) & (req.status != REJECTED) & ~np.isnan(req.arrival) & (req.arrival <= sim_time)
+    open_[:warmup] = False
+    out = {"ttft": np.zeros(n, dtype=bool), "e2e": np.zeros(n, dtype=bool)}
+    if not open_.any():
+        return out
+    age = sim_time - req.arrival
+    first = req.t_first_token - req.arrival
+    for sp in specs:
+        th = _thresholds(sp.slo, default)
+        rows = open_ & (req.stream == sp.index)
+        if "ttft" in th:
+            late = np.where(np.isnan(first), age > th["ttft"], first > th["ttft"])
+            out["ttft"] |= rows & late
+        if "e2e" in th:
+            out["e2e"] |= rows & (age > th["e2e"])
+    return out
+
+
+def _met(slo, lat_blocks: dict, arrived: int = 0, measured: int = 0,
+         late: dict[str, int] | None = None) -> tuple[dict, bool | None]:
+    """Each percentile target against the group's percentile. A class with arrivals but no
+    completed request misses its targets (``value`` None, ``met`` False); requests that were
+    still unfinished and already past a target (``late``: count by metric) count above it, so a
+    p-th percentile target is missed when they are more than (100 - p) % of the group."""
     if slo is None:
         return {}, None
+    late = late or {}
     met = {}
     for key, target in slo.targets().items():
         metric, pct = split_target(key)
         pkey = "p999" if pct == 99.9 else f"p{int(pct)}"
         value = lat_blocks[metric][pkey]
-        met[key] = {"target": target, "value": value, "met": None if value is None else bool(value <= target)}
+        n_late = int(late.get(metric, 0))
+        if value is None:
+            verdict = False if arrived > 0 else None
+        else:
+            verdict = bool(value <= target) and not (n_late > (1 - pct / 100.0) * (measured + n_late))
+        entry = {"target": target, "value": value, "met": verdict}
+        if n_late:
+            entry["overdue"] = n_late
+        if value is None and arrived > 0:
+            entry["why"] = "no request of this group completed after the warm-up"
+        met[key] = entry
     verdicts = [m["met"] for m in met.values()]
     return met, (None if any(v is None for v in verdicts) else all(verdicts))
 
@@ -150,7 +192,8 @@ class GroupStats:
             self.blocks[g][metric] = describe(col[sel])
 
     def summaries(self, req: RequestTable, good: np.ndarray, window: float, sim_time: float,
-                  slo_of_group: list, default: GlobalSLO, key: str, tags: list) -> dict:
+                  slo_of_group: list, default: GlobalSLO, key: str, tags: list,
+                  late: dict[str, np.ndarray] | None = None, missed: np.ndarray | None = None) -> dict:
         """One block per group, headed ``{key: tags[g]}``: a class's streams, or a stream's class
         label."""
         per_s = (lambda x: x / window) if window > 0 else (lambda x: 0.0)
@@ -165,9 +208,11 @@ class GroupStats:
             completed = int(((status == FINISHED) & rows).sum())
             rejected = int(((status == REJECTED) & rows).sum())
             n_good = int(good[sel].sum())
+            n_missed = int((missed & rows).sum()) if missed is not None else 0
             blocks = {m: (_itl_block(req, idx) if m == "itl" else self.blocks[g][m]) for m in METRICS}
             slo = slo_of_group[g]
-            met, all_met = _met(slo, blocks)
+            n_late = {m: int((v & rows).sum()) for m, v in (late or {}).items()}
+            met, all_met = _met(slo, blocks, arrived - rejected, len(idx), n_late)
             targets = slo.targets() if slo is not None else {f"{m}_s": v for m, v in _thresholds(None, default).items()}
             out[name] = {
                 key: tags[g],
@@ -179,8 +224,9 @@ class GroupStats:
                     "input_tok_per_s": per_s(float(req.prompt[idx].sum(dtype=np.int64))),
                     "goodput_req_per_s": per_s(n_good),
                 },
-                "slo": {"targets": targets, "attainment": (n_good / len(idx)) if len(idx) else None,
-                        "met": met, "all_met": all_met},
+                "slo": {"targets": targets,
+                        "attainment": (n_good / (len(idx) + n_missed)) if len(idx) + n_missed else None,
+                        "overdue": n_missed, "met": met, "all_met": all_met},
                 "latency_s": blocks,
             }
         return out

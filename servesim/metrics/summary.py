@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from servesim.request import FINISHED, PENDING, REJECTED, WAITING, Reject, RequestTable
-from servesim.metrics.by_class import (GlobalSLO, Groups, GroupStats, class_groups, slo_per_group, stream_groups,
-                                       update_good)
+from servesim.metrics.by_class import (GlobalSLO, Groups, GroupStats, class_groups, overdue, slo_per_group,
+                                       stream_groups, update_good)
 from servesim.metrics.collect import Recorder
 from servesim.metrics.sketch import LogSketch
 from servesim.metrics.stats import describe
@@ -292,6 +292,10 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
                 stats.add(metric, col)
         del col
     good = int(good_mask.sum())
+    # unfinished requests already past a target: certain misses (metrics/by_class.py: overdue)
+    late = overdue(req, sim_time, warmup, specs, default)
+    missed = late["ttft"] | late["e2e"]
+    n_missed = int(missed.sum())
     out_sum = float(req.output[meas].sum(dtype=np.int64))
     per_s = (lambda x: x / window) if window > 0 else (lambda x: 0.0)
     reasons = {}
@@ -319,7 +323,8 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
             "input_tok_per_s": per_s(float(req.prompt[meas].sum())),
             "goodput_req_per_s": per_s(good),
         },
-        "slo": {"ttft_s": slo_ttft, "tpot_s": slo_tpot, "attainment": (good / n_meas) if n_meas else None},
+        "slo": {"ttft_s": slo_ttft, "tpot_s": slo_tpot,
+                "attainment": (good / (n_meas + n_missed)) if n_meas + n_missed else None, "overdue": n_missed},
         "latency_s": lat,
         "kv": kv_summary(rec, num_blocks, block_size, sim_time, pools),
         "engine": {
@@ -338,10 +343,10 @@ def build_summary(*, name: str, seed: int, req: RequestTable, rec: Recorder, num
     }
     cg = by_class.groups
     out["by_class"] = by_class.summaries(req, good_mask, window, sim_time, slo_per_group(cg, specs), default,
-                                         "streams", [list(m) for m in cg.members])
+                                         "streams", [list(m) for m in cg.members], late, missed)
     if by_stream is not None:
         out["by_stream"] = by_stream.summaries(req, good_mask, window, sim_time, [sp.slo for sp in specs], default,
-                                               "class", [sp.label for sp in specs])
+                                               "class", [sp.label for sp in specs], late, missed)
     return out
 
 
