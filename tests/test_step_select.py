@@ -70,7 +70,8 @@ def test_quickstart_header_and_summary_name_the_pack(tmp_path):
 
 
 def test_no_pack_falls_back_to_the_roofline_and_says_why():
-    sc = _small(REPO / "scenarios/quickstart.yaml", "hardware.gpu=h100-80g")
+    # l40s: no pack of its own and none of its class (ada) to transfer from (an H100 gets the H200's)
+    sc = _small(REPO / "scenarios/quickstart.yaml", "hardware.gpu=l40s")
     from servesim.report.console import print_header
     from servesim.simulate import build, run_built
 
@@ -79,10 +80,10 @@ def test_no_pack_falls_back_to_the_roofline_and_says_why():
     console = Console(record=True, width=400)
     print_header(console, b)
     text = console.export_text()
-    assert "step time: roofline (uncalibrated): no calibration pack for h100-80g/llama-3-8b tp 1" in text
+    assert "step time: roofline (uncalibrated): no calibration pack for l40s/llama-3-8b tp 1" in text
     s = run_built(b).summary["step_model"]
     assert s["model"] == "roofline" and s["calibrated"] is False and s["pack_id"] is None
-    assert "no calibration pack for h100-80g/llama-3-8b" in s["reason"]
+    assert "no calibration pack for l40s/llama-3-8b" in s["reason"]
     assert s["label"].startswith("roofline (uncalibrated): ")
 
 
@@ -118,7 +119,7 @@ def test_auto_with_a_pack_predicts_as_the_pack_model():
 
 def test_fleet_groups_each_record_their_model():
     sc = _small(REPO / "scenarios/quickstart.yaml",
-                "cluster.groups=[{name: a, replicas: 1}, {name: b, replicas: 1, gpu: h100-80g}]")
+                "cluster.groups=[{name: a, replicas: 1}, {name: b, replicas: 1, gpu: l40s}]")
     p = provenance(sc)
     assert p["model"] == "mixed" and p["calibrated"] is False
     assert p["groups"]["a"]["model"] == "pack" and p["groups"]["b"]["model"] == "roofline"

@@ -24,6 +24,14 @@ def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
         from servesim.perf.select import choose
 
         choice = choose(sc)
+        if choice.model == "pack" and not choice.calibrated:  # a pack of the same GPU class, transferred
+            from servesim.perf.packmodel import PackStepModel
+            from servesim.perf.pack import load_pack
+            from servesim.perf.transfer import transfer_pack
+
+            src = choice.pack.split("/")[0]
+            return PackStepModel(transfer_pack(load_pack(src, sc.model_shape, sc.tp), hw.gpu, sc.model_shape),
+                                 sc.model_shape, tp=sc.tp, pp=sc.pp, cuda_graph=cfg.cuda_graph, **cross)
         if choice.model == "pack":
             from servesim.perf.packmodel import load_pack_model
 

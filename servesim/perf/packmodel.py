@@ -315,7 +315,7 @@ class PackStepModel(KernelModel):
         origin = str(meta.get("origin", "?"))
         if meta.get("source") == "derived" and not origin.startswith("derived"):
             origin = f"derived from {origin}"
-        what = origin if meta.get("source") == "derived" else f"{meta.get('source')}: {origin}"
+        what = origin if meta.get("source") in ("derived", "transferred") else f"{meta.get('source')}: {origin}"
         return (f"pack {self.pack.gpu}/{self.pack.csv_path.stem} ({what}), tp {self.tp}, pp {self.pp}, "
                 f"{'cuda graph for decode' if self.cuda_graph else 'eager'}"
                 + (f", {self.cross_hops} stage hop(s) between servers" if self.cross_hops else ""))

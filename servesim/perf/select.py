@@ -41,7 +41,7 @@ class StepChoice:
     def label(self) -> str:
         """One line: ``pack a100-80g/llama-3-8b`` or ``roofline (uncalibrated): <reason>``."""
         if self.model == "pack":
-            return f"pack {self.pack}"
+            return f"pack {self.pack}" if self.calibrated else f"pack {self.reason}"
         if self.model == "constant":
             return f"constant {self.note} (uncalibrated: {self.reason})"
         if self.pack is not None:  # a roofline fitted to a pack
@@ -84,6 +84,12 @@ def choose(sc) -> StepChoice:
         if problem is None:
             return StepChoice("pack", asked, True, pack=_ref(gpu, shape.name, tp),
                               pack_id=_pack_id(gpu, shape.name, tp))
+        src = _transfer_source(gpu, shape, tp, pp, cuda_graph)  # servesim/perf/transfer.py
+        if src is not None:
+            return StepChoice("pack", asked, False, pack=_ref(src, shape.name, tp),
+                              pack_id=_pack_id(src, shape.name, tp),
+                              reason=f"transferred from {_ref(src, shape.name, tp)} by op-wise efficiency "
+                                     f"(no pack for {gpu}; {problem})")
         return StepChoice("roofline", asked, False, reason=problem)
     raise TypeError(f"unknown step_time config {st!r}")  # pragma: no cover
 
@@ -118,6 +124,20 @@ def pack_problem(gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> str | N
     except ServesimError as exc:
         return f"pack {_ref(gpu, shape.name, tp)} does not fit: {_first_line(exc)}"
     return None
+
+
+def _transfer_source(gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> str | None:
+    """A GPU of ``gpu``'s class whose pack of (model, tp) fits, to transfer from; None if none."""
+    from servesim.perf.pack import pack_path
+    from servesim.perf.transfer import transfer_source
+
+    try:
+        if pack_path(gpu, shape.name, tp).is_file():
+            return None  # this GPU's own pack exists but does not fit: no transfer hides that
+        src = transfer_source(gpu, shape.name, tp)
+    except (ValueError, ServesimError):
+        return None
+    return src if src is not None and pack_problem(src, shape, tp, pp, cuda_graph) is None else None
 
 
 def _ref(gpu: str, model: str, tp: int) -> str:

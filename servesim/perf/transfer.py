@@ -1,0 +1,98 @@
+"""Transferred packs: a pack for a GPU nobody measured, from a measured GPU of the same class, by
+op-wise efficiency.
+
+Every op of a pack ran at some efficiency ``e = t_ideal / t`` on its GPU, ``t_ideal`` the op's
+roofline at that GPU's data-sheet peaks (servesim/hardware.py). The transfer keeps each op's
+efficiency and changes the peaks: ``t_dst = t_src x t_ideal(dst) / t_ideal(src)``, per row:
+
+* GEMMs (qkv, o, gate_up, down, lm_head) at ``M`` tokens: ``max(2MKN / F, 2(KN + MK + MN) / B)``;
+* bandwidth-bound token ops (norms, rope, activation, KV write, embedding, residual add):
+  ``bytes / B``, so ``t x B_src / B_dst``;
+* attention: decode rows ``max(4 h d n (c+1) / F, n (c+1) kv_bytes / B)``, prefill rows
+  ``max(4 h d t (c + (t+1)/2) / F, (c + t) kv_bytes / B)`` per layer;
+* collectives: ``bytes / link + 8 us``; CPU and graph overheads are copied (the host, not the GPU).
+
+Within one architecture (``GPUSpec.arch``: the same kernels, tile shapes and launch behaviour) this
+is the assumption that a kernel reaches the same share of the peak; across architectures it is
+not made (:func:`transfer_source` looks within the class only). The error of the rule where both
+GPUs were measured (A100 <-> H200, leave-one-out over ops) is in calibration/VALIDATION.md,
+"Transferred packs" (``benchmarks/transfer_check.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from servesim.hardware import GPUS, GPUSpec
+from servesim.models import ModelShape
+from servesim.perf.pack import Pack, available_packs, load_pack, pack_stem
+
+GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
+BANDWIDTH = ("input_norm", "post_attn_norm", "final_norm", "residual_add", "embed", "act", "rope", "kv_write")
+COPIED = ("overhead_eager", "overhead_cuda_graph")
+LINK_LATENCY_S = 8e-6
+
+
+def _gemm_ideal(g: GPUSpec, M: np.ndarray, K: int, N: int) -> np.ndarray:
+    M = np.asarray(M, np.float64)
+    return np.maximum(2 * M * K * N / g.bf16_flops_per_s, 2 * (K * N + M * K + M * N) / g.hbm_bytes_per_s)
+
+
+def op_factor(op: str, rows, shape: ModelShape, tp: int, src: GPUSpec, dst: GPUSpec) -> np.ndarray:
+    """``t_dst / t_src`` of each row of ``op`` (module doc)."""
+    from servesim.perf.derive import RankDims
+
+    n = len(rows.time_ms)
+    if op in GEMMS:
+        K, N = RankDims.of_shape(shape, tp).gemm(op)
+        return _gemm_ideal(dst, rows.tokens, K, N) / _gemm_ideal(src, rows.tokens, K, N)
+    if op in BANDWIDTH:
+        return np.full(n, src.hbm_bytes_per_s / dst.hbm_bytes_per_s)
+    if op in ("attn_decode", "attn_prefill"):
+        heads, d = max(1, shape.num_heads // tp), shape.head_dim
+        kvb = shape.kv_values_per_token_layer(tp) * shape.dtype_bytes
+        if op == "attn_decode":
+            keys = rows.batch * (rows.context + 1.0)
+            flops, byts = 4.0 * heads * d * keys, kvb * keys
+        else:
+            t, c = rows.tokens.astype(np.float64), rows.context.astype(np.float64)
+            flops, byts = 4.0 * heads * d * t * (c + (t + 1) / 2), kvb * (c + t)
+
+        def ideal(g: GPUSpec) -> np.ndarray:
+            return np.maximum(flops / g.bf16_flops_per_s, byts / g.hbm_bytes_per_s)
+        return ideal(dst) / ideal(src)
+    if op in ("all_reduce", "send_recv"):
+        b = rows.bytes.astype(np.float64)
+        return (b / dst.nvlink_bytes_per_s + LINK_LATENCY_S) / (b / src.nvlink_bytes_per_s + LINK_LATENCY_S)
+    return np.ones(n)  # overheads: the host's, copied
+
+
+def transfer_pack(pack: Pack, dst_gpu: str, shape: ModelShape | None = None) -> Pack:
+    """``pack`` (measured on its GPU) as a pack of ``dst_gpu``, each op at its measured efficiency."""
+    shape = shape or pack.shape()
+    src, dst = GPUS[pack.gpu], GPUS[dst_gpu]
+    ops = {}
+    for op, rows in pack.ops.items():
+        f = op_factor(op, rows, shape, pack.tp, src, dst)
+        ops[op] = replace(rows, time_ms=rows.time_ms * f, std_ms=rows.std_ms * f)
+    origin = (f"transferred from {pack.gpu}/{pack_stem(pack.model, pack.tp)} "
+              f"({pack.meta.get('source')}) by op-wise efficiency (achieved / peak)")
+    meta = {**dict(pack.meta), "gpu": dst_gpu, "source": "transferred", "origin": origin,
+            "transferred_from": f"{pack.gpu}/{pack_stem(pack.model, pack.tp)}"}
+    return Pack(dst_gpu, pack.model, pack.tp, pack.csv_path, meta, ops)
+
+
+def transfer_source(gpu: str, model: str, tp: int) -> str | None:
+    """A measured GPU of ``gpu``'s class with a pack of (model, tp), or None. Prefers measured
+    packs over imported or derived ones, then the GPU nearest in memory bandwidth."""
+    arch = GPUS[gpu].arch
+    cands = [g for g, m, t in available_packs() if m == model and t == tp and g != gpu and GPUS[g].arch == arch]
+    if not cands:
+        return None
+
+    def rank(g: str) -> tuple:
+        source = load_pack(g, model, tp).meta.get("source")
+        return (source != "measured", abs(np.log(GPUS[g].hbm_bytes_per_s / GPUS[gpu].hbm_bytes_per_s)))
+    return sorted(cands, key=rank)[0]
