@@ -157,7 +157,7 @@ def test_predict_out_a_folder_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--gpu", "h200"], "a100-80g only"),
+    (["--gpu", "h100-80g"], "allowed: a100-80g, h200"),
     (["--model", "llama-9"], "llama-9"),
     (["--tp", "0"], "--tp 0"),
 ])
@@ -169,3 +169,28 @@ def test_derive_bad_args_are_one_line(tmp_path, args, needle):
 def test_derive_bad_source_is_one_line(tmp_path):
     res = runner.invoke(app, ["derive", "--src", str(tmp_path), "--out", str(tmp_path / "o")])
     assert "mlp.csv" in assert_one_line_exit_2(res)
+
+
+def test_derive_any_dense_library_model_on_the_measured_h200(tmp_path):
+    """derive --gpu h200: a pack for a library model nobody measured (llama-3.1-70b tp 2), from the
+    H200's measured llama-3-8b packs (held-out error of the rule: VALIDATION.md 'Derived packs')."""
+    from servesim.models import MODELS
+    from servesim.perf.pack import read_pack
+    from servesim.perf.packmodel import PackStepModel
+
+    res = runner.invoke(app, ["derive", "--gpu", "h200", "--model", "llama-3.1-70b", "--tp", "2", "--out",
+                              str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    pack = read_pack(tmp_path / "h200" / "llama-3.1-70b-tp2.csv")
+    assert pack.meta["source"] == "derived" and "h200/llama-3-8b" in pack.meta["origin"]
+    m = PackStepModel(pack, MODELS["llama-3.1-70b"], tp=2)
+    small = m.predict(np.ones(8, np.int64), np.full(8, 1024))
+    big = m.predict(np.ones(256, np.int64), np.full(256, 1024))
+    assert 0 < small < big
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "mixtral-8x7b"])
+def test_derive_refuses_moe_and_mla_in_one_line(tmp_path, model):
+    res = runner.invoke(app, ["derive", "--gpu", "h200", "--model", model, "--out", str(tmp_path)])
+    assert res.exit_code != 0 and "cannot be derived" in res.output and "roofline" in res.output
+    assert not (tmp_path / "h200").exists()

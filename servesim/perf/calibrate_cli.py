@@ -265,8 +265,10 @@ def import_vidur_cmd(
 
 @app.command("derive")
 def derive_cmd(
-    gpu: str = typer.Option("a100-80g", "--gpu", help="GPU key; a100-80g derives from Vidur's A100 profiles"),
-    model: list[str] = typer.Option(["qwen3-4b", "qwen3-8b", "qwen3-14b"], "--model", help="model key(s)"),
+    gpu: str = typer.Option("a100-80g", "--gpu", help="GPU key; a100-80g derives from Vidur's A100 profiles, "
+                            "h200 from its measured llama-3-8b packs"),
+    model: list[str] = typer.Option(["qwen3-4b", "qwen3-8b", "qwen3-14b"], "--model",
+                                    help="library model(s), dense (docs/models.md)"),
     tp: list[int] = typer.Option([1, 2, 4, 8], "--tp", help="TP degrees (those that divide the heads)"),
     src: Path = typer.Option(REPO.parent / "shared" / "calibration" / "vidur_profiles", "--src",
                              help="Vidur profile folder (layout of shared/calibration/vidur_profiles)"),
@@ -275,18 +277,23 @@ def derive_cmd(
     """Derive packs for models nobody measured on the GPU from other models' op timings there
     (rules: servesim/perf/derive.py; errors: calibration/VALIDATION.md 'Derived packs')."""
     from servesim.models import MODELS
-    from servesim.perf.derived_packs import write_a100_packs
+    from servesim.perf.derived_packs import write_a100_packs, write_measured_gpu_packs
 
-    if gpu != "a100-80g":
-        _fail(f"--gpu {gpu}: derivation from public profiles exists for a100-80g only; allowed: a100-80g")
+    if gpu not in ("a100-80g", "h200"):
+        _fail(f"--gpu {gpu}: derivation needs measured op curves of that GPU; allowed: a100-80g, h200")
     bad = [m for m in model if m not in MODELS]
     if bad:
         _fail(f"--model {bad[0]}: unknown; allowed: {', '.join(sorted(MODELS))}")
+    odd = [m for m in model if MODELS[m].is_moe or MODELS[m].is_mla]
+    if odd:
+        _fail(f"--model {odd[0]}: {MODELS[odd[0]].kind} models cannot be derived (a pack has no expert or "
+              f"latent-attention ops); they run on the roofline (docs/models.md)")
     badtp = [t for t in tp if t < 1 or t > 64]
     if badtp:
         _fail(f"--tp {badtp[0]}: not allowed; allowed: integers 1..64")
     try:
-        written = write_a100_packs(src, out, list(model), list(tp))
+        written = (write_a100_packs(src, out, list(model), list(tp)) if gpu == "a100-80g"
+                   else write_measured_gpu_packs(gpu, out, list(model), list(tp)))
     except ServesimError as exc:
         _fail(str(exc))
         return

@@ -110,6 +110,29 @@ def write_a100_packs(src: Path, out: Path, models: list[str], tps: list[int]) ->
     return written
 
 
+def write_measured_gpu_packs(gpu: str, out: Path, models: list[str], tps: list[int],
+                             source: str = "llama-3-8b") -> list[Path]:
+    """Derived packs of ``models`` on ``gpu`` from its measured packs of ``source`` (every TP it has);
+    held-out error of the rule: VALIDATION.md 'Derived packs' (H200: qwen3 from llama-3-8b)."""
+    from servesim.perf.pack import available_packs
+
+    srcs = [load_pack(gpu, source, t) for g, m, t in available_packs() if g == gpu and m == source]
+    if not srcs:
+        raise PackError(f"no measured pack of {source} on {gpu} to derive from")
+    written = []
+    for model in models:
+        shape = MODELS[model]
+        for tp in tps:
+            if shape.num_heads % tp or shape.intermediate_size % tp:
+                continue
+            rows, meta = from_measured_pack(srcs, model, tp)
+            meta["command"] = f"servesim calibrate derive --gpu {gpu} --model {model} --tp {tp}"
+            path = Path(out) / gpu / f"{pack_stem(model, tp)}.csv"
+            write_pack(rows, meta, path)
+            written.append(path)
+    return written
+
+
 def from_measured_pack(source_packs: list[Pack], model: str, tp: int) -> tuple[list[tuple], dict]:
     """A pack of ``model`` on the sources' GPU from other models' measured packs (attention from
     the source pack with the same TP, overheads scaled by the layer ratio, collectives copied)."""
