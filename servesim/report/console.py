@@ -35,7 +35,12 @@ def print_header(console: Console, built) -> None:
                   f"max_model_len {sc.max_model_len}")
     _step_line(say, sc, built.model.describe())
     rep = built.replica
-    say(f"simulator {rep.path} engine" + (f" -- {rep.why}" if rep.why else ""))
+    why = rep.why
+    if rep.path == "compiled" and not why:
+        from servesim.jit import compiled_ready
+
+        why = "" if compiled_ready() else "not built on this machine yet: the run compiles it first (1-2 min, once)"
+    say(f"simulator {rep.path} engine" + (f" -- {why}" if why else ""))
     w = built.workload
     wc = sc.workload
     for note in getattr(sc, "load_notes", ()):
