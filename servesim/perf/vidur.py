@@ -55,7 +55,7 @@ LICENSE_NOTE = ("Vidur profiling data, MIT License, Copyright (c) Microsoft Corp
                 "timings converted, no code copied. Keep this notice with derived packs.")
 
 #: servesim model -> Vidur model folder
-VIDUR_MODELS: dict[str, str] = {"llama-3-8b": "meta-llama/Meta-Llama-3-8B"}
+VIDUR_MODELS: dict[str, str] = {"llama-3-8b": "meta-llama/Meta-Llama-3-8B", "llama-2-7b": "meta-llama/Llama-2-7b-hf"}
 
 TOKEN_OPS: dict[str, str] = {
     "input_layernorm": "input_norm", "attn_pre_proj": "qkv_proj", "attn_rope": "rope",

@@ -1,0 +1,164 @@
+"""Replay the published measurements of ``rows.yaml`` in servesim and score the error of each.
+
+A row is one published configuration (GPU, model, engine, batch, prompt and output lengths) with
+the numbers its source printed; each number is one scored value. The scenario of a row is its
+source's engine preset (``scenarios/engines/<engine>.yaml``) with the row's setup over it (see the
+header of rows.yaml). Nothing is fitted: the errors are reported as they come out.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+ROWS = HERE / "rows.yaml"
+RESULTS = REPO / "benchmarks" / "RESULTS.md"
+SECTION = "## published validation"
+
+#: metric key -> (what the table calls it, how to read it from summary.json)
+METRICS = {
+    "out_tok_s": ("output tok/s", lambda s: s["throughput"]["output_tok_per_s"]),
+    "ttft_mean_s": ("TTFT mean (s)", lambda s: s["latency_s"]["ttft"]["mean"]),
+    "itl_p50_s": ("ITL P50 (s)", lambda s: s["latency_s"]["itl"]["p50"]),
+    "e2e_mean_s": ("E2E mean (s)", lambda s: s["latency_s"]["e2e"]["mean"]),
+}
+
+
+@dataclass(frozen=True)
+class Scored:
+    row: str
+    source: str
+    metric: str
+    measured: float
+    simulated: float
+    step_model: str
+    outside: float | None  # share of step time beyond the pack's measured grid
+    why: str
+
+    @property
+    def error(self) -> float:
+        return self.simulated / self.measured - 1.0
+
+
+def load_rows(path: Path = ROWS) -> dict:
+    data = yaml.safe_load(path.read_text())
+    ids = [r["id"] for r in data["rows"]]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ValueError(f"{path}: row id {dup[0]!r} appears twice")
+    for r in data["rows"]:
+        if r["source"] not in data["sources"]:
+            raise ValueError(f"{path}: row {r['id']}: source {r['source']!r} is not in sources")
+        unknown = sorted(set(r["measured"]) - set(METRICS))
+        if unknown:
+            raise ValueError(f"{path}: row {r['id']}: metric {unknown[0]!r}; allowed: {', '.join(METRICS)}")
+    stray = sorted(set(data.get("why") or {}) - set(ids))
+    if stray:
+        raise ValueError(f"{path}: why names row {stray[0]!r}, which is not a row")
+    return data
+
+
+def scenario_of(row: dict, source: dict):
+    """The row's scenario: its source's engine preset with the row's setup over it."""
+    import servesim
+
+    s = row["setup"]
+    rounds = int(source.get("rounds", 1))
+    preset = REPO / "scenarios" / "engines" / f"{source['engine']}.yaml"
+    over = [
+        f"name=published-{row['id']}", "seed=1", f"hardware.gpu={s['gpu']}", f"model={s['model']}",
+        "hardware.gpus_per_replica=1", "step_time={model: auto}",
+        f"stop={{requests: {s['batch'] * rounds}, warmup_requests: 0}}",
+        f"workload={{arrival: {{process: closed, clients: {s['batch']}, think_s: 0}}, "
+        f"prompt: {{dist: fixed, value: {s['prompt']}}}, output: {{dist: fixed, value: {s['output']}}}}}",
+        f"engine.max_num_seqs={s['batch']}",
+        f"engine.max_num_batched_tokens={max(8192, s['batch'])}",
+    ]
+    sc = servesim.load_scenario(str(preset), over)
+    extra = {}  # offline benchmarks (no HTTP server): no request-path time, where the engine models one
+    for field in ("api_request_s", "api_token_s"):
+        if hasattr(sc.engine, field):
+            extra[f"engine.{field}"] = 0.0
+    if s.get("max_model_len"):
+        extra["engine.max_model_len"] = s["max_model_len"]
+    return sc.override(extra, source="published row") if extra else sc
+
+
+def replay(rows: list[dict] | None = None, data: dict | None = None) -> list[Scored]:
+    import servesim
+
+    data = data or load_rows()
+    out = []
+    for row in rows if rows is not None else data["rows"]:
+        source = data["sources"][row["source"]]
+        res = servesim.simulate(scenario_of(row, source))
+        s = res.summary
+        ex = s.get("extrapolation") or {}
+        outside = ex.get("step_time_share") if ex.get("measured_grid") else None
+        for metric, value in row["measured"].items():
+            out.append(Scored(row["id"], row["source"], metric, float(value), float(METRICS[metric][1](s)),
+                              s["step_model"]["label"], outside, str((data.get("why") or {}).get(row["id"], "")).strip()))
+    return out
+
+
+def table(scored: list[Scored], data: dict) -> str:
+    """The markdown section written into benchmarks/RESULTS.md."""
+    errs = [abs(x.error) for x in scored]
+    sources = sorted({x.source for x in scored})
+    lines = [SECTION, "",
+             "`python -m benchmarks.published` replays the published measurements of "
+             "`benchmarks/published/rows.yaml` (source, table and setup per row) on each source's engine "
+             "preset; error = servesim / published - 1. Nothing is fitted to these rows. Kept aside, not used: "
+             "the SGLang repository's benchmark/benchmark_vllm_060 results and Sarathi-Serve (OSDI'24) Table 4.", ""]
+    if errs:
+        lines += [f"**{len(scored)} published values from {len({x.row for x in scored})} configurations of "
+                  f"{len(sources)} sources: median |error| {100 * statistics.median(errs):.1f}%, max "
+                  f"{100 * max(errs):.1f}%; within 10%: {sum(e <= 0.10 for e in errs)}, within 25%: "
+                  f"{sum(e <= 0.25 for e in errs)}.** Target (median <= 10%, max <= 25%): "
+                  f"{'met' if statistics.median(errs) <= 0.10 and max(errs) <= 0.25 else 'not met'}; every value "
+                  f"off by more than 25% says why in the last column.", ""]
+        lines += ["| metric | values | median abs err | max abs err |", "|---|---:|---:|---:|"]
+        for m in METRICS:
+            e = [abs(x.error) for x in scored if x.metric == m]
+            if e:
+                lines.append(f"| {METRICS[m][0]} | {len(e)} | {100 * statistics.median(e):.1f}% | {100 * max(e):.1f}% |")
+        for src in sources:
+            e = [abs(x.error) for x in scored if x.source == src]
+            lines.append(f"| source {src} | {len(e)} | {100 * statistics.median(e):.1f}% | {100 * max(e):.1f}% |")
+        lines.append("")
+    lines += ["Sources:", ""]
+    for key in sources:
+        src = data["sources"][key]
+        lines.append(f"- `{key}`: {src['title']}, {src['where']}. <{src['url']}> (preset `{src['engine']}`)")
+    lines += ["", "| row | metric | published | servesim | error | step model | beyond grid (step time) | why (misses over 25%) |",
+              "|---|---|---:|---:|---:|---|---:|---|"]
+    for x in scored:
+        why = x.why if abs(x.error) > 0.25 else ""
+        beyond = "-" if x.outside is None else f"{100 * x.outside:.0f}%"
+        lines.append(f"| {x.row} | {METRICS[x.metric][0]} | {_num(x.measured)} | {_num(x.simulated)} | "
+                     f"{100 * x.error:+.1f}% | {x.step_model} | {beyond} | {why} |")
+    return "\n".join(lines) + "\n"
+
+
+def _num(v: float) -> str:
+    if not math.isfinite(v):
+        return str(v)
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.4g}"
+
+
+def write_results(section: str, path: Path = RESULTS) -> None:
+    """Replace the section in RESULTS.md (or append it): one current table, not a growing log."""
+    text = path.read_text() if path.is_file() else ""
+    start = text.find(SECTION)
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + section
+    else:
+        end = text.find("\n## ", start + len(SECTION))
+        text = text[:start] + section + ("" if end < 0 else text[end:])
+    path.write_text(text)
