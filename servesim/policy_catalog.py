@@ -137,6 +137,8 @@ ENGINE_KNOBS: dict[str, Knob] = {
     "gpu_memory_utilization": Knob(EVERY),
     "preemption": Knob(CONTINUOUS, why="static batches reserve their KV up front and never swap"),
     "max_model_len": Knob(EVERY),
+    "kv_cache_dtype": Knob(EVERY),  # memory plan and step times (servesim/models/precision.py)
+    "enable_expert_parallel": Knob(EVERY),  # MoE step times (servesim/perf/roofline.py)
     "num_gpu_blocks_override": Knob(EVERY),
     "num_scheduler_steps": Knob(EVERY),
     "chunked_prefill_size": Knob(("chunked",), why="SGLang's chunk size (vLLM: max_num_batched_tokens)"),
