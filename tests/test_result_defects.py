@@ -46,6 +46,18 @@ def test_weighted_means_do_not_depend_on_blas_threads():
     assert one[1:] == two[1:], f"weighted means with 1 BLAS thread {one[1:]} and with 2 {two[1:]}"
 
 
+@pytest.mark.slow
+def test_quickstart_rows_do_not_depend_on_the_worker():
+    """The issue's own check: on the quickstart, rows from two Dask worker processes (1 BLAS
+    thread each) and from this process were not bit-identical (itl_mean 0.018936714405803624
+    against 0.01893671440580363); check_worker_independent raises on any difference."""
+    from servesim import load_scenario
+    from servesim.testing import check_worker_independent
+
+    one, many = check_worker_independent(load_scenario(ROOT / "scenarios" / "quickstart.yaml"), seeds=1, workers=2)
+    assert one["itl_mean"].tolist() == many["itl_mean"].tolist()
+
+
 # ----------------------------------------------------------------------- 3: --seeds, rare class
 MIX = {
     "name": "mix", "seed": 1, "stop": {"requests": 300}, "model": "llama-3-8b", "hardware": {"gpu": "a100-80g"},
