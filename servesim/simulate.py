@@ -490,7 +490,8 @@ def run_built(b: Built, seed: int | None = None) -> Result:
         meas = np.flatnonzero(measured_mask(b.table, sc.stop.warmup_requests))
         ttft = np.full(b.table.n, np.nan)
         ttft[meas] = latency_column(b.table, meas, "ttft")
-        summary["kv"].update(fleet_kv_report([e.kv for e in engines] if engines else [b.kv], ttft))
+        kvs = [e.kv for e in engines] + b.replica.retired_kv if engines else [b.kv]  # (+ failed replicas')
+        summary["kv"].update(fleet_kv_report(kvs, ttft))
     if engines:
         summary["cluster"] = cluster_summary(sc, b.replica, engines, b.fleet.replicas, b.table, sim_time)
     summary["step_model"] = step_provenance(sc)  # which model priced the iterations (servesim/perf/select.py)

@@ -92,3 +92,40 @@ def test_the_failures_example_runs_without_losing_a_request():
     f = res.summary["faults"]
     assert f["failures"] >= 1 and f["lost"] == 0
     assert not (res.requests.reject_reason == "replica_failed").any()
+
+
+def test_failures_compiled_equal_uncompiled():
+    """A restarted replica is rebuilt the same way on both engines: every result equal, the
+    cluster, processes, scaling and faults blocks included."""
+    from tests.test_cluster_identity import assert_identical
+
+    raw = merge(merge(FLEET, SCHEDULE), {"stop": {"requests": 200}})
+    a = simulate(scenario_from_dict(merge(raw, {"sim": {"engine": "compiled"}})))
+    b = simulate(scenario_from_dict(merge(raw, {"sim": {"engine": "python"}})))
+    assert_identical(a, b, fleet_keys=())
+    assert a.summary["faults"]["retried"] > 0
+
+
+def test_a_failed_replica_loses_its_prefix_cache():
+    raw = merge(FLEET, {"stop": {"requests": 300}, "engine": {"enable_prefix_caching": True}})
+    raw["workload"] = {"arrival": {"process": "poisson", "rate": 15.0},
+                       "sessions": {"turns": {"dist": "fixed", "value": 3}, "think_s": 0.2,
+                                    "new_input": {"dist": "fixed", "value": 64},
+                                    "output": {"dist": "fixed", "value": 16}}}
+    plain = simulate(scenario_from_dict(raw))
+    seen = {}
+
+    def look(env, fleet):
+        yield env.timeout(1.9)
+        seen["before"] = fleet.kv_used()[1]
+        yield env.timeout(0.1)  # (at 2.0, after the failure: the schedule's process runs first)
+        seen["after"] = fleet.kv_used()[1]
+
+    failed = simulate(scenario_from_dict(merge(raw, SCHEDULE)), processes=[look])
+    assert seen["before"] > 0 and seen["after"] == 0  # its KV (and prefix cache) went with it
+    assert (failed.requests.status == "finished").all() and failed.summary["faults"]["retried"] > 0
+    # every lookup counts, the failed replica's before its failure too: more lookups (the retried
+    # requests look again) and its cache lost (the turns it held lose their history there)
+    pc, pp = failed.summary["kv"]["prefix_cache"], plain.summary["kv"]["prefix_cache"]
+    assert pc["query_tokens"] > pp["query_tokens"]
+    assert pc["query_tokens"] >= int(failed.requests.prompt_tokens.sum())

@@ -86,6 +86,7 @@ class Fleet:
         self._retry: list[int] = []  # requests to route again when the loop resumes
         self.first_arrival: dict[int, float] = {}  # a retried request's arrival before its retry
         self._is_shut = False
+        self.retired_kv: list = []  # KV managers of engines restarted after a failure (their counters count)
         self.routed = np.zeros(len(engines), dtype=np.int64)
         self._starts = np.array([r[0] for r in replicas], dtype=np.int64)
         self._vector = None
@@ -132,6 +133,8 @@ class Fleet:
             if self.closed:
                 self._send_successors(old)  # (what it ended before the failure)
             old.finish()
+            if getattr(old.kv, "prefix_caching", False):
+                self.retired_kv.append(_Retired(old.kv))
             if self._scalars is not None:
                 self._scalars[e] = new_scalars()[0]
             new = self.factories[e](old.recorder)
@@ -481,3 +484,17 @@ class Fleet:
             finally:
                 self._env = None
         yield env.timeout(max(0.0, self.now - env.now))
+
+
+class _Retired:
+    """A failed engine's prefix-cache manager, for the summary: its counters (lookups, hits,
+    evictions) count toward the run's; the blocks it cached were lost with it."""
+
+    def __init__(self, kv):
+        self._kv = kv
+
+    def __getattr__(self, name):
+        return getattr(self._kv, name)
+
+    def cached_blocks(self) -> int:
+        return 0

@@ -46,12 +46,10 @@ class FleetHandle:
         self._table = table
         fleet = getattr(runner, "engines", None)
         if fleet is not None:  # a fleet (engine/cluster.py)
-            self._reps = [e.rep for e in runner.engines]
             self._groups = runner.replicas
             self._fleet = runner
             self._delay = float(runner.delay_in)
         else:  # a lone replica (engine/driver.py)
-            self._reps = [runner]
             self._groups = [[0]]
             self._fleet = None
             self._delay = 0.0
@@ -69,6 +67,13 @@ class FleetHandle:
         self._base: np.ndarray | None = None  # open-loop client send times at factor 1
         self._warp = (0.0, 0.0, 1.0)  # (client time, base time, factor) of the last rate change
         self.actions: list[tuple[float, str, object]] = []  # (time, action, argument), for the summary
+
+    @property
+    def _reps(self) -> list:
+        """Each engine's driver, as it is now (a failed replica's engines are new ones)."""
+        if self._fleet is not None:
+            return [e.rep for e in self._fleet.engines]
+        return [self._runner]
 
     # -- observe ------------------------------------------------------------------------------
     @property
