@@ -121,3 +121,13 @@ def test_the_report_shows_the_coverage(tmp_path):
     shares = {(r["op"], r["measure"]): r["share"] for r in values}
     ex = res.summary["extrapolation"]["by_op"]["decode_batch"]
     assert shares[("decode attention batch > 64", "iterations")] == pytest.approx(ex["iterations_share"])
+
+
+def test_a_run_with_no_iteration_draws_no_coverage_chart(tmp_path):
+    from servesim.report.charts import extrapolation_figures
+    from servesim.report.rundata import load_run
+
+    res = _run("workload.prompt={dist: fixed, value: 9000}", "stop={requests: 5, warmup_requests: 0}")
+    assert res.summary["requests"]["rejected"] == 5 and res.summary["extrapolation"]["iterations"] == 0
+    res.write(tmp_path / "r")
+    assert extrapolation_figures([load_run(tmp_path / "r")]) == []

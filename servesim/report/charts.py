@@ -352,7 +352,7 @@ def extrapolation_figures(runs: list["RunData"]) -> list[Figure]:
     rows, notes = [], []
     for r in runs:
         ex = r.summary.get("extrapolation") or {}
-        if not ex.get("measured_grid"):
+        if not ex.get("measured_grid") or not ex.get("iterations"):  # no grid, or nothing ran
             continue
         for key, v in ex["by_op"].items():
             end = v["grid_end"] if not isinstance(v["grid_end"], list) else max(v["grid_end"])
