@@ -269,3 +269,100 @@ def test_a_refused_rate_search_still_shows_its_verified_bracket():
     assert fail == "x0.07 (e2e_p99@P3 <= 5)"
     answered = {"answered": True, "answer": p(0.057, "pass"), "first_failure": p(0.06, "fail"), "path": []}
     assert _bracket(answered, lambda q: f"x{q['x']:g}") == ("x0.057", "x0.06 (e2e_p99@P3 <= 5)")
+
+
+# ------------------------------------------------------- the reports' claims and the headline ranges
+SEEDS = ("000_4867c6823a7f3107.txt", "003_04a25ae2cdc721c5.txt")  # report A, report B (../shared/seeds)
+
+
+def _block(text: str, name: str) -> str:
+    import re
+
+    m = re.search(rf"<!-- generated: {re.escape(name)} -->\n(.*?)<!-- end: {re.escape(name)} -->", text, re.S)
+    assert m, f"no block {name}"
+    return m.group(1)
+
+
+@pytest.mark.needs_shared
+def test_every_claim_quotes_its_report(shared_dir):
+    """Each claim's quote is verbatim in its report (A: Spark vs Halo; B: vLLM vs SGLang)."""
+    from benchmarks.reference.claims import CLAIMS
+
+    text = {"A": (shared_dir / "seeds" / SEEDS[0]).read_text(), "B": (shared_dir / "seeds" / SEEDS[1]).read_text()}
+    assert "Spark" in text["A"] and "SGLang" in text["B"]
+    missing = [c.id for c in CLAIMS if c.quote not in text[c.report]]
+    assert not missing, missing
+
+
+def test_every_claim_is_in_the_table_with_a_verdict():
+    from benchmarks.reference.claims import CLAIMS, VERDICTS
+
+    block = _block(DOC.read_text(), "claims")
+    rows = [line for line in block.splitlines() if line.startswith("| ") and not line.startswith("| # ")]
+    ids = [r.split("|")[1].strip() for r in rows]
+    assert ids == [c.id for c in CLAIMS]
+    assert {c.report for c in CLAIMS} == {"A", "B"} and len(CLAIMS) >= 50
+    for r in rows:
+        verdict = r.split("|")[7].strip().strip("*")
+        assert verdict in VERDICTS, r
+    assert f"{len(CLAIMS)} claims:" in block
+
+
+def test_claims_physics():
+    """The figures the 'implausible' verdicts rest on, from the model shapes and the GPU registry:
+    one 4K request of Qwen3-14B holds 0.67 GB of KV (report B says > 3.2 GB); 4,120 output tok/s
+    of 2,048-in / 512-out requests needs the A100's whole peak FLOP/s for AWQ-8B (prefill + decode:
+    (8.05 x 2,048 + 4,120) x 2 x 7.57e9 / 312e12 = 1.0); the summaries of report A need more than
+    the 24 GPUs' peak bf16 FLOP/s even for 8B."""
+    from benchmarks.reference.claims import physics
+
+    p = physics()
+    assert p["kv14_4k_gb"] == pytest.approx(4096 * 40 * 8 * 128 * 2 * 2 / 1e9)
+    assert 4120 < p["ceiling64"] < 6000  # the HBM bound alone would allow it
+    assert p["share4120"] == pytest.approx((4120 / 512 * 2048 + 4120) * 2 * 7.57e9 / 312e12, rel=0.01)
+    assert p["share4120"] > 0.95 and p["share3680"] > 0.85
+    assert p["flops8_share"] > 1.0
+    assert p["pool_need64_gb"] < 0.5 * p["vllm_0p9_gb"]
+
+
+def test_claims_verdict_follows_the_range():
+    from benchmarks.reference.claims import _within
+
+    assert _within({"spans": {"H-B1": (-5.0, 20.0)}}, "H-B1", 12.0) == "agrees"
+    assert _within({"spans": {"H-B1": (-5.0, 5.0)}}, "H-B1", 12.0) == "disagrees"
+    assert _within({"spans": {}}, "H-B1", 12.0) == "not expressible"
+
+
+def test_range_rows_in_the_doc_match_a_fresh_run(tmp_path):
+    """The cheapest headline (H-B1, 384 requests a run): its base pair and its first setting,
+    run afresh, give the rows the document shows (byte for byte)."""
+    from benchmarks.reference import ranges
+    from benchmarks.reference.execute import execute
+
+    h = next(x for x in ranges.HEADLINES if x.id == "H-B1")
+    recs = {}
+    for s, a, b in ranges.pairs(h)[:2]:
+        for r in (a, b):
+            recs[(r.exp, r.label)] = execute(r, tmp_path)
+    rows = [ranges.row_line(h, ranges.row_of(h, s, recs[(a.exp, a.label)], recs[(b.exp, b.label)]))
+            for s, a, b in ranges.pairs(h)[:2]]
+    block = _block(DOC.read_text(), "range-H-B1")
+    for row in rows:
+        assert row in block, row
+
+
+@pytest.mark.slow
+def test_range_and_claims_blocks_regenerate_exactly(tmp_path):
+    """`python -m benchmarks.reference --only ranges` into a copy of the document rewrites the
+    claims table, the ranges and the tornado charts exactly as checked in (48 short runs)."""
+    from benchmarks.reference.__main__ import main
+
+    doc = tmp_path / "doc.md"
+    shutil.copy(DOC, doc)
+    assert main(["--only", "ranges", "--out", str(tmp_path / "out"), "--doc", str(doc),
+                 "--charts", str(tmp_path / "charts")]) == 0
+    new, old = doc.read_text(), DOC.read_text()
+    for name in ("claims", "range-H-B1", "range-H-B3", "range-H-A"):
+        assert _block(new, name) == _block(old, name), name
+    for c in ("tornado_h_b1", "tornado_h_b3", "tornado_h_a"):
+        assert (tmp_path / "charts" / f"{c}.png").stat().st_size > 1000

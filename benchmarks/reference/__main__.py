@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.reference import capacity as cap
-from benchmarks.reference import charts, tables
+from benchmarks.reference import charts, claims, ranges, tables
 from benchmarks.reference.doc import DocError, fill
 from benchmarks.reference.execute import cached, execute, record_path
 from benchmarks.reference.plan import REPO, Run, experiments
@@ -31,7 +31,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.reference", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="",
-                    help="comma-separated experiments: A-fleet, A-sessions, A-tiers, B1, B2, B3, B4")
+                    help="comma-separated experiments: A-fleet, A-sessions, A-tiers, B1, B2, B3, B4, "
+                         "ranges (the headlines' ranges, tornado charts and the claims table: short runs)")
     ap.add_argument("--out", default=str(REPO / "out" / "reference"), help="where runs and records go")
     ap.add_argument("--doc", default=str(REPO / "docs" / "reference-experiments.md"), help="the document to fill")
     ap.add_argument("--charts", default=None, help="folder of the PNG charts (default: beside --doc, <doc stem>/)")
@@ -152,7 +153,7 @@ def _stored(out: Path, exp: str) -> dict[str, dict]:
 
 
 def build_blocks(exps, recs: dict, out: Path, caps: dict, chart_dir: Path, doc_dir: Path,
-                 quick: bool) -> dict[str, str]:
+                 quick: bool, want_ranges: bool = False) -> dict[str, str]:
     blocks: dict[str, str] = {}
     ids = {e.id for e in exps}
 
@@ -208,6 +209,11 @@ def build_blocks(exps, recs: dict, out: Path, caps: dict, chart_dir: Path, doc_d
         r = _by_exp(recs, "B4", out)
         blocks["B4"] = tables.knobs(r)
         chart("b4_knobs", charts.knobs(r))
+    if want_ranges:
+        blocks.update(ranges.blocks(recs, chart))
+        ctx = {"phys": claims.physics(), "recs": recs, "ranges": ranges.summary_rows(recs),
+               "spans": ranges.spans(recs)}
+        blocks["claims"] = claims.table(ctx)
     stamp = "quick smoke run: numbers not meant to be read" if quick else "generated"
     for k in list(blocks):
         if not k.startswith("chart-"):
@@ -248,12 +254,16 @@ def run_capacity(exps, out: Path, mode: str, quick: bool, force: bool) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
+    only = [s for s in a.only.split(",") if s]
+    want_ranges = not only or "ranges" in only
+    only = [s for s in only if s != "ranges"]
     try:
-        exps = experiments([s for s in a.only.split(",") if s] or None, quick=a.quick)
+        exps = experiments(only or None, quick=a.quick) if (only or not a.only) else []
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    runs = [r for e in exps for r in e.runs]
+    # the ranges are short runs already (issue 33): --quick does not shrink them further
+    runs = [r for e in exps for r in e.runs] + (ranges.all_runs() if want_ranges else [])
     if a.list:
         for r in runs:
             print(f"{r.exp:<10} {r.label:<28} {r.source}")
@@ -265,10 +275,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     chart_dir = Path(a.charts) if a.charts else doc.with_suffix("")
     t0 = time.perf_counter()
-    say(f"{len(runs)} runs in {len(exps)} experiments ({', '.join(e.id for e in exps)}); results under {out}")
+    names = [e.id for e in exps] + (["ranges"] if want_ranges else [])
+    say(f"{len(runs)} runs in {len(names)} experiments ({', '.join(names)}); results under {out}")
     recs = run_all(runs, out, a.workers, a.force)
     caps = run_capacity(exps, out, a.capacity, a.quick, a.force)
-    blocks = build_blocks(exps, recs, out, caps, chart_dir, doc.parent, a.quick)
+    blocks = build_blocks(exps, recs, out, caps, chart_dir, doc.parent, a.quick, want_ranges)
     try:
         doc.write_text(fill(doc.read_text(), blocks))
     except DocError as exc:
