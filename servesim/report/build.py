@@ -94,7 +94,16 @@ def write_report(path: str | Path, formats=("html",), *, metrics: list[str] | No
     from servesim.report.rundata import is_run_folder
     from servesim.report.sweepdata import is_sweep_folder
 
+    from servesim.report.capreport import is_capacity_json
+
     p = Path(path)
+    if is_capacity_json(p):
+        from servesim.report.capreport import write_capacity_report
+
+        given = [name for name, v in (("--metric", metrics), ("--x", x), ("--y", y), ("--pareto", pareto)) if v]
+        if given:
+            raise ReportError(f"{', '.join(given)}: options of a sweep report; {p} is a capacity search")
+        return write_capacity_report(p, formats, out)
     if is_sweep_folder(p) or (p.is_file() and p.suffix == ".parquet"):
         from servesim.report.sweepreport import write_sweep_report
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from servesim.report.charts import HEIGHT, NARROW, Figure, _data
 from servesim.report.curves import pareto_front
-from servesim.report.sweepdata import SweepData, derived_columns, direction, is_numeric_axis, point_stats
+from servesim.report.sweepdata import SweepData, derived_columns, direction, is_numeric_axis, point_stats, slo_line
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,12 +36,41 @@ def fmt_value(v) -> str:
 
 
 def with_others(stats: "pd.DataFrame", sd: SweepData, shown: list[str]) -> "pd.DataFrame":
-    """Add ``others``: the values of the axes a chart does not draw, as one label per point."""
+    """Add ``others``: the values of the axes a chart does not draw, as one label per point; the
+    rows come sorted by those values (numbers as numbers: 256 before 1024), so the labels' first
+    appearance is the order panels and legends use (:func:`others_order`)."""
     rest = [a for a in sd.axes if a not in shown]
     if not rest:
         return stats.assign(others="all points")
+    keys = [stats[a] if is_numeric_axis(sd, a) else stats[a].astype(str) for a in rest]
+    order = np.lexsort([k.to_numpy() for k in reversed(keys)])
+    stats = stats.iloc[order].reset_index(drop=True)
     labels = stats[rest].apply(lambda r: ", ".join(f"{short(a, sd.axes)}={fmt_value(r[a])}" for a in rest), axis=1)
     return stats.assign(others=labels.to_numpy())
+
+
+def others_order(st: "pd.DataFrame") -> list[str]:
+    """Panel and legend order: as :func:`with_others` sorted them (never alphabetical text)."""
+    return list(dict.fromkeys(st["others"]))
+
+
+MAX_PANELS = 12  # more combinations of the other axes than this: a sampled design (no panels)
+
+
+def slo_rule(sd: SweepData, metric: str, y_title: str | None = None):
+    """A dashed horizontal line at the metric's SLO, labelled (None when it has none)."""
+    import altair as alt
+
+    line = slo_line(sd, metric)
+    if line is None:
+        return None
+    value, label = line
+    data = alt.Data(values=[{"slo": value, "label": label}])
+    rule = alt.Chart(data).mark_rule(color="#d62728", strokeDash=[6, 4], size=1.5).encode(
+        y=alt.Y("slo:Q", title=y_title or metric))
+    text = alt.Chart(data).mark_text(align="left", dx=4, dy=-6, color="#d62728", fontSize=10).encode(
+        y="slo:Q", x=alt.value(2), text="label:N")
+    return alt.layer(rule, text)
 
 
 def _axis_enc(sd: SweepData, axis: str, channel: str, many: bool):
@@ -86,12 +115,19 @@ def heatmap_figures(sd: SweepData, metrics: list[str], x: str, y: str) -> list[F
             chart = alt.layer(rect, text)
         chart = chart.properties(width=min(NARROW, 60 * max(3, sd.rows[x].nunique())) if not many else NARROW,
                                  height=min(HEIGHT, 36 * max(3, sd.rows[y].nunique())) if not many else HEIGHT)
-        if st["others"].nunique() > 1:
-            chart = chart.facet(facet=alt.Facet("others:N", title=None), columns=3)
+        sampled = st["others"].nunique() > MAX_PANELS
+        if sampled:  # every point its own combination (a sampled design): one panel of all points
+            chart = base.mark_circle(size=110).encode(
+                x=_axis_enc(sd, x, "X", True), y=_axis_enc(sd, y, "Y", True), color=color, tooltip=tips).properties(
+                width=NARROW, height=HEIGHT)
+        elif st["others"].nunique() > 1:
+            chart = chart.facet(facet=alt.Facet("others:N", title=None, sort=others_order(st)), columns=3)
         figs.append(Figure(f"heatmap-{metric}", f"{metric} over {short(x, sd.axes)} x {short(y, sd.axes)}", chart,
                            f"Mean of {metric} over each point's seeds (tooltip: 95% t interval); "
                            f"{'brighter is better (lower)' if better == 'min' else 'brighter is better (higher)'}; "
-                           f"one panel per value of the other axes.", wide=st["others"].nunique() > 1))
+                           + ("the other axes vary from point to point (a sampled design): all points in one "
+                              "panel." if sampled else "one panel per value of the other axes."),
+                           wide=1 < st["others"].nunique() <= MAX_PANELS))
     return figs
 
 
@@ -108,7 +144,10 @@ def line_figures(sd: SweepData, metrics: list[str], axes: list[str]) -> list[Fig
             xe = alt.X(f"{_field(x)}:{'Q' if numeric else 'O'}", title=short(x, sd.axes),
                        scale=alt.Scale(zero=False) if numeric else alt.Undefined)
             groups = st["others"].nunique()
-            color = alt.Color("others:N", title=None, sort=list(dict.fromkeys(st["others"])),
+            if groups > MAX_PANELS:
+                figs.append(_partial_dependence(sd, st, metric, x, numeric))
+                continue
+            color = alt.Color("others:N", title=None, sort=others_order(st),
                               legend=alt.Legend(orient="bottom", columns=1, labelLimit=600))
             tips = [alt.Tooltip(f"{_field(a)}:N", title=a) for a in sd.axes] + [
                 alt.Tooltip("mean:Q", format=",.4~g", title=f"{metric} (mean)"), alt.Tooltip("lo:Q", format=",.4~g"),
@@ -117,12 +156,47 @@ def line_figures(sd: SweepData, metrics: list[str], axes: list[str]) -> list[Fig
             band = base.mark_errorband(opacity=0.18).encode(y=alt.Y("lo:Q", title=metric), y2="hi:Q")
             bars = base.mark_rule().encode(y="lo:Q", y2="hi:Q")
             line = base.mark_line(point=True).encode(y=alt.Y("mean:Q", title=metric), tooltip=tips)
-            chart = alt.layer(band, bars, line).properties(width=NARROW, height=HEIGHT)
+            layers = [band, bars, line]
+            rule = slo_rule(sd, metric)
+            if rule is not None:
+                layers.append(rule)
+            chart = alt.layer(*layers).properties(width=NARROW, height=HEIGHT)
             figs.append(Figure(f"line-{metric}-{short(x, sd.axes)}", f"{metric} vs {short(x, sd.axes)}", chart,
                                f"Mean over seeds with its 95% t interval (band and bars; none with one seed); "
                                f"{'one line per combination of the other axes' if groups > 1 else 'one line'}.",
                                wide=False))
     return figs
+
+
+def _partial_dependence(sd: SweepData, st: "pd.DataFrame", metric: str, x: str, numeric: bool) -> Figure:
+    """A sampled design: every point, and the mean of the metric over bins of ``x`` (the other
+    axes averaged over their random values: a partial-dependence curve), with the SLO line."""
+    import altair as alt
+
+    d = st.copy()
+    if numeric:
+        edges = np.unique(np.quantile(d[x].astype(float), np.linspace(0, 1, 9)))
+        b = np.clip(np.searchsorted(edges, d[x].astype(float), side="right") - 1, 0, max(len(edges) - 2, 0))
+        d["bin_x"] = [float(d[x][b == i].mean()) for i in b]
+    else:
+        d["bin_x"] = d[x]
+    pd_curve = d.groupby("bin_x", as_index=False)["mean"].mean().sort_values("bin_x")
+    xe = alt.X(f"{_field(x)}:{'Q' if numeric else 'O'}", title=short(x, sd.axes),
+               scale=alt.Scale(zero=False) if numeric else alt.Undefined)
+    tips = [alt.Tooltip(f"{_field(a)}:N", title=a) for a in sd.axes] + [
+        alt.Tooltip("mean:Q", format=",.4~g", title=f"{metric} (mean)"), alt.Tooltip("n:Q", title="seeds")]
+    pts = alt.Chart(_data(d)).mark_circle(size=40, opacity=0.55, color="#4c78a8").encode(
+        x=xe, y=alt.Y("mean:Q", title=metric), tooltip=tips)
+    curve = alt.Chart(_data(pd_curve)).mark_line(point=True, color="#222").encode(
+        x=alt.X(f"bin_x:{'Q' if numeric else 'O'}", title=short(x, sd.axes)), y="mean:Q")
+    layers = [pts, curve]
+    rule = slo_rule(sd, metric)
+    if rule is not None:
+        layers.append(rule)
+    return Figure(f"line-{metric}-{short(x, sd.axes)}", f"{metric} vs {short(x, sd.axes)}",
+                  alt.layer(*layers).properties(width=NARROW, height=HEIGHT),
+                  "A sampled design: each dot is a point (mean over its seeds); the line is the mean over bins of "
+                  "this axis, the other axes averaged over their sampled values (partial dependence).", wide=False)
 
 
 def pareto_frame(sd: SweepData, xm: str, ym: str) -> "pd.DataFrame":

@@ -56,6 +56,7 @@ class SweepData:
     spec_text: str = ""
     invalid_points: int = 0
     failed_rows: int = 0
+    slos: dict | None = None  # slos.json: the SLO lines to draw (servesim/sweep/slo.py: slo_lines)
 
     @property
     def seeds_per_point(self) -> tuple[int, int]:
@@ -94,7 +95,28 @@ def read_sweep(path: str | Path) -> SweepData:
     invalid = 0
     if (p / "invalid.csv").is_file():
         invalid = max(0, sum(1 for line in (p / "invalid.csv").read_text().splitlines() if line.strip()) - 1)
-    return _finish(p, rows, design, spec, invalid)
+    sd = _finish(p, rows, design, spec, invalid)
+    if (p / "slos.json").is_file():
+        try:
+            sd.slos = json.loads((p / "slos.json").read_text())
+        except ValueError:
+            sd.slos = None  # a damaged file: the charts go without SLO lines
+    return sd
+
+
+def slo_line(sd: SweepData, metric: str) -> tuple[float, str] | None:
+    """The SLO line of a metric: a target a stream states for it (``ttft_p99 <= 0.8``), else, for
+    a TTFT or TPOT statistic, the scenario's per-request threshold (``slo.ttft_s``)."""
+    if not sd.slos:
+        return None
+    t = (sd.slos.get("targets") or {}).get(metric)
+    if isinstance(t, (int, float)):
+        return float(t), f"SLO {metric} <= {t:g}"
+    base = metric.split("@", 1)[0].split("_", 1)[0]
+    pr = (sd.slos.get("per_request") or {}).get(base)
+    if isinstance(pr, (int, float)) and base in ("ttft", "tpot"):
+        return float(pr), f"per-request slo.{base}_s = {pr:g}"
+    return None
 
 
 def _kept(rows: "pd.DataFrame") -> list[frozenset[str] | None]:
@@ -198,6 +220,9 @@ def is_numeric_axis(sd: SweepData, axis: str) -> bool:
     return _numeric(sd.rows[axis])
 
 
+BOUNDED_BY_ONE = ("slo_attainment", "busy_fraction", "kv_peak_usage", "kv_mean_usage", "prefix_hit_rate")
+
+
 def point_stats(sd: SweepData, metric: str, confidence: float = 0.95) -> "pd.DataFrame":
     """One row per point: its axis values, the metric's mean over seeds and the t interval
     (``lo``, ``hi``; equal to the mean with one seed), ``n`` seeds."""
@@ -208,6 +233,12 @@ def point_stats(sd: SweepData, metric: str, confidence: float = 0.95) -> "pd.Dat
     rows = []
     for pid, idx in r.groupby("point", sort=True).groups.items():
         m, lo, hi, n = t_interval(col.loc[idx].to_numpy(dtype=np.float64), confidence)
+        # every metric a sweep holds is >= 0 (latencies, rates, counts) and a share is <= 1: a
+        # t interval of two seeds can reach past either; the band stops at the bound
+        lo = max(lo, 0.0) if np.isfinite(lo) else lo
+        base = metric.split("@", 1)[0]
+        if (base in BOUNDED_BY_ONE or base.startswith("wait_share_")) and np.isfinite(hi):
+            hi = min(hi, 1.0)
         first = r.loc[idx[0]]
         rows.append({"point": int(pid), **{a: first[a] for a in sd.axes}, "mean": m, "lo": lo, "hi": hi, "n": n})
     return pd.DataFrame(rows)

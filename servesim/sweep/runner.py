@@ -26,6 +26,7 @@ import pandas as pd
 
 from servesim.errors import ServesimError
 from servesim.metrics.flat import METRIC_NAMES, flat_metrics
+from servesim.sweep.slo import slo_lines
 from servesim.sweep.spec import Point, SweepSpec
 from servesim.sweep.store import KEPT, SweepStore, axis_columns, complete_metrics
 from servesim.sweep.task import Task, run_task
@@ -182,6 +183,8 @@ def run_sweep(spec: SweepSpec, out: str | Path, executor, *, progress: Progress 
     out = Path(out)
     store = SweepStore(out)
     store.write_design(design_frame(spec.points, spec.seeds_of), spec_text)
+    # the SLO lines the report draws (servesim/report/sweepdata.py), from the base scenario
+    (out / "slos.json").write_text(json.dumps(slo_lines(spec.base), indent=1) + "\n")
     if spec.invalid_points:
         pd.DataFrame([{"point": i, **axis_columns(v), "error": e}
                       for i, v, e in spec.invalid_points]).to_csv(out / "invalid.csv", index=False)

@@ -100,3 +100,18 @@ def merge_slos(given: list[SLO], from_scenario: list[SLO]) -> list[SLO]:
     """The command line's SLOs, then the scenario's on metrics the command line does not bound."""
     named = {s.metric for s in given}
     return given + [s for s in from_scenario if s.metric not in named]
+
+
+def slo_lines(sc: Scenario) -> dict:
+    """What a sweep's charts draw as SLO lines, kept with its rows (``slos.json``): the targets
+    the base scenario's streams state, by metric name as the rows hold them (``ttft_p99@chat``,
+    and ``ttft_p99`` too when one stream states it), and the scenario's per-request thresholds
+    (``slo.ttft_s``, ``slo.tpot_s``: what goodput and attainment count)."""
+    targets: dict[str, float] = {}
+    for s in scenario_slos(sc):
+        targets[s.metric] = s.bound
+    specs = [sp for sp in sc.workload.stream_specs() if sp.slo is not None]
+    if len(specs) == 1:
+        for key, v in specs[0].slo.targets().items():
+            targets.setdefault(key, float(v))
+    return {"targets": targets, "per_request": {"ttft": float(sc.slo.ttft_s), "tpot": float(sc.slo.tpot_s)}}
