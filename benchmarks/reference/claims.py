@@ -240,6 +240,10 @@ CLAIMS: tuple[Claim, ...] = (
           "no host paging model"),
     Claim("A25", "A", "§6", "大促期间峰值3500QPS，P99从1.2s压到0.85s", "a Halo customer: 3,500 req/s, P99 "
           "1.2 -> 0.85 s", "-", "-", "not expressible", "its fleet and model are not given"),
+    Claim("A26", "A", "§3.1", "vLLM 0.4.2分支明确锁死了torch版本", "Halo is built on a vLLM 0.4.2 branch",
+          "a_fleet_halo.yaml: vLLM's continuous batching with Halo's priority classes and chunk 512 (no vLLM "
+          "0.4 preset exists; its flags are written out in the arm)", "-", "not expressible",
+          "Halo's own flags are not public; the arm follows what §2.2 and §3.3 describe"),
     # ----------------------------------------------------------------------------- report B
     Claim("B1", "B", "§1, §4.2", "vLLM的P99延迟从327ms跃升至1140ms，而SGLang仅从291ms升至418ms",
           "8 -> 64 concurrent (2,048 in / 512 out): P99 vLLM 327 -> 1,140 ms, SGLang 291 -> 418 ms",

@@ -93,6 +93,10 @@ HEADLINES: tuple[Headline, ...] = (
             Setting("vLLM chunked prefill", "on, 8,192 (report §3.3)",
                     a={"engine.enable_chunked_prefill": True, "engine.max_num_batched_tokens": 8192}),
             Setting("run length", "1,280 requests", both={"stop.requests": 1280}),
+            # "平均输入长度2048、输出长度512": averages, so the spread is open
+            Setting("lengths", "averages 2,048 / 512, std half the mean",
+                    both={"workload.prompt": {"dist": "normal", "mean": 2048, "std": 1024, "min": 16, "max": 8192},
+                          "workload.output": {"dist": "normal", "mean": 512, "std": 256, "min": 16, "max": 2048}}),
         )),
     Headline(
         "H-B3", "vLLM's chat P99 TTFT over SGLang's with 10 % prompts of 16-30K tokens, Qwen3-8B", "x",
