@@ -68,3 +68,32 @@ def test_strategies_draw_every_router_a_generated_workload_can_feed():
 
     assert strategies.router_names() == [n for n, s in ROUTERS.items() if not s.needs_keys]
     assert router_catalog.router_names() == list(ROUTERS)
+
+
+def test_tier_kinds_come_from_one_registry():
+    """A tier kind is one entry in config/kv.py's TIER_DEFAULTS: the config's Literal and the
+    strategies' draws are built from it."""
+    from typing import get_args
+
+    from hypothesis import HealthCheck, given, settings
+
+    from servesim.config.kv import TIER_DEFAULTS, TierConfig
+    from servesim.testing import strategies
+
+    assert get_args(TierConfig.model_fields["kind"].annotation) == tuple(TIER_DEFAULTS)
+    seen = set()
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(strategies.tiers())
+    def draw(tiers):
+        seen.update(t["kind"] for t in tiers)
+
+    draw()
+    assert seen == set(TIER_DEFAULTS)
+
+
+def test_num_classes_is_one_constant():
+    """NUM_CLASSES is defined once (servesim/fields.py); every other module imports it."""
+    pkg = REPO / "servesim"
+    defined = [str(p.relative_to(REPO)) for p in pkg.rglob("*.py") if re.search(r"^NUM_CLASSES\s*=", p.read_text(), re.M)]
+    assert defined == ["servesim/fields.py"]

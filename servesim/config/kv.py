@@ -89,7 +89,9 @@ class KVConfig(_Frozen):
         return v
 
 
-TIER_DEFAULTS = {  # typical figures; set your own
+# the registry of tier kinds: a kind's name and its typical figures (set your own); the kind
+# Literal below and the test strategies read it
+TIER_DEFAULTS = {
     "cpu": {"latency_s": 10e-6},  # bandwidth: the GPU's PCIe figure (servesim.hardware)
     "remote": {"bandwidth_gb_s": 12.5, "latency_s": 1e-3},  # a 100 Gb/s NIC, a store round trip
 }
@@ -100,7 +102,7 @@ class TierConfig(_Frozen):
     KV slices); ``bandwidth_gb_s`` (GB/s, 1e9 bytes) and ``latency_s`` describe the link from one
     GPU to it; ``channels`` transfers may run on it at once."""
 
-    kind: Literal["cpu", "remote"]
+    kind: Literal[tuple(TIER_DEFAULTS)]  # type: ignore[valid-type]
     name: str | None = None
     capacity_gib: GiB
     bandwidth_gb_s: float | None = None

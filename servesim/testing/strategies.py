@@ -27,6 +27,7 @@ from typing import Sequence, get_args
 
 from hypothesis import strategies as st
 
+from servesim.config.kv import TIER_DEFAULTS
 from servesim.policy_catalog import MODES, POLICIES as _POLICIES
 from servesim.router_catalog import ROUTERS as _ROUTERS
 from servesim.scenario import EngineConfig
@@ -137,7 +138,8 @@ def tiers(draw, max_tiers: int = 2) -> list:
     """``kv_tiers``: up to two lower tiers (CPU, remote) of a few blocks to a few thousand, with
     slow or fast links and one or more channels (needs prefix caching)."""
     out = []
-    for kind in draw(st.sampled_from([["cpu"], ["remote"], ["cpu", "remote"]])):
+    kinds = list(TIER_DEFAULTS)  # each kind alone, then all of them (cpu, remote, cpu + remote)
+    for kind in draw(st.sampled_from([[k] for k in kinds] + [kinds])):
         tier = {"kind": kind, "capacity_gib": draw(st.sampled_from([0.0005, 0.002, 0.01, 0.5]))}
         if draw(st.booleans()):
             tier["bandwidth_gb_s"] = draw(st.sampled_from([0.1, 1.0, 25.0]))
