@@ -308,8 +308,8 @@ def _with_processes(b: Built, fns: list) -> Built:
 
 
 # a cold machine's ``servesim run`` of at most this many requests takes the Python engine: at
-# ~700 requests per CPU second (scenarios/quickstart.yaml) it ends sooner than numba compiles the
-# engine (1-2 min on two cores); a larger run compiles it first (benchmarks/RESULTS.md, 2026-12-04)
+# ~700 requests per CPU second (scenarios/quickstart.yaml on the roofline) it ends sooner than numba compiles the
+# engine (1-2 min on two cores); a larger run compiles it first (benchmarks/RESULTS.md, 2026-12-05)
 SMALL_RUN_REQUESTS = 20_000
 
 
