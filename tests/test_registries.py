@@ -95,5 +95,6 @@ def test_tier_kinds_come_from_one_registry():
 def test_num_classes_is_one_constant():
     """NUM_CLASSES is defined once (servesim/fields.py); every other module imports it."""
     pkg = REPO / "servesim"
-    defined = [str(p.relative_to(REPO)) for p in pkg.rglob("*.py") if re.search(r"^NUM_CLASSES\s*=", p.read_text(), re.M)]
+    defined = [str(p.relative_to(REPO)) for p in pkg.rglob("*.py")
+               if re.search(r"^NUM_CLASSES\s*=", p.read_text(), re.M)]
     assert defined == ["servesim/fields.py"]
