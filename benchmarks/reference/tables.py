@@ -251,6 +251,15 @@ def closed_latency(recs: dict[str, dict]) -> str:
                   "TPOT P50", "ITL P99"], rows)
 
 
+def beyond_grid(r: dict) -> str:
+    """Calibration coverage (issue 33): the share of the run's step time whose batch lay beyond the
+    pack's measured grid, extrapolated (summary.json 'extrapolation')."""
+    ex = get(r, "summary", "extrapolation") or {}
+    if not ex.get("measured_grid"):
+        return "no grid"
+    return pct(ex.get("step_time_share"))
+
+
 def closed_throughput(recs: dict[str, dict]) -> str:
     rows = []
     for r in _order(recs, "model", "clients", "engine"):
@@ -258,9 +267,10 @@ def closed_throughput(recs: dict[str, dict]) -> str:
         rows.append([t["model"], t["clients"], ENGINE_NAMES[t["engine"]], num(s["throughput"]["output_tok_per_s"]),
                      num(s["throughput"]["req_per_s"], 2), pct(s["kv"]["mean_usage"]), pct(s["kv"]["peak_usage"]),
                      pct(get(s, "kv", "of_allocated", "waste"), 2), num(s["requests"].get("preemptions")),
-                     num(get(r, "jitter", "all", "e2e"), 3), num(get(r, "jitter", "all", "ttft"), 3)])
+                     num(get(r, "jitter", "all", "e2e"), 3), num(get(r, "jitter", "all", "ttft"), 3), beyond_grid(r)])
     return table(["model", "clients", "engine", "output tok/s", "req/s", "KV mean", "KV peak",
-                  "KV waste (of allocated)", "preemptions", "jitter E2E", "jitter TTFT"], rows)
+                  "KV waste (of allocated)", "preemptions", "jitter E2E", "jitter TTFT",
+                  "step time beyond the grid"], rows)
 
 
 MIX_STREAMS = ("chat", "education", "code")
@@ -285,9 +295,10 @@ def mix_run(recs: dict[str, dict]) -> str:
                      num(s["throughput"]["req_per_s"], 2), num(s["throughput"]["output_tok_per_s"]),
                      pct(s["slo"]["attainment"]), pct(s["kv"]["peak_usage"]), pct(s["kv"]["mean_usage"]),
                      pct(get(s, "kv", "of_allocated", "waste"), 2), num(s["requests"].get("preemptions")),
-                     num(get(r, "jitter", "all", "e2e"), 2)])
+                     num(get(r, "jitter", "all", "e2e"), 2), beyond_grid(r)])
     return table(["model", "engine", "completed", "in flight at 30 min", "req/s", "output tok/s", "SLO met",
-                  "KV peak", "KV mean", "KV waste (of allocated)", "preemptions", "jitter E2E"], rows)
+                  "KV peak", "KV mean", "KV waste (of allocated)", "preemptions", "jitter E2E",
+                  "step time beyond the grid"], rows)
 
 
 def abnormal(recs: dict[str, dict], base: dict[str, dict]) -> str:
@@ -340,6 +351,7 @@ def knobs(recs: dict[str, dict]) -> str:
                      sec(lat(r, "ttft", "p999")), sec(lat(r, "tpot", "p99")), sec(lat(r, "itl", "p99")),
                      sec(lat(r, "e2e", "p99")), num(s["throughput"]["req_per_s"], 2), num(s["requests"]["in_flight"]),
                      pct(get(s, "kv", "of_allocated", "waste"), 2), num(s["requests"].get("preemptions")),
-                     num(get(r, "jitter", "all", "ttft"), 2)])
+                     num(get(r, "jitter", "all", "ttft"), 2), beyond_grid(r)])
     return table(["engine", "block", "chunk", "TTFT P50", "TTFT P99", "TTFT P99.9", "TPOT P99", "ITL P99", "E2E P99",
-                  "req/s", "in flight at 30 min", "KV waste (of allocated)", "preemptions", "jitter TTFT"], rows)
+                  "req/s", "in flight at 30 min", "KV waste (of allocated)", "preemptions", "jitter TTFT",
+                  "step time beyond the grid"], rows)
