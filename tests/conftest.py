@@ -9,9 +9,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
-# every bundled scenario file; scenarios/sweeps/ holds sweep specs, not scenarios
-# (tests/test_sweep_spec.py loads those)
-SCENARIO_FILES = sorted(p for p in (REPO / "scenarios").rglob("*.yaml") if "sweeps" not in p.relative_to(REPO).parts)
+# every bundled scenario file; scenarios/sweeps/ holds sweep specs and scenarios/plans/ plan specs,
+# not scenarios (tests/test_sweep_spec.py and tests/test_plan.py load those)
+SCENARIO_FILES = sorted(p for p in (REPO / "scenarios").rglob("*.yaml")
+                        if not {"sweeps", "plans"} & set(p.relative_to(REPO).parts))
 
 BASE = {
     "name": "t",

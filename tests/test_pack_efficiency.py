@@ -21,6 +21,12 @@ PACKS = available_packs()
 def test_decode_attention_reaches_the_hbm_floor(gpu, model, tp):
     pack = load_pack(gpu, model, tp)
     shares = decode_floor_points(pack)
+    top = int(pack.rows("attn_decode").batch.max())
+    if top < DECODE_MIN_BATCH:
+        # an imported pack whose decode grid stops short (Vidur's legacy llama-2-7b: batch 16): the
+        # floor cannot be checked; runs beyond the grid are reported as extrapolated (summary.extrapolation)
+        assert shares.size == 0
+        pytest.skip(f"{gpu}/{model} tp{tp}: decode attention measured only to batch {top} < {DECODE_MIN_BATCH}")
     assert shares.size >= 10, f"too few bandwidth-bound decode points at batch >= {DECODE_MIN_BATCH}"
     med = float(np.median(shares))
     assert med >= DECODE_FLOOR, (f"{gpu}/{model} tp{tp}: decode attention at batch >= {DECODE_MIN_BATCH} "
@@ -46,7 +52,10 @@ def test_decode_bandwidth_counts_kv_bytes():
 def test_pack_efficiency_summary_is_physical():
     for gpu, model, tp in PACKS:
         e = pack_efficiency(load_pack(gpu, model, tp))
-        assert 0 < e["attn_decode_share_of_hbm_peak"]["median"] <= 1
+        dec = e["attn_decode_share_of_hbm_peak"]
+        # a pack whose decode grid stops below batch 64 has no bandwidth-bound points (said so)
+        assert dec == {"points": 0} if int(load_pack(gpu, model, tp).rows("attn_decode").batch.max()) < 64 \
+            else 0 < dec["median"] <= 1, (gpu, model, tp, dec)
         gemm = e["gemm_tokens_ge_4096_TFLOPps"]
         assert 0 < gemm["max"] <= e["peaks"]["bf16_TFLOPps"], (gpu, model, tp, gemm)
         assert 0 < e["gemm_tokens_le_16_TBps"]["max"] <= e["peaks"]["hbm_TBps"] * 1.01

@@ -132,3 +132,11 @@ def test_three_stream_plan_answer_is_met_directly_and_one_fewer_misses():
     assert prober(best.replicas).verdict == "pass"
     if best.replicas > 1:
         assert prober(best.replicas - 1).verdict == "fail"
+
+
+def test_shipped_plans_load():
+    from servesim.sweep.plan import load_plan
+
+    for f in sorted((REPO / "scenarios" / "plans").glob("*.yaml")):
+        spec = load_plan(f)
+        assert spec.size >= 2 and spec.slos

@@ -22,7 +22,7 @@ def _scenario_files() -> list[Path]:
     out = []
     for p in SCENARIOS:
         data = yaml.safe_load(p.read_text())
-        if isinstance(data, dict) and "base" in data and "metrics" in data:  # a sweep spec
+        if isinstance(data, dict) and "base" in data and ("metrics" in data or "choices" in data):  # sweep or plan
             base = data["base"]
             if isinstance(base, str):
                 out.append((p.parent / base).resolve())
