@@ -32,6 +32,9 @@ import altair as alt
 import numpy as np
 
 from servesim.perf import error_table, read_validation, validate_frame
+from servesim.report import offline_charts
+
+offline_charts()  # Vega inlined from vl-convert: every chart draws offline (no CDN)
 
 ROOT = Path.cwd() if (Path.cwd() / "calibration").is_dir() else Path.cwd().parent
 GPU = "h200"

@@ -45,7 +45,9 @@ import numpy as np
 import pandas as pd
 
 import servesim
-from servesim.report import t_interval
+from servesim.report import offline_charts, t_interval
+
+offline_charts()  # Vega inlined from vl-convert: every chart draws offline (no CDN)
 
 QUICK = os.environ.get("SERVESIM_NOTEBOOK_QUICK") == "1"
 ROOT = Path.cwd() if (Path.cwd() / "scenarios").is_dir() else Path.cwd().parent

@@ -39,7 +39,9 @@ import pandas as pd
 
 import servesim
 from servesim.report import charts
-from servesim.report import from_result
+from servesim.report import from_result, offline_charts
+
+offline_charts()  # Vega inlined from vl-convert: every chart draws offline (no CDN)
 
 QUICK = os.environ.get("SERVESIM_NOTEBOOK_QUICK") == "1"
 ROOT = Path.cwd() if (Path.cwd() / "scenarios").is_dir() else Path.cwd().parent

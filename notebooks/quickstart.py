@@ -27,7 +27,9 @@ from pathlib import Path
 
 import servesim
 from servesim.report import charts
-from servesim.report import from_result
+from servesim.report import from_result, offline_charts
+
+offline_charts()  # Vega inlined from vl-convert: every chart draws offline (no CDN)
 
 QUICK = os.environ.get("SERVESIM_NOTEBOOK_QUICK") == "1"
 ROOT = Path.cwd() if (Path.cwd() / "scenarios").is_dir() else Path.cwd().parent

@@ -32,7 +32,22 @@ def _console(stderr: bool = False) -> Console:
     line and so never imports rich (~30 ms of a 10k-request run's start-up)."""
     from rich.console import Console
 
-    return Console(stderr=stderr)
+    stream = sys.stderr if stderr else sys.stdout
+    if _is_terminal(stream) or os.environ.get("COLUMNS"):
+        return Console(stderr=stderr)
+    # a pipe or a file: rich would wrap and cut every line and table at 80 columns; a log keeps
+    # whole lines (a table is as wide as its columns, never padded to this width)
+    return Console(stderr=stderr, width=NO_TERMINAL_WIDTH)
+
+
+NO_TERMINAL_WIDTH = 400  # columns of the console without a terminal
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def _print_folder(path: Path) -> None:
@@ -55,28 +70,14 @@ def _error_line(message: str) -> None:
     _console(stderr=True).print(Text("error:", style="bold red"), Text(message), highlight=False, soft_wrap=True)
 
 
-def _check_out(out: Path, force: bool) -> None:
-    """Before the run: ``out`` must be a folder we can write into (or create), and must not
-    hold an earlier run unless ``--force``."""
-    from servesim.simulate import holds_run
+def _place(check, *args, **kw):
+    """An output-place check of servesim/sweep/places.py; its refusal is the error line."""
+    from servesim.sweep import places
 
-    if out.exists():
-        if not out.is_dir():
-            _fail(f"--out {out}: is a file, not a folder (give a folder for the run's files)")
-        found = holds_run(out)
-        if found and not force:
-            _fail(f"--out {out}: already holds a run ({found}); pass --force to replace it, or choose "
-                  f"another folder")
-        if not os.access(out, os.W_OK | os.X_OK):
-            _fail(f"--out {out}: the folder is not writable")
-        return
-    parent = out.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        _fail(f"--out {out}: cannot create it, {parent} is a file")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        _fail(f"--out {out}: cannot create it, {parent} is not writable")
+    try:
+        return getattr(places, check)(*args, **kw)
+    except ServesimError as exc:
+        _fail(str(exc))
 
 
 def _check_seed(seed: Optional[int]) -> None:
@@ -90,7 +91,7 @@ def _check_seed(seed: Optional[int]) -> None:
 def run(
     scenario: Path = typer.Argument(..., help="scenario YAML file"),
     seed: Optional[int] = typer.Option(None, "--seed", help="override the scenario's seed"),
-    out: Optional[Path] = typer.Option(None, "--out", help="output folder (default: out/<name>)"),
+    out: Optional[str] = typer.Option(None, "--out", help="output folder (default: out/<name>)"),
     force: bool = typer.Option(False, "--force", help="replace the run an existing --out folder holds"),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="override a field: dotted.path=YAML value"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the output folder"),
@@ -109,6 +110,7 @@ def run(
     from servesim.simulate import build, run_built
 
     _check_seed(seed)
+    out = _place("out_path", out)
     if format_ and not report:
         _fail("--format applies to the report; add --report (or run servesim report DIR --format ...)")
     if report:
@@ -116,12 +118,14 @@ def run(
     try:
         sc = load_scenario(scenario, set_ or [])
         out_dir = out if out is not None else Path("out") / sc.name
-        _check_out(out_dir, force)  # before the run: a bad folder must not cost a whole run
+        _place("check_out", out_dir, force)  # before the run: a bad folder must not cost a whole run
         n = sc.stop.replications if seeds is None else seeds
-        if n < 1:
-            _fail(f"--seeds {n}: must be at least 1")
+        from servesim.scenario import MAX_REPLICATIONS
+
+        if not 1 <= n <= MAX_REPLICATIONS:  # (stop.replications' own bound)
+            _fail(f"--seeds {n}: allowed 1 to {MAX_REPLICATIONS:,} replications")
         if n > 1:
-            _run_replicated(sc, seed, n, out_dir, quiet, workers)
+            _run_replicated(sc, seed, n, out_dir, quiet, workers, (format_ or ["html"]) if report else None)
             return
         reporter = ProgressReporter(None if quiet else _console(), total=None)
         built = build(sc, seed=seed, progress=reporter.update, cold="auto")
@@ -143,6 +147,14 @@ def run(
         return
     except KeyboardInterrupt:
         _fail("interrupted (Ctrl-C) before the run had results to keep; nothing written", INTERRUPTED)
+        return
+    except Exception as exc:
+        from servesim.errors import kernel_typing_line
+
+        why = kernel_typing_line(exc)
+        if why is None:
+            raise
+        _fail(why)
         return
     partial = built.replica.interrupted
     if partial:
@@ -217,7 +229,7 @@ def _written_line(paths: list) -> str:
 def report_cmd(
     path: Path = typer.Argument(..., help="a run folder, a sweep folder, or a sweep's parquet file of rows"),
     format_: Optional[List[str]] = typer.Option(None, "--format", help="html (default), png, svg; several as html,png"),
-    out: Optional[Path] = typer.Option(None, "--out", help="folder to write into (default: the run or sweep folder)"),
+    out: Optional[str] = typer.Option(None, "--out", help="folder to write into (default: the run or sweep folder)"),
     metric: Optional[List[str]] = typer.Option(None, "--metric", help="sweeps: a metric to draw (repeat for more)"),
     x: Optional[str] = typer.Option(None, "--x", help="sweeps: the axis across (a dotted scenario path)"),
     y: Optional[str] = typer.Option(None, "--y", help="sweeps: the axis up the heatmaps"),
@@ -227,6 +239,7 @@ def report_cmd(
     """Write report.html (charts; self-contained, opens offline) for a finished run or a sweep."""
     from servesim.report.build import write_report
 
+    out = _place("out_path", out)
     written = _write_report(lambda: write_report(path, format_ or ["html"], metrics=metric, x=x, y=y,
                                                  pareto=pareto, out=out))
     _console().print(_written_line(written), markup=False)
@@ -235,18 +248,25 @@ def report_cmd(
 @app.command()
 def compare(
     runs: List[Path] = typer.Argument(..., help="two or more run folders; the first is the baseline"),
-    out: Path = typer.Option(Path("out/compare"), "--out", help="folder for report.html (and charts/)"),
+    out: str = typer.Option("out/compare", "--out", help="folder for report.html (and charts/)"),
     format_: Optional[List[str]] = typer.Option(None, "--format", help="html (default), png, svg; several as html,png"),
     label: Optional[List[str]] = typer.Option(None, "--label", help="a name per run, in order (default: folder names)"),
 ) -> None:
     """Overlay runs in the same charts, with a table of each run's change against the first."""
     from servesim.report.build import write_compare_report
 
+    out = _place("out_path", out)
     written = _write_report(lambda: write_compare_report(runs, out, format_ or ["html"], label))
     _console().print(_written_line(written), markup=False)
 
 
-def _run_replicated(sc, seed: Optional[int], n: int, out_dir: Path, quiet: bool, workers: Optional[int]) -> None:
+REPORT_SEEDS = 12  # --report with --seeds overlays this many seeds' runs at most (a chart stays legible)
+
+
+def _run_replicated(sc, seed: Optional[int], n: int, out_dir: Path, quiet: bool, workers: Optional[int],
+                    report: Optional[List[str]] = None) -> None:
+    """``report``: the formats of ``--report`` (None: no report); the report of a replicated run
+    overlays its seeds' runs (``servesim compare``), the first REPORT_SEEDS of them."""
     from servesim.report.console import print_header, print_replicated_summary
     from servesim.report.progress import PointsProgress
     from servesim.simulate import build
@@ -260,12 +280,23 @@ def _run_replicated(sc, seed: Optional[int], n: int, out_dir: Path, quiet: bool,
             PointsProgress(None if quiet else _console(), "replications", "runs") as bar:
         rep = replicate(sc, seeds, executor=ex, out_dir=out_dir / "seeds", progress=bar)
     rep.write(out_dir)
+    written, note = [], ""
+    if report is not None:
+        from servesim.report.build import write_compare_report
+
+        shown = seeds[:REPORT_SEEDS]
+        written = _write_report(lambda: write_compare_report(
+            [out_dir / "seeds" / f"seed-{s}" for s in shown], out_dir, report or ["html"], [f"seed {s}" for s in shown]))
+        note = (f" (the seeds' runs overlaid{'' if n <= REPORT_SEEDS else f', the first {REPORT_SEEDS} of {n}'}; "
+                f"one seed alone: servesim report {out_dir}/seeds/seed-{seeds[0]})")
     if quiet:
         _print_folder(out_dir)
         return
     print_replicated_summary(_console(), rep.summary)
     _console().print(f"wrote {out_dir}/summary.json (intervals), replications.parquet, "
-                     f"seeds/seed-<seed>/ (each run's files)")
+                     f"seeds/seed-<seed>/ (each run's files)", markup=False)
+    if written:
+        _console().print(_written_line(written) + note, markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -329,7 +360,7 @@ def warm() -> None:
 @app.command()
 def sweep(
     spec: Path = typer.Argument(..., help="sweep spec YAML (docs/sweeps.md)"),
-    out: Path = typer.Option(..., "--out", help="folder for the results (re-running resumes there)"),
+    out: str = typer.Option(..., "--out", help="folder for the results (re-running resumes there)"),
     workers: Optional[int] = typer.Option(None, "--workers", help="local worker processes (default: one per "
                                           "core; 1: this process)"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="a dask scheduler, tcp://HOST:PORT"),
@@ -342,8 +373,13 @@ def sweep(
     from servesim.sweep.runner import pending_tasks, raise_errors, run_sweep
     from servesim.sweep.spec import load_spec
 
+    out = _place("out_path", out)
+    _place("check_out", out, False, kind="sweep")  # before the spec's points are validated and run
     try:
         sp = load_spec(spec)
+        if not sp.points:  # every point set aside by invalid: skip -- not "every run is stored already"
+            _fail(f"{spec}: all {len(sp.invalid_points):,} points of the design are invalid, nothing to run; "
+                  f"the first: {sp.invalid_points[0][2]}")
         tasks = sum(len(sp.seeds_of(p)) for p in sp.points)
         if not quiet:
             extra = "".join([f", {sp.duplicates} repeated configurations run once" if sp.duplicates else "",
@@ -389,7 +425,7 @@ def capacity(
     workers: Optional[int] = typer.Option(None, "--workers", help="local processes for each probe's replications "
                                           "(default: one per core; 1: this process)"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="a dask scheduler, tcp://HOST:PORT"),
-    out: Optional[Path] = typer.Option(None, "--out", help="write the search as JSON to this file"),
+    out: Optional[str] = typer.Option(None, "--out", help="write the search as JSON to this file"),
     start: Optional[float] = typer.Option(None, "--start", help="first probe: a rate in req/s (a rate scale when "
                                           "the scenario's rate is not a request rate), or a replica count"),
     budget_: Optional[str] = typer.Option(None, "--budget", help="stop after N probes (20probes) or a wall time "
@@ -404,11 +440,15 @@ def capacity(
 
     from servesim.report.console import print_capacity
     from servesim.scenario import load_scenario
-    from servesim.sweep.capacity import (Budget, CapacityError, ProbeStore, find_max_rate, find_min_replicas,
-                                         merge_slos, parse_budget, parse_slo, preflight, scenario_slos)
+    from servesim.sweep.capacity import (Budget, CapacityError, ProbeStore, check_slos, find_max_rate,
+                                         find_min_replicas, merge_slos, parse_budget, parse_slo, preflight,
+                                         scenario_slos)
     from servesim.sweep.executor import make_executor
     from servesim.sweep.ratescale import scaled_rates as scaled_of
 
+    out = _place("out_path", out)
+    if out is not None:  # before the search: a bad place must not cost every probe's runs
+        _place("check_file_out", out)
     try:
         if find not in ("max-rate", "min-replicas"):
             raise CapacityError(f"--find {find!r}: allowed: max-rate, min-replicas")
@@ -422,6 +462,7 @@ def capacity(
         budget.check()
         if start is not None and find == "min-replicas" and (start != int(start) or start < 1):
             raise CapacityError(f"--start {start:g}: with --find min-replicas, a whole number of replicas >= 1")
+        check_slos(sc, slos)
         preflight(sc, find, tol)  # refusals that need no run come before any worker starts
         probes = ProbeStore(store) if store is not None else None
         say = _probe_printer()
@@ -440,8 +481,11 @@ def capacity(
         _console().print(f"req/s are measured (requests arriving per second after the warm-up, mean over a "
                          f"probe's runs); the scale x1 is {res.scaled}{at}", soft_wrap=True, markup=False)
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(res.to_dict(), indent=2) + "\n")
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(res.to_dict(), indent=2) + "\n")
+        except OSError as exc:
+            _fail(f"--out {out}: writing the search failed ({exc.strerror or exc})")
     if not res.answered:
         raise typer.Exit(3)
 

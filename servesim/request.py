@@ -241,6 +241,12 @@ def _check_token_counts(name: str, values: np.ndarray) -> None:
             f"workload: request {bad} has prompt_tokens = 0; a prompt of 0 tokens cannot be served "
             f"(vLLM refuses an empty prompt); allowed: 1..{MAX_TOKENS:,} tokens"
         )
+    if name == "output_tokens" and lo == 0:  # "completed" with no token: no TTFT, yet counted as served
+        bad = int(np.argmax(a == 0))
+        raise WorkloadError(
+            f"workload: request {bad} has output_tokens = 0; an engine generates at least one token "
+            f"(vLLM refuses max_tokens 0); allowed: 1..{MAX_TOKENS:,} tokens"
+        )
     if lo < 0 or hi > MAX_TOKENS:
         bad = int(np.argmax(a < 0)) if lo < 0 else int(np.argmax(a > MAX_TOKENS))
         raise WorkloadError(

@@ -81,6 +81,8 @@ Frozen = StrictModel  # frozen, unknown fields refused, strict types, finite flo
 
 
 # --------------------------------------------------------------------------------------- stop
+MAX_REPLICATIONS = 10_000  # stop.replications and --seeds at most
+
 class StopConfig(Frozen):
     """When to stop. ``requests``: that many requests arrive and the run drains until each is
     finished or rejected. ``duration_s``: arrivals stop and the clock stops at that time; unfinished
@@ -91,7 +93,7 @@ class StopConfig(Frozen):
     duration_s: Seconds | None = None  # arrivals and the clock stop here (unfinished: in flight)
     warmup_requests: RequestCount0 = 0  # the first N (arrival order) are left out of the results
     # independent runs (seeds seed, seed+1, ...) for confidence intervals (servesim run --seeds)
-    replications: Annotated[int, Field(ge=1, le=10_000)] = 1
+    replications: Annotated[int, Field(ge=1, le=MAX_REPLICATIONS)] = 1
 
     @model_validator(mode="after")
     def _one_limit(self) -> "StopConfig":
@@ -586,6 +588,11 @@ class Scenario(Frozen):
                         f"engine.{name} = {value!r} applies to scheduler {' / '.join(owners)}, not "
                         f"{e.scheduler!r} (remove it, or set engine.scheduler: {owners[0]})"
                     )
+        if e.scheduler == "static-fifo" and e.max_batch_size > e.max_num_seqs:  # (it was capped silently)
+            given = "" if "max_batch_size" in e.model_fields_set else " (the default)"
+            raise ValueError(f"engine.max_batch_size {e.max_batch_size}{given} exceeds engine.max_num_seqs "
+                             f"{e.max_num_seqs}, the requests that may run at once; allowed: max_batch_size "
+                             f"<= max_num_seqs (lower it, or raise max_num_seqs)")
         have = {"static": e.kv_allocator == "static", "elastic": e.kv_allocator == "elastic",
                 "prefix": e.enable_prefix_caching,
                 "priority": e.enable_prefix_caching and e.prefix_cache_eviction == "priority"}
@@ -904,12 +911,13 @@ def _first_error(err: ValidationError, source: str) -> str:
 
 
 def _apply_override(raw: dict, path: str, value_text: str, source: str) -> None:
+    shown = repr(value_text) if len(value_text) <= 60 else repr(value_text[:57] + "...")
     try:
         value = load_yaml(value_text) if value_text != "" else ""
     except YamlDataError as exc:
-        raise ScenarioError(f"{source}: --set {path}: value {value_text!r}: {exc}") from None
+        raise ScenarioError(f"{source}: --set {path}: value {shown}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"{source}: --set {path}: value {value_text!r} is not valid YAML "
+        raise ScenarioError(f"{source}: --set {path}: value {shown} is not valid YAML "
                             f"({yaml_problem(exc)})") from None
     _set_path(raw, path, value, source, "--set")
 
@@ -924,6 +932,11 @@ def _set_path(raw: dict, path: str, value: Any, source: str, label: str, obj: An
     where = f"{label} {path}" if label else path
     if not all(keys):
         raise ScenarioError(f"{source}: {where!r}: empty key in dotted path")
+    for i, k in enumerate(keys):
+        if "[" in k or "]" in k or k.isdigit():  # (it read as an unknown field named 'streams[0]')
+            head = ".".join(keys[:i] + ([k.split("[")[0]] if k.split("[")[0] and not k.isdigit() else []))
+            raise ScenarioError(f"{source}: {where}: a list item cannot be set alone; lists are replaced "
+                                f"whole: {label + ' ' if label else ''}'{head}=[...]' with every item")
     node: Any = raw
     for i, k in enumerate(keys[:-1]):
         obj = _child(obj, k)
@@ -931,9 +944,14 @@ def _set_path(raw: dict, path: str, value: Any, source: str, label: str, obj: An
         if nxt is None:
             nxt = _as_raw(obj) if isinstance(obj, (BaseModel, dict)) else {}
             node[k] = nxt
+        if isinstance(nxt, list):
+            raise ScenarioError(f"{source}: {where}: {'.'.join(keys[: i + 1])} is a list, and lists are replaced "
+                                f"whole: {label + ' ' if label else ''}'{'.'.join(keys[: i + 1])}=[...]' with "
+                                f"every item")
         if not isinstance(nxt, dict):
+            shown = repr(nxt) if len(repr(nxt)) <= 60 else repr(nxt)[:57] + "..."
             raise ScenarioError(
-                f"{source}: {where}: {'.'.join(keys[: i + 1])} is {nxt!r}, not a mapping"
+                f"{source}: {where}: {'.'.join(keys[: i + 1])} is {shown}, not a mapping"
             )
         node = nxt
     node[keys[-1]] = value
@@ -1005,12 +1023,13 @@ def scenario_from_dict(raw: dict, source: str = "scenario",
         paths = [p for p, _ in overrides or []]
     for path, value in overrides or []:
         _apply_override(raw, path, value, source)
-    notes = _drop_foreign_options(before, raw, paths)
+    notes = _drop_foreign_options(before, raw, paths) + _drop_derived_gpus(raw, paths)
     if base_dir is not None:
         raw["base_dir"] = str(base_dir)
     try:
         sc = Scenario.model_validate(raw)
-        sc._load_notes = notes
+        sc._load_notes = notes + (sc.engine.kv.protect_note() if sc.engine.enable_prefix_caching
+                                  and sc.engine.prefix_cache_eviction == "priority" else ())
         return sc
     except ValidationError as err:
         raise ScenarioError(_first_error(err, source)) from None
@@ -1090,6 +1109,26 @@ def _drop_foreign_options(before: dict, raw: dict, paths: list[str]) -> tuple[st
     engine["options"] = {k: v for k, v in options.items() if k in known}
     return (f"engine.options: dropped {', '.join(dropped)} (options of scheduler {old!r}, which "
             f"--set engine.scheduler={engine.get('scheduler')} replaced)",)
+
+
+PARALLEL_PATHS = ("engine.tensor_parallel_size", "engine.pipeline_parallel_size")
+
+
+def _drop_derived_gpus(raw: dict, paths: list[str]) -> tuple[str, ...]:
+    """``--set engine.tensor_parallel_size=2`` on a file stating ``hardware.gpus_per_replica: 1``
+    drops the file's gpus_per_replica, with a note: it follows from tp x pp, and ``--set`` cannot
+    remove a field (the run was refused, asking to remove it). A gpus_per_replica given by an
+    override too is kept, and checked against tp x pp as in a file."""
+    if not any(p in PARALLEL_PATHS for p in paths) or any(p in ("hardware", "hardware.gpus_per_replica")
+                                                           for p in paths):
+        return ()
+    hw = raw.get("hardware")
+    if not isinstance(hw, dict) or "gpus_per_replica" not in hw:
+        return ()
+    old = hw.pop("gpus_per_replica")
+    given = ", ".join(p for p in paths if p in PARALLEL_PATHS)
+    return (f"hardware.gpus_per_replica: dropped ({old!r} in the scenario; it follows from {given}: GPUs a "
+            f"replica = tensor x pipeline parallel size)",)
 
 
 def _flow(d: dict) -> str:

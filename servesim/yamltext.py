@@ -52,7 +52,25 @@ class _Loader(yaml.SafeLoader):
                 seen[key] = line
         return super().construct_mapping(node, deep)
 
+    def construct_yaml_int(self, node):
+        """An integer too long for Python to convert (over ``sys.get_int_max_str_digits()``,
+        4,300 digits) is refused in one line, not a ValueError traceback: no field takes anything
+        near that size."""
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:
+            digits = sum(c.isdigit() for c in str(node.value))
+            raise YamlDataError(f"line {node.start_mark.line + 1}: an integer of {digits:,} digits; no field "
+                                f"accepts a number that long (Python reads at most {_max_digits():,})") from None
 
+
+def _max_digits() -> int:
+    import sys
+
+    return sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 4300
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789"))
 
 

@@ -74,6 +74,7 @@ class FuzzInput:
     folders: tuple[str, ...] = ()  # names that are folders
     args: tuple[str, ...] = ()  # extra command-line arguments
     raw: dict | None = None  # the mapping the text was dumped from, when undamaged as text
+    command: tuple[str, ...] = ()  # another command line than ``run SCENARIO`` ("{dir}": the input's folder)
 
 
 # ------------------------------------------------------------------------------ data files
@@ -288,7 +289,8 @@ def damaged_text(draw, text: str) -> bytes:
 SET_VALUES = ["engine.max_num_seqs=true", "engine.max_num_seqs=1e400", "seed=-1", "workload.arrival.rate=.inf",
               "engine=", "engine.options={a: 1}", "stop.requests=2e9", "name=../x", "x.y.z=1", "=1",
               "engine.scheduler=os:system", "engine.block_size=[1", "workload.prompt.value=4294967297",
-              "sim.engine=compiled", "stop={requests: 3}", "engine.max_num_seqs=\u0661\u0662", "workload={}"]
+              "sim.engine=compiled", "stop={requests: 3}", "engine.max_num_seqs=\u0661\u0662", "workload={}",
+              "seed=" + "1" * 5000]
 
 
 @st.composite
@@ -316,6 +318,73 @@ def fuzz_inputs(draw) -> FuzzInput:
     if draw(st.integers(0, 7)) == 0:
         args += ["--set", draw(st.sampled_from(SET_VALUES))]
     return FuzzInput(data, files, folders, tuple(args), raw if keep_raw else None)
+
+
+# ------------------------------------------------------------------------------ known inputs
+def _known_base(**workload) -> dict:
+    return {"name": "k", "stop": {"requests": 10}, "step_time": {"model": "constant", "seconds": 0.01},
+            "engine": {"max_num_seqs": 4},
+            "workload": workload or {"arrival": {"process": "poisson", "rate": 20.0},
+                                     "prompt": {"dist": "fixed", "value": 16}, "output": {"dist": "fixed", "value": 4}}}
+
+
+def _yaml(raw: dict) -> bytes:
+    return yaml.safe_dump(raw, sort_keys=False).encode()
+
+
+_BIG = "1" * 5000  # over Python's 4,300-digit int <-> str limit
+_MOON = (json.dumps({"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [0]}) + "\n").encode()
+_SPEC = b"name: sw\nbase: scenario.yaml\naxes:\n  engine.max_num_seqs: [2, 4]\n"
+
+
+def known_inputs() -> list[FuzzInput]:
+    """Inputs found by hand (issue 26's hostile run), kept so every later change meets them too:
+    each must run or be refused in one line (tests/test_input_defects.py checks what each says)."""
+    base = _known_base()
+    text = _yaml(base)
+    return [
+        FuzzInput(text.replace(b"name: k", b"name: k\nseed: " + _BIG.encode())),
+        FuzzInput(text, args=("--set", f"seed={_BIG}")),
+        FuzzInput(_yaml(_known_base(trace={"file": "t.jsonl", "format": "mooncake"})),
+                  {"t.jsonl": _MOON + b'{"timestamp": 1, "input_length": ' + _BIG.encode() + b', "output_length": 1}\n'}),
+        FuzzInput(_yaml(_known_base(trace={"file": "t.csv", "format": "azure"})),
+                  {"t.csv": f"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:01.5,{_BIG},5\n".encode()}),
+        FuzzInput(text, {"sw.yaml": _SPEC.replace(b"[2, 4]", b"[" + _BIG.encode() + b"]")},
+                  command=("sweep", "{dir}/sw.yaml", "--out", "{dir}/o", "--workers", "1", "-q")),
+        FuzzInput(text, {"sw.yaml": _SPEC, "afile": b"x"},
+                  command=("sweep", "{dir}/sw.yaml", "--out", "{dir}/afile", "--workers", "1", "-q")),
+        FuzzInput(text, folders=("d",), command=("capacity", "{dir}/scenario.yaml", "--slo", "ttft_p99=1",
+                                                 "--out", "{dir}/d")),
+        FuzzInput(text, args=("--out", "")),
+        FuzzInput(text, {"sw.yaml": _SPEC}, command=("sweep", "{dir}/sw.yaml", "--out", "", "--workers", "1")),
+        FuzzInput(text, {"summary.json": b'{"latency_s": {}, "requests": {}}', "requests.parquet": b"",
+                         "timeseries.parquet": b""}, command=("report", "{dir}")),
+        FuzzInput(text, {"sw.yaml": _SPEC.replace(b"[2, 4]", b"[-1, 0]") + b"invalid: skip\n"},
+                  command=("sweep", "{dir}/sw.yaml", "--out", "{dir}/o", "--workers", "1", "-q")),
+        *[FuzzInput(text, command=("capacity", "{dir}/scenario.yaml", "--slo", slo, "--workers", "1"))
+          for slo in ("ttft_p99=0", "req_per_s>=-1", "slo_attainment>=1.5", "ttft_p99@chat=0.5")],
+        FuzzInput(text, {"sw.yaml": _SPEC + b"metrics: [ttft_p99@chat]\n"},
+                  command=("sweep", "{dir}/sw.yaml", "--out", "{dir}/o", "--workers", "1", "-q")),
+        FuzzInput(text, {"sw.yaml": _SPEC + b"set: {engine.max_num_seqs: -3}\n"},
+                  command=("sweep", "{dir}/sw.yaml", "--out", "{dir}/o", "--workers", "1", "-q")),
+        FuzzInput(_yaml({**base, "workload": {**base["workload"], "contaminate": {
+            "fraction": 0.5, "prompt": {"dist": "fixed", "value": 8}, "stream": "default"}}})),
+        FuzzInput(_yaml({**base, "engine": {"scheduler": "static-fifo", "max_batch_size": 32, "max_num_seqs": 8}})),
+        FuzzInput(_yaml(_known_base(trace={"file": "t.csv", "format": "azure", "min_output": 0})),
+                  {"t.csv": b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:01.5,10,0\n"}),
+        FuzzInput(_yaml(_known_base(trace={"file": "t.csv", "format": "azure"})),
+                  {"t.csv": b"TIMESTAMP,ContextTokens,GeneratedTokens,ContextTokens\n2023-11-16 18:17:01.5,10,5,9\n"}),
+        FuzzInput(text, args=("--seeds", "10001")),
+        FuzzInput(_yaml({**base, "engine": {"enable_prefix_caching": True},
+                         "kv_tiers": [{"kind": "cpu", "capacity_gib": 1e-5}]})),
+        FuzzInput(_yaml({**base, "engine": {"enable_prefix_caching": True, "prefix_cache_eviction": "priority",
+                                            "kv": {"protect_share": [0.8, 0.5]}}})),
+        FuzzInput(text, args=("--set", "workload.streams[0].arrival.rate=2")),
+        FuzzInput(_yaml({**base, "hardware": {"gpus_per_replica": 1}}),
+                  args=("--set", "engine.tensor_parallel_size=2")),
+        FuzzInput(_yaml({**base, "workload": {**base["workload"], "arrival": {"process": "gamma", "rate": 20.0,
+                                                                            "cv": 1000.0}}})),
+    ]
 
 
 # ------------------------------------------------------------------------------ harness
@@ -400,11 +469,15 @@ def run_one(inp: FuzzInput, stats: FuzzStats, limit_s: float = 30.0) -> None:
         scen = work / "scenario.yaml"
         scen.write_bytes(inp.text)
         out = work / "out"
-        code, crash, stdout, stderr = run_cli(["run", str(scen), "--out", str(out), "-q", *inp.args])
+        argv = ([a.replace("{dir}", str(work)) for a in inp.command] if inp.command
+                else ["run", str(scen), "--out", str(out), "-q"])
+        code, crash, stdout, stderr = run_cli([*argv, *inp.args])
         lines = [x for x in stderr.splitlines() if x.strip()]
         if crash is not None:
             detail = "".join(traceback.format_exception(crash))[-1500:]
             stats.failures.append((type(crash).__name__, detail, inp))
+        elif code == 0 and inp.command:
+            stats.ran += 1
         elif code == 0:
             files = {p.name for p in out.iterdir()} if out.is_dir() else set()
             if files != RUN_FILES:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fuzz_inputs import fuzz
+from tests.fuzz_inputs import FuzzStats, fuzz, known_inputs, run_one
 
 
 def _report(stats) -> str:
@@ -23,6 +23,16 @@ def test_fuzz_300_inputs():
     assert stats.failures == [], _report(stats)
     assert stats.inputs == 300
     assert stats.ran >= 30 and stats.refused >= 100, stats.line()  # both outcomes exercised
+    print(stats.line())
+
+
+def test_known_inputs():
+    """The corpus found by hand (issue 26 and later): each runs or is refused in one line."""
+    stats = FuzzStats()
+    for inp in known_inputs():
+        run_one(inp, stats)
+    assert stats.failures == [], _report(stats)
+    assert stats.refused >= 1, stats.line()
     print(stats.line())
 
 

@@ -245,6 +245,16 @@ def test_process_salted_hashes_break_worker_independence(two_workers):
     assert len(one) == 4 and one["completed"].tolist() == many["completed"].tolist()
 
 
+def test_starving_a_class_breaks_bounded_wait():
+    """priority without aging, P0 alone filling the engine: P4 waits for P0's arrivals to stop
+    (the FCFS contrast on the same arrivals: tests/test_starvation.py)."""
+    from tests.test_starvation import RAW
+
+    with pytest.raises(InvariantViolation) as e:
+        check_run(merge(RAW, {"engine": {"scheduler": "priority"}}), pairs=(), max_wait_s=2.0)
+    assert e.value.invariant == "bounded_wait" and "class P4" in str(e.value)
+
+
 def test_every_invariant_has_a_failing_test():
     """The list above covers INVARIANTS."""
     import inspect

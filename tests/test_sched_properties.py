@@ -73,6 +73,8 @@ def scenarios(draw) -> dict:
     blocks = draw(st.integers(8, 60))
     eng.update({"block_size": block, "num_gpu_blocks_override": max(blocks, math.ceil(MAX_MODEL_LEN / block)),
                 "max_num_seqs": draw(st.integers(1, 8)), "max_model_len": MAX_MODEL_LEN})
+    if "max_batch_size" in eng:  # a static batch larger than the slots is refused
+        eng["max_batch_size"] = min(eng["max_batch_size"], eng["max_num_seqs"])
     weights = draw(st.lists(st.sampled_from([0.0, 1.0, 2.0]), min_size=1, max_size=5).filter(lambda w: sum(w) > 0))
     return merge(BASE, {
         "seed": draw(st.integers(0, 10_000)),

@@ -41,25 +41,26 @@ def test_azure_exact_requests_and_notes():
 
 
 def test_azure_filters_keep_and_drop_exactly():
-    cfg = trace("azure_tiny.csv", "azure", min_prompt=4, max_prompt=4096, min_output=0, max_total=1000)
+    cfg = trace("azure_tiny.csv", "azure", min_prompt=4, max_prompt=4096, max_total=1000)
     w = load_trace(cfg, FIX)
-    # (2000, 20) is over max_total, (5000, 5) over max_prompt, (3, 40) under min_prompt
-    np.testing.assert_array_equal(w.prompt_tokens, [100, 300, 700])
+    # (2000, 20) is over max_total, (5000, 5) over max_prompt, (3, 40) under min_prompt, (300, 0)
+    # under min_output 1 (0 is refused: an engine generates at least one token)
+    np.testing.assert_array_equal(w.prompt_tokens, [100, 700])
     assert w.notes[0] == (
-        "azure azure_tiny.csv: kept 3 of 6 rows "
-        "(dropped 3: 1 prompt < min_prompt 4, 1 prompt > max_prompt 4,096, 1 total > max_total 1,000)"
+        "azure azure_tiny.csv: kept 2 of 6 rows (dropped 4: 1 prompt < min_prompt 4, 1 prompt > max_prompt 4,096, "
+        "1 output < min_output 1, 1 total > max_total 1,000)"
     )
 
 
 def test_rate_scale_2_halves_inter_arrival_times():
-    w1 = load_trace(trace("azure_tiny.csv", "azure", min_output=0), FIX)
-    w2 = load_trace(trace("azure_tiny.csv", "azure", min_output=0, rate_scale=2.0), FIX)
+    w1 = load_trace(trace("azure_tiny.csv", "azure"), FIX)
+    w2 = load_trace(trace("azure_tiny.csv", "azure", rate_scale=2.0), FIX)
     np.testing.assert_allclose(np.diff(w2.arrival_s), np.diff(w1.arrival_s) / 2)
     np.testing.assert_array_equal(w2.prompt_tokens, w1.prompt_tokens)
 
 
 def test_time_window_and_gap_compression():
-    cfg = trace("azure_tiny.csv", "azure", min_output=0, start_s=0.5, duration_s=3.5, max_gap_s=0.75)
+    cfg = trace("azure_tiny.csv", "azure", start_s=0.5, duration_s=3.5, max_gap_s=0.75)
     w = load_trace(cfg, FIX)
     # window [0.5, 4.0): rows at 0.5, 1.5, 2.0 ; gaps 0, 1.0 -> 0.75, 0.5
     np.testing.assert_allclose(w.arrival_s, [0.0, 0.75, 1.25])

@@ -88,6 +88,16 @@ class KVConfig(_Frozen):
                 raise ValueError(f"protect_share[{i}] = {x} must be between 0 and 1")
         return v
 
+    def protect_note(self) -> tuple[str, ...]:
+        """A warning when the quotas add up to more than the pool: they cannot all hold at once
+        (it was accepted with no word); the drain order still protects P0's first."""
+        total = sum(self.protect_share)
+        if total <= 1.0 + 1e-9:
+            return ()
+        return (f"warning: engine.kv.protect_share {self.protect_share} sums to {total:g}: the quotas are shares "
+                f"of one GPU pool and cannot all hold at once (when they compete, a lower class's quota is "
+                f"drained first); shares summing to at most 1 each hold",)
+
 
 # the registry of tier kinds: a kind's name and its typical figures (set your own); the kind
 # Literal below and the test strategies read it

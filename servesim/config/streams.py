@@ -311,6 +311,10 @@ class WorkloadConfig(Frozen):
         if self.contaminate is not None and (self.sessions is not None or self.trace is not None):
             raise ValueError("workload.contaminate replaces request lengths, which would break the prefix "
                              "chains of sessions and traces; use workload.streams with an abnormal stream")
+        if self.contaminate is not None and self.contaminate.stream == "default":
+            raise ValueError("workload.contaminate.stream 'default' is the name of the single stream itself; "
+                             "abnormal requests are reported as a stream of their own, give it another name "
+                             "(e.g. abnormal, the default)")
         if self.rate_scale != 1.0 and self.trace is None and isinstance(self.arrival, ClosedArrival):
             raise ValueError(f"workload.rate_scale {self.rate_scale:g}: a closed loop has no rate to scale "
                              f"(change workload.arrival.clients or think_s)")
@@ -417,6 +421,15 @@ class WorkloadConfig(Frozen):
             if all(sp.name != c.stream for sp in specs):
                 specs.append(StreamSpec(len(specs), c.stream, c.label, c.slo))
         return tuple(specs)
+
+    def class_labels(self) -> tuple[str, ...]:
+        """The labels ``summary.by_class`` can hold for this workload: P0..P4 where a stream has
+        no class label (its requests group by SLA class), then the streams' own labels. A metric
+        ``NAME@LABEL`` (an SLO, a sweep column) must name one of them."""
+        specs = self.stream_specs()
+        out = [f"P{i}" for i in range(NUM_CLASSES)] if any(sp.label is None for sp in specs) else []
+        out += [sp.label for sp in specs if sp.label is not None and sp.label not in out]
+        return tuple(out)
 
     def closed_loops(self) -> list[ClosedArrival]:
         """The closed-loop processes of this workload (each a group of clients of its own)."""

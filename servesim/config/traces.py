@@ -64,7 +64,7 @@ class LengthFilter(_Frozen):
 
     min_prompt: TokenCount = 1
     max_prompt: TokenCount | None = None
-    min_output: TokenCount0 = 1
+    min_output: TokenCount = 1
     max_output: TokenCount | None = None
     max_total: TokenTotal | None = None
     on_bad_row: OnBadRow = "error"
@@ -78,6 +78,17 @@ class LengthFilter(_Frozen):
         if isinstance(v, int) and not isinstance(v, bool) and v == 0:
             raise ValueError("a prompt of 0 tokens cannot be served (vLLM refuses an empty prompt); "
                              "allowed: >= 1 (rows below it are dropped and counted)")
+        return v
+
+    @field_validator("min_output", mode="before")
+    @classmethod
+    def _output_not_empty(cls, v):
+        # rows of 0 output tokens were kept and "completed" with no token (no TTFT, no TPOT); a real
+        # engine asks for at least one (vLLM sampling_params.py _verify_args: "max_tokens must be at
+        # least 1"); BurstGPT's failed requests are such rows
+        if isinstance(v, int) and not isinstance(v, bool) and v == 0:
+            raise ValueError("an output of 0 tokens cannot be served (an engine generates at least one token; "
+                             "vLLM refuses max_tokens 0); allowed: >= 1 (rows below it are dropped and counted)")
         return v
 
     @model_validator(mode="after")

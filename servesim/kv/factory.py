@@ -82,7 +82,16 @@ def build_prefix_cache(sc: "Scenario", plan: "MemoryPlan", table: "RequestTable"
             link = Link(f"{name}-link", bw, lat, t.channels, env)
             # a pipeline replica's virtual engines share its tiers as they share its GPU blocks: each
             # holds 1/pp of a tier (vLLM divides its CPU blocks by the pipeline size too)
-            levels.append(LowerTier(name, int(t.capacity_gib * GIB // replica_block_bytes) // sc.pp, link))
+            blocks = int(t.capacity_gib * GIB // replica_block_bytes) // sc.pp
+            if blocks < 1:  # (a tier of 0 blocks ran, holding nothing, with no word)
+                from servesim.errors import ScenarioError
+
+                need = replica_block_bytes * sc.pp / GIB
+                raise ScenarioError(f"{sc.name}: kv_tiers[{i}] ({name}) capacity_gib {t.capacity_gib:g} holds no KV "
+                                    f"block of {replica_block_bytes:,} bytes (block_size {bs} tokens"
+                                    f"{f', {sc.pp} pipeline stages' if sc.pp > 1 else ''}); allowed: capacity_gib "
+                                    f">= {need:.3g} (one block)")
+            levels.append(LowerTier(name, blocks, link))
         tiers = TierStack(levels, block_bytes)
     hot = None
     if e.kv.preload is not None:

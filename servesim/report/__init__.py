@@ -19,4 +19,7 @@ __all__, __getattr__ = exports(__name__, {
     "from_result": "servesim.report.rundata",
     "load_run": "servesim.report.rundata",
     "t_interval": "servesim.report.curves",
+    "offline_charts": "servesim.report.notebook",
+    "field": "servesim.report.notebook",
+    "plain_columns": "servesim.report.notebook",
 })

@@ -8,6 +8,7 @@ overlaid (``servesim compare A B ...``).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from html import escape
 from pathlib import Path
 
@@ -44,8 +45,27 @@ def write_run_report(folder: str | Path, formats=("html",), run: RunData | None 
     the run's folder)."""
     fmts = parse_formats(formats)
     run = run if run is not None else load_run(folder)
-    sections = run_figures([run])
-    return write_outputs(sections, Path(out if out is not None else folder), fmts, lambda: run_page(run, sections))
+    with _damaged([run]):
+        sections = run_figures([run])
+        return write_outputs(sections, Path(out if out is not None else folder), fmts,
+                             lambda: run_page(run, sections))
+
+
+@contextmanager
+def _damaged(runs: list[RunData]):
+    """A run folder whose files passed :func:`load_run`'s checks but still lack an entry a chart
+    or table reads (hand-edited, damaged, or from another servesim version): one line naming the
+    folders and the entry, never a KeyError traceback. Runs built in memory are left alone (an
+    error there is servesim's own)."""
+    try:
+        yield
+    except (KeyError, TypeError, IndexError, AttributeError) as exc:
+        folders = [str(r.folder) for r in runs if r.folder is not None]
+        if not folders:
+            raise
+        what = f"entry {exc.args[0]!r} missing" if isinstance(exc, KeyError) and exc.args else str(exc)
+        raise ReportError(f"{', '.join(folders)}: a run file lacks what the report reads ({what}); damaged or "
+                          f"written by another servesim version (re-run it from its scenario.resolved.yaml)") from None
 
 
 def compare_page(runs: list[RunData], sections) -> str:
@@ -83,8 +103,9 @@ def write_compare_report(folders: list[str | Path], out: str | Path, formats=("h
     """Runs overlaid in the same charts, with a table of deltas, written into ``out``."""
     fmts = parse_formats(formats)
     runs = load_runs(folders, labels)
-    sections = run_figures(runs)
-    return write_outputs(sections, Path(out), fmts, lambda: compare_page(runs, sections))
+    with _damaged(runs):
+        sections = run_figures(runs)
+        return write_outputs(sections, Path(out), fmts, lambda: compare_page(runs, sections))
 
 
 def write_report(path: str | Path, formats=("html",), *, metrics: list[str] | None = None, x: str | None = None,

@@ -61,6 +61,9 @@ class ProgressReporter(_Bar):
         self._progress.update(self._task, completed=done)
 
 
+PLAIN_EVERY_S = 5.0  # without a terminal: a progress line at most this often (and the last)
+
+
 class PointsProgress(_Bar):
     """A progress bar over tasks (points x seeds): done/total, rate per minute, elapsed, ETA.
     Call it as ``progress(done, total)``; tasks found done on resume count as done from the start
@@ -72,6 +75,9 @@ class PointsProgress(_Bar):
 
     def __call__(self, done: int, total: int) -> None:
         if self.console is None:
+            return
+        if not self.console.is_terminal:  # a pipe or a log: no live bar (it drew only at the end)
+            self._plain(done, total)
             return
         if self._progress is None:
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
@@ -91,3 +97,31 @@ class PointsProgress(_Bar):
             self._task = self._progress.add_task(self.label, total=total, completed=done)
             return
         self._progress.update(self._task, completed=done, total=total)
+
+    def _plain(self, done: int, total: int) -> None:
+        """One plain line as tasks finish, at most every PLAIN_EVERY_S, and the last state when
+        the bar closes: a log or a pipe sees the sweep go on, where a live bar shows only once
+        it is over."""
+        now = time.perf_counter()
+        if not hasattr(self, "_t0"):
+            self._t0, self._last, self._first = now, -PLAIN_EVERY_S, done
+        self._pending = (done, total)
+        if done < total and now - self._last < PLAIN_EVERY_S:
+            return
+        self._last, self._pending = now, None
+        self._line(done, total, now)
+
+    def _line(self, done: int, total: int, now: float) -> None:
+        ran, spent = done - self._first, now - self._t0
+        text = f"{self.label}: {done:,}/{total:,} {self.unit}"
+        if ran > 0 and spent > 0:
+            per_s = ran / spent
+            left = int(round((total - done) / per_s))
+            text += f", {per_s * 60:,.1f} {self.unit}/min, ETA {left // 3600}:{left // 60 % 60:02d}:{left % 60:02d}"
+        self.console.print(f"{text}, {spent:,.0f} s elapsed", markup=False, highlight=False, soft_wrap=True)
+
+    def __exit__(self, *exc):
+        if getattr(self, "_pending", None) is not None:  # the last state, not yet printed
+            self._line(*self._pending, time.perf_counter())
+            self._pending = None
+        super().__exit__(*exc)

@@ -84,8 +84,13 @@ def load_run(folder: str | Path, label: str | None = None) -> RunData:
         raise ReportError(f"{d / 'summary.json'}: not readable as JSON ({exc})") from None
     if not isinstance(summary, dict) or "latency_s" not in summary or "requests" not in summary:
         raise ReportError(f"{d / 'summary.json'}: not a run summary (no latency_s / requests entries)")
+    check_summary(summary, d / "summary.json")
     try:
         schema = pq.read_schema(d / "requests.parquet")
+        lacking = [c for c in ("id", "status") if c not in schema.names]
+        if lacking:
+            raise ReportError(f"{d / 'requests.parquet'}: no column {lacking[0]!r}; not a run's request table "
+                              f"(re-run the run: servesim run {d / 'scenario.resolved.yaml'} --out {d} --force)")
         cols = [c for c in REQUEST_COLUMNS if c in schema.names]
         req = pq.read_table(d / "requests.parquet", columns=cols).to_pandas()
         ts = pd.read_parquet(d / "timeseries.parquet")
@@ -100,6 +105,27 @@ def load_run(folder: str | Path, label: str | None = None) -> RunData:
             itl = None  # an unreadable sketch costs the ITL curve only (said on the chart)
     resolved = (d / "scenario.resolved.yaml").read_text() if (d / "scenario.resolved.yaml").is_file() else ""
     return RunData(label or d.name or str(d), summary, measured(req, summary), ts, itl, resolved, d)
+
+
+SUMMARY_SECTIONS = ("requests", "throughput", "latency_s", "kv", "engine")  # the mappings a report reads
+
+
+def check_summary(summary: dict, where: Path) -> None:
+    """The entries the report reads are there and of their kind (a damaged or hand-edited
+    summary.json is one line naming the entry, not a KeyError from deep in a chart)."""
+    for key in SUMMARY_SECTIONS:
+        if not isinstance(summary.get(key), dict):
+            got = "missing" if key not in summary else f"{type(summary[key]).__name__}, not a mapping"
+            raise ReportError(f"{where}: entry {key!r} is {got}; the file is damaged or not a run summary "
+                              f"(re-run the run from its scenario.resolved.yaml)")
+    for name, entry in summary["latency_s"].items():
+        if not isinstance(entry, dict):
+            raise ReportError(f"{where}: entry 'latency_s.{name}' is {type(entry).__name__}, not a mapping; "
+                              f"the file is damaged (re-run the run from its scenario.resolved.yaml)")
+    by_class = summary.get("by_class", {})
+    if not isinstance(by_class, dict) or not all(isinstance(v, dict) for v in by_class.values()):
+        raise ReportError(f"{where}: entry 'by_class' is not a mapping of classes; the file is damaged "
+                          f"(re-run the run from its scenario.resolved.yaml)")
 
 
 def from_result(res: "Result", label: str | None = None) -> RunData:

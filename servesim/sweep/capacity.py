@@ -27,11 +27,11 @@ from servesim.sweep.probe import Budget, BudgetSpent, Probe, Prober, ProbeStore,
 from servesim.sweep.ratescale import request_rate, scale_rate, scaled_rates
 from servesim.sweep.runner import Progress
 from servesim.sweep.search import ZERO_LOAD, Search, search_max_rate, search_min_replicas
-from servesim.sweep.slo import SLO, CapacityError, Verdict, merge_slos, parse_slo, scenario_slos
+from servesim.sweep.slo import SLO, CapacityError, Verdict, check_slos, merge_slos, parse_slo, scenario_slos
 
 __all__ = ["SLO", "Budget", "BudgetSpent", "CapacityError", "Crossing", "Probe", "Prober", "ProbeStore", "Search",
-           "Verdict", "find_max_rate", "find_min_replicas", "merge_slos", "parse_budget", "parse_slo", "preflight",
-           "scenario_slos", "search_max_rate", "search_min_replicas"]
+           "Verdict", "check_slos", "find_max_rate", "find_min_replicas", "merge_slos", "parse_budget", "parse_slo",
+           "preflight", "scenario_slos", "search_max_rate", "search_min_replicas"]
 
 
 def preflight(sc: Scenario, find: str, tol: float = 0.05) -> None:
@@ -57,6 +57,7 @@ def find_max_rate(sc: Scenario, slos: list[SLO], budget: Budget, *, tol: float =
     """``start``: the first rate probed, in req/s when the scenario states its request rate
     exactly, else as a rate scale (1 = the scenario's rate)."""
     budget.check()
+    check_slos(sc, slos)
     preflight(sc, "max-rate", tol)
     base = request_rate(sc)  # None: sessions, closed loops, traces: the runs measure the request rate
 
@@ -98,6 +99,7 @@ def find_min_replicas(sc: Scenario, slos: list[SLO], budget: Budget, *, start: i
     answer does not depend on it, only the number of probes does. ``limit``: the most replicas
     tried (the plan stops an option at the count that would cost more than its best answer)."""
     budget.check()
+    check_slos(sc, slos)
     preflight(sc, "min-replicas")
     if isinstance(start, bool) or not isinstance(start, int) or start < 1:
         raise CapacityError(f"start {start!r}: give a whole number of replicas >= 1")

@@ -72,8 +72,15 @@ class DaskExecutor:
             n = workers or os.cpu_count() or 1
             if n < 1:
                 raise ExecutorError(f"--workers {n}: must be at least 1")
-            self._cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                         dashboard_address=None, silence_logs=logging.CRITICAL)
+            refuse_in_worker_import()
+            try:
+                self._cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                             dashboard_address=None, silence_logs=logging.CRITICAL)
+            except Exception as exc:  # (Dask's own error is pages of worker tracebacks)
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise ExecutorError(f"could not start {n} local worker processes ({first}); in a script, "
+                                    f"call servesim under if __name__ == \"__main__\": (each worker re-imports "
+                                    f"the script), or use workers=1") from None
             self.client = Client(self._cluster)
             self.description = f"local dask cluster, {n} worker processes"
 
@@ -136,6 +143,24 @@ class DaskExecutor:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+GUARD_LINE = ("servesim: a worker process re-imported your script, which starts workers again: put the "
+              "code that calls simulate_many (or servesim.testing.check_worker_independent) under "
+              "if __name__ == \"__main__\":, or pass workers=1")
+
+
+def refuse_in_worker_import() -> None:
+    """A script without a ``__main__`` guard that calls ``simulate_many(workers=2)``: each worker
+    process (spawned) re-imports the script as ``__mp_main__``, reaches the call again and would
+    start workers of its own -- ~400 lines of tracebacks from Python and Dask. Here, in such a
+    worker, one line says what to do and the worker exits."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    if getattr(main, "__name__", None) == "__mp_main__":
+        print(GUARD_LINE, file=sys.stderr, flush=True)
+        raise SystemExit(1)
 
 
 def _reachable(address: str, timeout_s: float) -> None:

@@ -80,7 +80,49 @@ def parse_slo(text: str) -> SLO:
         raise CapacityError(f"--slo {text!r}: {value!r} is not a number") from None
     if not math.isfinite(bound):
         raise CapacityError(f"--slo {text!r}: the bound must be a finite number")
-    return SLO(name, bound, upper=op != ">=")
+    slo = SLO(name, bound, upper=op != ">=")
+    why = bound_problem(slo)
+    if why:
+        raise CapacityError(f"--slo {text!r}: {why}")
+    return slo
+
+
+FRACTION_METRICS = ("slo_attainment", "kv_peak_usage", "kv_mean_usage", "busy_fraction", "prefix_hit_rate")
+
+
+def is_fraction(metric: str) -> bool:
+    """A metric that is a share, within [0, 1] in every run."""
+    base = metric.split("@", 1)[0]
+    return base in FRACTION_METRICS or base.startswith("wait_share_")
+
+
+def bound_problem(slo: SLO) -> str | None:
+    """Why no run can decide ``slo`` (None when one can): every metric is >= 0, so a bound of 0 or
+    less is never met as an upper bound and always met as a lower one; a share is at most 1, so a
+    bound above 1 is the same. A search on such a bound ran 26 runs before saying "not met"."""
+    if slo.bound <= 0:
+        return (f"the bound {slo.bound:g} is {'never' if slo.upper else 'always'} met ({slo.metric} is never "
+                f"negative); allowed: a bound above 0")
+    if is_fraction(slo.metric) and slo.bound > 1:
+        return (f"the bound {slo.bound:g} is {'always' if slo.upper else 'never'} met ({slo.metric} is a share, "
+                f"0 to 1); allowed: a bound up to 1, e.g. {slo.metric.split('@')[0]}>=0.99")
+    return None
+
+
+def check_slos(sc: Scenario, slos: list[SLO]) -> None:
+    """Before any probe runs: every bound decidable, every ``METRIC@LABEL`` naming a class this
+    scenario reports (an unknown label read NaN in every probe, and the search blamed the
+    warm-up for it)."""
+    labels = sc.workload.class_labels()
+    for s in slos:
+        why = bound_problem(s)
+        if why:
+            raise CapacityError(f"SLO {s}: {why}")
+        if "@" in s.metric:
+            label = s.metric.split("@", 1)[1]
+            if label not in labels:
+                raise CapacityError(f"SLO {s}: {label!r} is not a class of this scenario (its classes: "
+                                    f"{', '.join(labels)})")
 
 
 def scenario_slos(sc: Scenario) -> list[SLO]:

@@ -210,7 +210,19 @@ def spec_from_dict(raw: Any, source: str = "spec", base_dir: Path | str = ".") -
     except SpecError as exc:
         raise SpecError(f"{source}: {exc}") from None
     resolve_points(spec, values)
+    _check_class_metrics(spec)
     return spec
+
+
+def _check_class_metrics(spec: SweepSpec) -> None:
+    """A ``NAME@LABEL`` metric must name a class some point reports: an unknown label was a
+    column of NaN in every row, never a word."""
+    scenarios = [p.scenario for p in spec.points] or [spec.base]
+    labels = list(dict.fromkeys(lab for sc in scenarios for lab in sc.workload.class_labels()))
+    for m in spec.metrics:
+        if "@" in m and m.split("@", 1)[1] not in labels:
+            raise SpecError(f"{spec.source}: metrics: {m!r}: {m.split('@', 1)[1]!r} is not a class of any point "
+                            f"(the classes: {', '.join(labels)})")
 
 
 def resolve_points(spec: SweepSpec, values: list[dict[str, Any]]) -> None:
@@ -252,15 +264,28 @@ def _short(x: Any) -> str:
 
 
 def _base(raw: Any, fixed: dict, source: str, base_dir: Path) -> Scenario:
+    """The base scenario with the spec's ``set:`` applied. A mistake is blamed on where it is:
+    the base file, or the spec's ``set:`` (a bad ``set:`` value was reported as the base file's)."""
     if isinstance(raw, str):
         path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
         if not path.is_file():
             raise SpecError(f"{source}: base = {raw!r}: no such scenario file "
                             f"(paths are relative to the spec's folder)")
-        return load_scenario(path, fixed)
-    if isinstance(raw, dict):
-        return scenario_from_dict(raw, f"{source}: base", fixed, base_dir=base_dir)
-    raise SpecError(f"{source}: base = {raw!r}: give a scenario file path or an inline scenario mapping")
+
+        def load(overrides):
+            return load_scenario(path, overrides)
+    elif isinstance(raw, dict):
+        def load(overrides):
+            return scenario_from_dict(raw, f"{source}: base", overrides, base_dir=base_dir)
+    else:
+        raise SpecError(f"{source}: base = {raw!r}: give a scenario file path or an inline scenario mapping")
+    try:
+        return load(fixed)
+    except ScenarioError:
+        if not fixed:
+            raise
+    alone = load(None)  # the base's own mistake is the base's (raises it)
+    return alone.override(fixed, source=f"{source}: set")  # else the set's (raises it, named so)
 
 
 def _dims(raw: dict, source: str) -> list[Dimension]:

@@ -55,6 +55,15 @@ def storable(v: Any) -> Any:
     return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list, tuple)) else v
 
 
+SWEEP_MARKERS = ("rows", "points.parquet", "spec.yaml")  # what a sweep writes into its folder
+
+
+def holds_sweep(folder: str | Path) -> str | None:
+    """The first thing of a sweep's ``folder`` holds (a sweep wrote there), or None."""
+    f = Path(folder)
+    return next((name for name in SWEEP_MARKERS if (f / name).exists()), None)
+
+
 class SweepStore:
     def __init__(self, root: str | Path, flush_every_s: float = 1.0, flush_rows: int = 512):
         self.root = Path(root)

@@ -31,6 +31,7 @@ from servesim.testing.checker import (
     check_percentiles,
     check_tiers,
 )
+from servesim.testing.fairness import check_bounded_wait, waits_by_class
 from servesim.testing.invariants import INVARIANTS, InvariantViolation
 from servesim.testing.pairs import (
     check_compiled,
@@ -56,14 +57,16 @@ class CheckedRun:
 
 
 def check_run(scenario_or_raw, seed: int | None = None, *, order: str | None = "auto",
-              kernel_overrides: dict | None = None, pairs=PAIRS, checker: Checker | None = None) -> CheckedRun:
+              kernel_overrides: dict | None = None, pairs=PAIRS, checker: Checker | None = None,
+              max_wait_s: float | None = None) -> CheckedRun:
     """Run a scenario (a Scenario or a raw mapping) with every invariant checked; raise
     :class:`InvariantViolation` at the first one broken. ``order``: the admission order the
     policy promises (see :class:`Checker`). ``kernel_overrides``: kernels bound to your Python
     callables (``servesim.simulate.build``). ``pairs``: which comparisons to run (each costs one
     or two more runs): any of ``fast_path``, ``reproducible``, ``compiled``. ``checker``: a
     Checker of your own (a subclass with invariants of your policy), used instead of
-    ``Checker(order=order)``."""
+    ``Checker(order=order)``. ``max_wait_s``: the bounded_wait invariant, no class starved
+    beyond this wait at this scenario's load (:func:`check_bounded_wait`)."""
     from servesim.simulate import run_built
     from servesim.testing.pairs import as_scenario
 
@@ -75,6 +78,8 @@ def check_run(scenario_or_raw, seed: int | None = None, *, order: str | None = "
     built = checker.build(sc, seed, kernel_overrides=kernel_overrides)
     result = run_built(built, seed)
     stats = checker.finish(result)
+    if max_wait_s is not None:
+        check_bounded_wait(result, max_wait_s)
     done: dict[str, str] = {}
     if "reproducible" in pairs:
         a, _ = check_reproducible(sc, seed, kernel_overrides=kernel_overrides)
@@ -95,10 +100,10 @@ def check_run(scenario_or_raw, seed: int | None = None, *, order: str | None = "
 
 
 __all__ = [
-    "CheckStats", "CheckedRun", "Checker", "INVARIANTS", "InvariantViolation", "PAIRS", "check_compiled",
-    "check_counts", "check_fast_path", "check_fragmentation", "check_percentiles", "check_reproducible",
-    "check_run", "check_tiers", "check_worker_independent", "compare_frames", "compare_results",
-    "compiled_unavailable", "strategies",
+    "CheckStats", "CheckedRun", "Checker", "INVARIANTS", "InvariantViolation", "PAIRS", "check_bounded_wait",
+    "check_compiled", "check_counts", "check_fast_path", "check_fragmentation", "check_percentiles",
+    "check_reproducible", "check_run", "check_tiers", "check_worker_independent", "compare_frames",
+    "compare_results", "compiled_unavailable", "strategies", "waits_by_class",
 ]
 
 

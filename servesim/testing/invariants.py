@@ -46,6 +46,10 @@ INVARIANTS: dict[str, str] = {
         "no priority inversion beyond the documented aging bound: every first admission ranks, by "
         "(effective class, arrival, id), ahead of every request left waiting; the effective class is "
         "the class minus one per engine.options.aging_s waited (the class itself without aging)",
+    "bounded_wait":
+        "no starvation under a stated load: every arrived request of every class is first scheduled "
+        "within the bound you state for the scenario (servesim.testing.check_bounded_wait; a request "
+        "still waiting at the end counts with its wait so far)",
     "percentiles_monotone":
         "percentiles monotone: every latency summary (and every class's) has 0 <= p50 <= p90 <= p95 "
         "<= p99 <= p999 <= max and mean <= max",

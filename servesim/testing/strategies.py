@@ -172,6 +172,8 @@ def engine_configs(draw, *, policy_names: Sequence[str] = POLICIES, allocator_na
         hi = min(hi, eng["max_num_batched_tokens"])
         lo = min(lo, hi)
     eng["max_num_seqs"] = draw(st.integers(lo, hi))
+    if "max_batch_size" in eng:  # a static batch larger than the slots is refused
+        eng["max_batch_size"] = min(eng["max_batch_size"], eng["max_num_seqs"])
     eng["max_model_len"] = max_model_len
     if _maybe(draw, overheads):
         eng["cpu_overhead_s"] = draw(st.sampled_from([0.0, 0.002]))

@@ -85,13 +85,17 @@ def _int(value: object, where: str, col: str) -> int:
         try:
             x = int(value)
         except ValueError:
-            try:
-                f = float(value)
-                x = int(f) if f.is_integer() else None
-            except ValueError:
-                x = None
+            if value.strip().isdigit():  # over Python's 4,300 digits: far more than any count
+                x = MAX_TOKENS + 1
+            else:
+                try:
+                    f = float(value)
+                    x = int(f) if f.is_integer() else None
+                except ValueError:
+                    x = None
     if x is None or x < 0:
-        raise _Bad(f"{where}: column {col}: {value!r} is not a non-negative integer")
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise _Bad(f"{where}: column {col}: {shown} is not a non-negative integer")
     if x > MAX_TOKENS:
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
         raise _Bad(f"{where}: column {col}: {shown} tokens is more than the {MAX_TOKENS:,} a request may have")
@@ -119,6 +123,10 @@ def _csv_rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[s
             if header is None:
                 raise TraceError(f"{path}: empty file (expected a header line with {', '.join(required)})")
             header = [h.strip().lstrip("\ufeff") for h in header]
+            twice = [h for i, h in enumerate(header) if h in header[:i]]
+            if twice:  # (the last copy was read silently)
+                raise TraceError(f"{path}:1: column {twice[0]!r} appears twice in the header; allowed: each "
+                                 f"column once (which copy holds the data is not known)")
             index = {h: i for i, h in enumerate(header)}
             missing = [c for c in required if c not in index]
             if missing:
@@ -152,6 +160,8 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, object]]:
                     yield line_no, json.loads(line)
                 except json.JSONDecodeError as exc:
                     yield line_no, _Bad(f"{path}:{line_no}: not a JSON object ({exc.msg} at column {exc.colno})")
+                except ValueError:  # an integer over Python's 4,300 digits (no count is near that)
+                    yield line_no, _Bad(f"{path}:{line_no}: holds an integer too long to read (over 4,300 digits)")
         except UnicodeDecodeError:
             raise TraceError(f"{path}: not UTF-8 text (a binary or compressed file without .gz?)") from None
         except _READ_ERRORS as exc:
