@@ -111,9 +111,9 @@ def fleet_kv(recs: dict[str, dict]) -> str:
         rows.append([f"{ENGINE_NAMES[t['engine']]} {t['model']}", s["cluster"]["replicas"], m["gpus_per_replica"],
                      f"{m['kv_gib_per_replica']:.1f} GiB", num(m["tokens_per_replica"]),
                      pct(m["peak_usage_max_replica"]), pct(m["mean_usage_mean_replica"]),
-                     num(r.get("finished_per_s"), 1), pct(get(s, "engine", "busy_fraction"))])
+                     num(r.get("finished_per_s"), 1), pct(get(s, "engine", "busy_fraction")), beyond_grid(r)])
     return table(["arm", "replicas", "GPUs each", "KV per replica", "KV tokens per replica", "KV peak (busiest)",
-                  "KV mean", "finished req/s (of 350 offered)", "busy"], rows)
+                  "KV mean", "finished req/s (of 350 offered)", "busy", "step time beyond the grid"], rows)
 
 
 def _bracket(d: dict, unit) -> tuple[str, str]:
