@@ -214,3 +214,65 @@ def test_md1_crossing_interval_covers_the_closed_form_in_90_of_100_searches():
     print(f"M/D/1 crossing: interval covers P-K in {covered}/100, within 2 % in {near}/100")
     assert covered >= 90, covered
     assert near >= 90, near
+
+
+# ------------------------------------------------------------------------------------ M/M/c
+C, SM, M = 4, 0.001, 100  # 4 slots, 1 ms iterations, geometric outputs of mean 100: 0.1 s service
+
+
+def mmc(n: int, rate: float = 20.0):
+    """One replica, four slots, a constant 1 ms step whatever the batch, 1-token prompts and
+    geometric outputs of mean 100 tokens: a request holds a slot for a geometric number of 1 ms
+    iterations (mean 100 ms, CV^2 0.99): M/M/4 up to the iteration grid."""
+    return scenario(stop={"requests": n, "warmup_requests": n // 10}, engine={"max_num_seqs": C},
+                    step_time={"model": "constant", "seconds": SM},
+                    workload={"arrival": {"process": "poisson", "rate": rate},
+                              "prompt": {"dist": "fixed", "value": 1}, "output": {"dist": "geometric", "mean": M}})
+
+
+def mmc_wait(lam: float) -> float:
+    """Erlang C mean wait for M/M/c (mu = 1 / (M SM)), plus the iteration grid: a request that
+    finds the engine busy (some slot serving) joins at the next iteration boundary, a uniform
+    residual of mean SM / 2. That second term is the simulator's batching granularity, stated
+    here rather than hidden: 0.5 ms beside a 20 ms bound."""
+    mu = 1.0 / (M * SM)
+    a = lam / mu
+    terms = [a ** k / math.factorial(k) for k in range(C)]
+    last = a ** C / math.factorial(C) * C / (C - a)
+    erlang_c = last / (sum(terms) + last)
+    p0 = 1.0 / (sum(terms) + last)
+    return erlang_c / (C * mu - lam) + (1.0 - p0) * SM / 2.0
+
+
+def mmc_max_rate(w: float) -> float:
+    from scipy.optimize import brentq
+
+    return brentq(lambda lam: mmc_wait(lam) - w, 1e-6, C / (M * SM) * (1 - 1e-9))
+
+
+@pytest.mark.slow  # ~50 s on a loaded 2-core machine (every request is ~100 iterations)
+def test_mmc_crossing_within_2pct_of_erlang_c():
+    w = 0.02
+    truth = mmc_max_rate(w)  # 24.5 req/s of the 40 the four slots can serve
+    s = find_max_rate(mmc(4000), [SLO("queue_mean", w)], Budget(seeds=6, max_seeds=24), tol=0.03)
+    assert s.answered, s.refused
+    r = s.crossing.to_dict(s.base_rate)
+    print(f"M/M/4: crossing {r['rate_req_per_s']:.4g} ({r['rate_lo']:.4g} .. {r['rate_hi']:.4g}) req/s, "
+          f"Erlang C {truth:.4g}")
+    assert abs(r["rate_req_per_s"] / truth - 1) <= 0.02, (r, truth)
+
+
+@pytest.mark.slow
+def test_mmc_crossing_interval_covers_erlang_c_in_90_of_100_searches():
+    truth = mmc_max_rate(0.02)
+    covered = near = 0
+    for k in range(100):
+        sc = mmc(4000).override({"seed": 5000 + 100 * k})
+        s = find_max_rate(sc, [SLO("queue_mean", 0.02)], Budget(seeds=6, max_seeds=24), tol=0.03)
+        assert s.answered, s.refused
+        c = s.crossing.to_dict(s.base_rate)
+        covered += c["rate_lo"] <= truth <= c["rate_hi"]
+        near += abs(c["rate_req_per_s"] / truth - 1) <= 0.02
+    print(f"M/M/4 crossing: interval covers Erlang C in {covered}/100, within 2 % in {near}/100")
+    assert covered >= 90, covered
+    assert near >= 90, near
