@@ -144,3 +144,17 @@ def test_capacity_search_gets_a_report(tmp_path):
     assert any(isinstance(r, dict) and r.get("x") == pytest.approx(d["crossing"]["rate_req_per_s"])
                for vals in datasets(spec) for r in vals)
     assert "Capacity:" in html
+
+
+def test_a_seeds_folder_gets_a_report(tmp_path):
+    from tests.conftest import REPO
+
+    out = tmp_path / "rep"
+    res = CliRunner().invoke(app, ["run", str(REPO / "scenarios/examples/md1_queue.yaml"), "--seeds", "3",
+                                   "--set", "stop.requests=300", "--out", str(out), "-q", "--workers", "1"])
+    assert res.exit_code == 0, res.stdout
+    assert not (out / "report.html").exists()
+    res = CliRunner().invoke(app, ["report", str(out)])
+    assert res.exit_code == 0, res.stdout
+    html = (out / "report.html").read_text()
+    assert "comparing 3 runs" in html and "seed 1" in html and "seed 3" in html

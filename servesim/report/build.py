@@ -108,6 +108,9 @@ def write_compare_report(folders: list[str | Path], out: str | Path, formats=("h
         return write_outputs(sections, Path(out), fmts, lambda: compare_page(runs, sections))
 
 
+REPORT_SEEDS = 12  # a replicated run's report overlays this many seeds' runs at most (a chart stays legible)
+
+
 def write_report(path: str | Path, formats=("html",), *, metrics: list[str] | None = None, x: str | None = None,
                  y: str | None = None, pareto: str | None = None, out: str | Path | None = None) -> list[Path]:
     """``servesim report PATH``: a run folder, a sweep folder or a sweep's parquet file of rows.
@@ -129,6 +132,17 @@ def write_report(path: str | Path, formats=("html",), *, metrics: list[str] | No
         from servesim.report.sweepreport import write_sweep_report
 
         return write_sweep_report(p, formats, metrics, x, y, pareto, out)
+    if p.is_dir() and (p / "seeds").is_dir() and (p / "replications.parquet").is_file() \
+            and not (p / "requests.parquet").is_file():
+        # a run replicated over seeds (servesim run --seeds N): its seeds' runs overlaid, as
+        # `servesim run --seeds N --report` draws them
+        seeds = sorted((d for d in (p / "seeds").iterdir() if d.is_dir() and d.name.startswith("seed-")),
+                       key=lambda d: int(d.name.split("-", 1)[1]) if d.name.split("-", 1)[1].isdigit() else 0)
+        if not seeds:
+            raise ReportError(f"{p}: a replicated run without seed folders in {p / 'seeds'}")
+        shown = seeds[:REPORT_SEEDS]
+        return write_compare_report(shown, out if out is not None else p, formats,
+                                    [d.name.replace("-", " ") for d in shown])
     given = [name for name, v in (("--metric", metrics), ("--x", x), ("--y", y), ("--pareto", pareto)) if v]
     if given and is_run_folder(p):
         raise ReportError(f"{', '.join(given)}: options of a sweep report; {p} is one run")
