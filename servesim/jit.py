@@ -40,6 +40,11 @@ from servesim.diskmemo import cache_bases
 KERNEL_MODULES = (
     "jit.py",
     "kv/kernels.py",
+    "kv/runs.py",
+    "kv/dlist.py",
+    "kv/ptiers.py",
+    "kv/pqueue.py",
+    "kv/pcache.py",
     "perf/kernels.py",
     "perf/roofline_kernels.py",
     "sched/state.py",

@@ -150,24 +150,20 @@ ENGINE_KNOBS: dict[str, Knob] = {
     "api_token_s": Knob(EVERY, why="token path after sampling (runs on the fleet loop)"),
     "options": Knob(EVERY),
     "kv_allocator": Knob(EVERY),
-    "enable_prefix_caching": Knob(EVERY, compiled=False, why="the prefix cache runs on the Python engine"),
-    "prefix_cache_eviction": Knob(EVERY, compiled=False, why="applies to the prefix cache"),
+    "enable_prefix_caching": Knob(EVERY, why="the prefix cache, its tiers and preload are kernels (kv/pcache.py)"),
+    "prefix_cache_eviction": Knob(EVERY, why="applies to the prefix cache"),
     "kv": Knob(EVERY),
 }
 KV_KNOBS: dict[str, Knob] = {
     "static": Knob(EVERY),
     "elastic": Knob(EVERY),
-    "protect_share": Knob(EVERY, compiled=False, why="priority eviction of the prefix cache"),
-    "preload": Knob(EVERY, compiled=False, why="hot-prefix preload into the prefix cache"),
-    "hash_outputs": Knob(EVERY, compiled=False, why="prefix-cache hashing of output blocks"),
+    "protect_share": Knob(EVERY, why="priority eviction of the prefix cache"),
+    "preload": Knob(EVERY, why="hot-prefix preload into the prefix cache"),
+    "hash_outputs": Knob(EVERY, why="prefix-cache hashing of output blocks"),
 }
 
 
 def python_only_reasons(engine, kv_tiers: bool) -> list[str]:
-    """Why a run with this engine section needs the Python engine (empty: it compiles)."""
-    out = []
-    if engine.enable_prefix_caching:
-        out.append("prefix caching (engine.enable_prefix_caching)")
-    if kv_tiers:
-        out.append("KV tiers (kv_tiers)")
-    return out
+    """Why a run with this engine section needs the Python engine (empty: it compiles). Every
+    built-in knob compiles, the prefix cache, its tiers and preload included (kv/pcache.py)."""
+    return [k for k, knob in ENGINE_KNOBS.items() if not knob.compiled and getattr(engine, k, None)]

@@ -94,30 +94,39 @@ def grant_without_blocks(kv, computed, rid, n):
     return True
 
 
-def broken_receive_loses(tier):
-    """A lower tier whose receive drops every other new block without storing or counting it."""
-    inner = tier.receive
+def broken_demote_loses():
+    """kv/ptiers.py's ``tier_demote`` that drops every other block sent down without storing or
+    counting it (the block counts as sent)."""
+    from servesim.jit import pure
+    from servesim.kv.ptiers import tier_demote
 
-    def receive(hashes):
-        return inner([h for i, h in enumerate(hashes) if i % 2 == 0])
+    inner = pure(tier_demote)
+    calls = [0]
 
-    return receive
+    def demote(kv, h):
+        calls[0] += 1
+        if calls[0] % 2 == 0:
+            kv.ps[0].demoted += 1
+            return
+        inner(kv, h)
+
+    return demote
 
 
-def broken_receive_never_evicts(tier):
-    """A lower tier that stores every block and never evicts (no capacity check)."""
+def broken_demote_never_evicts():
+    """A ``tier_demote`` whose first tier stores every block and never evicts (no capacity check)."""
+    from servesim.kv.ptiers import INSERTED, REFRESHED
 
-    def receive(hashes):
-        stored = 0
-        for h in hashes:
-            if h in tier.blocks:
-                tier.blocks.move_to_end(h)
-                continue
-            tier.blocks[h] = None
-            stored += 1
-        tier.stats.inserted += stored
-        tier.stats.refreshed += len(hashes) - stored
-        return []
+    def demote(kv, h):
+        kv.ps[0].demoted += 1
+        if kv.t_in[0, h]:
+            kv.t_stat[0, REFRESHED] += 1
+            return
+        kv.t_in[0, h] = True
+        kv.t_size[0] += 1
+        kv.t_stat[0, INSERTED] += 1
+
+    return demote
 
     return receive
 

@@ -125,17 +125,13 @@ def test_every_built_in_policy_compiles():
 
 
 def test_python_path_says_why():
-    tiers = merge(BASE, {"engine": {"enable_prefix_caching": True}})
-    b = build(scenario_from_dict(tiers))
-    assert b.replica.path == "python" and "prefix caching" in b.replica.why
     b = build(scenario_from_dict(BASE), on_iteration=lambda *a: None)
     assert b.replica.path == "python" and "iteration hook" in b.replica.why
 
 
 def test_forcing_compiled_where_it_cannot_run_is_a_clear_error():
-    with pytest.raises(ScenarioError, match="needs the Python engine.*prefix caching"):
-        build(scenario_from_dict(merge(BASE, {"sim": {"engine": "compiled"},
-                                              "engine": {"enable_prefix_caching": True}})))
+    with pytest.raises(ScenarioError, match="needs the Python engine.*iteration hook"):
+        build(scenario_from_dict(merge(BASE, {"sim": {"engine": "compiled"}})), on_iteration=lambda *a: None)
 
 
 def test_kv_state_after_a_compiled_run_matches_the_python_engine():

@@ -158,7 +158,7 @@ def test_preset_runs(name):
 
 
 def test_v1_preset_runs_with_its_prefix_cache():
-    """vllm-v1 as shipped (prefix caching on: the uncompiled engine today), a few requests."""
+    """vllm-v1 as shipped (prefix caching on, compiled like the rest: kv/pcache.py), a few requests."""
     from servesim import simulate
     sc = load_scenario(ENGINES / "vllm-v1.yaml", ["stop.requests=30", "stop.warmup_requests=0"])
     assert sc.engine.enable_prefix_caching and sc.engine.enable_chunked_prefill

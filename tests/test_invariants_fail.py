@@ -106,23 +106,23 @@ def test_over_granting_kv_allocate():
     assert e.invariant == "kv_capacity" and "blocks of 4 slots" in str(e)
 
 
-def _tier_run(break_tier):
+def _tier_run(broken_demote):
+    from servesim.kv.ptiers import tier_demote
+
     checker = Checker()
-    b = checker.build(scenario_from_dict(SESSIONS))
-    tier = b.kv.tiers.tiers[0]
-    tier.receive = break_tier(tier)
+    b = checker.build(scenario_from_dict(SESSIONS), kernel_overrides={tier_demote: broken_demote()})
     with pytest.raises(InvariantViolation) as e:
         checker.finish(run_built(b))
     return e.value
 
 
 def test_tier_losing_blocks():
-    e = _tier_run(bp.broken_receive_loses)
+    e = _tier_run(bp.broken_demote_loses)
     assert e.invariant == "kv_conserved" and "sent down" in str(e)
 
 
 def test_tier_over_capacity():
-    e = _tier_run(bp.broken_receive_never_evicts)
+    e = _tier_run(bp.broken_demote_never_evicts)
     assert e.invariant == "kv_capacity" and "capacity" in str(e)
 
 

@@ -10,10 +10,23 @@ from servesim.request import RequestTable
 from tests.kv_faces import ElasticKV
 from tests.kv_faces import ExtentAllocator
 from tests.kv_faces import PagedKV
-from servesim.kv.prefix import PrefixCacheKV
+from servesim.kv.prefix import PrefixCacheKV as ReferencePrefixKV
+from tests.prefix_face import KernelPrefixKV
 from tests.kv_faces import StaticKV
 from servesim.kv.tiers import Link, LowerTier, TierStack
 from servesim.request import Request, Workload
+
+
+# Every prefix-cache trace here runs on the reference manager (kv/prefix.py) and on the kernels
+# (kv/pcache.py, through tests/prefix_face.py): the same golden values hold for both.
+IMPLS = {"reference": ReferencePrefixKV, "kernels": KernelPrefixKV}
+PrefixCacheKV = ReferencePrefixKV  # rebound per test by prefix_impl
+
+
+@pytest.fixture(autouse=True, params=sorted(IMPLS))
+def prefix_impl(request, monkeypatch):
+    monkeypatch.setitem(globals(), "PrefixCacheKV", IMPLS[request.param])
+    return request.param
 
 
 def make_table(specs, chains=None, klass=None):
@@ -239,7 +252,7 @@ def test_eviction_demotes_and_a_lower_tier_hit_is_fetched_with_its_transfer_time
     kv.free(0)
     prefill(kv, table, 1)  # takes all four blocks: a2 then a1 evicted to L2
     assert kv.eviction_log == [12, 11]
-    assert list(tiers.tiers[0].blocks) == [12, 11] and link.bytes_down == 200
+    assert list(kv.tiers.tiers[0].blocks) == [12, 11] and kv.tiers.tiers[0].link.bytes_down == 200
     kv.free(1)
     hit = kv.reuse_prefix(2, 10.0)  # both blocks in L2: fetched, 200 B at 1000 B/s + 0.5 s
     assert hit.tokens == 4 and hit.ready_at == pytest.approx(10.7)
@@ -251,7 +264,6 @@ def test_eviction_demotes_and_a_lower_tier_hit_is_fetched_with_its_transfer_time
     assert kv.reuse_prefix(2, 10.8) == hit  # idempotent once held
     assert kv.allocate(2, 1)
     kv.check()
-    tiers.check()
 
 
 def test_link_contention_queues_fetches_first_come_first_served():

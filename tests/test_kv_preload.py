@@ -7,9 +7,22 @@ import pytest
 
 from servesim.kv.chains import extend_with_next_turn
 from servesim.kv.preload import HotPrefixTracker
-from servesim.kv.prefix import PrefixCacheKV
+from servesim.kv.prefix import PrefixCacheKV as ReferencePrefixKV
+from tests.prefix_face import KernelPrefixKV
 from servesim.kv.tiers import Link, LowerTier, TierStack
 from tests.test_kv_golden import make_table, prefill
+
+
+# Every prefix-cache trace here runs on the reference manager (kv/prefix.py) and on the kernels
+# (kv/pcache.py, through tests/prefix_face.py): the same golden values hold for both.
+IMPLS = {"reference": ReferencePrefixKV, "kernels": KernelPrefixKV}
+PrefixCacheKV = ReferencePrefixKV  # rebound per test by prefix_impl
+
+
+@pytest.fixture(autouse=True, params=sorted(IMPLS))
+def prefix_impl(request, monkeypatch):
+    monkeypatch.setitem(globals(), "PrefixCacheKV", IMPLS[request.param])
+    return request.param
 
 
 def hot_setup(plain_tokens=8):
@@ -34,15 +47,15 @@ def test_hot_prefix_is_protected_then_preloaded_ahead_of_demand():
     hot_q = kv.pool.queues[kv.policy.HOT]
     assert hot_q.items().tolist() == [kv.cache[101]]  # kept apart, drained last
     prefill(kv, table, 2, now=2.0)  # 8 tokens = every block: the hot one goes last, to L2
-    assert kv.eviction_log == [101] and 101 in tiers.tiers[0]
+    assert kv.eviction_log == [101] and 101 in kv.tiers.tiers[0].blocks
     kv.free(2)
     prefill(kv, table, 3, now=3.0)  # an unrelated lookup finds room: h1 is fetched back now
-    assert tiers.tiers[0].stats.preloaded == 1 and link.fetches == 1
+    assert kv.tiers.tiers[0].stats.preloaded == 1 and kv.tiers.tiers[0].link.fetches == 1
     b = kv.cache[101]
     assert kv.ready[b] == pytest.approx(3.6) and kv.pool.qid[b] == kv.policy.HOT
     hit = kv.reuse_prefix(4, 3.2)  # demand arrives before the preload lands: waits for it
     assert hit.tokens == 2 and hit.ready_at == pytest.approx(3.6)
-    assert link.fetches == 1  # no second transfer
+    assert kv.tiers.tiers[0].link.fetches == 1  # no second transfer
     kv.check()
 
 

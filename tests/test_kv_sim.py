@@ -12,7 +12,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servesim import ServesimError, scenario_from_dict
-from servesim.kv.prefix import PrefixCacheKV
 from servesim.kv.report import kv_report
 from tests.test_fastpath_exact import assert_summaries_equal
 from servesim.simulate import build, run_built, simulate
@@ -78,8 +77,8 @@ def test_sessions_hit_the_cache_and_cut_ttft():
     roof = merge(SESSIONS, {"step_time": {"model": "roofline"}})
     off, _ = run_with_kv(sc(roof))
     on, kv = run_with_kv(sc(roof, engine={"enable_prefix_caching": True}))
-    assert isinstance(kv, PrefixCacheKV)
-    ttft = np.full(kv.req.n, np.nan)
+    assert kv.prefix_caching and kv.state.prefix  # the kernels' pool (kv/pcache.py)
+    ttft = np.full(len(kv.held), np.nan)
     fr = on.requests
     ttft[fr.id.to_numpy()] = fr.ttft_s.to_numpy()
     rep = kv_report(kv, ttft)
@@ -129,9 +128,9 @@ def test_fast_path_equals_single_step_for_every_allocator(raw):
     slow, ks = run_with_kv(sc(raw, sim={"fast_path": False}))
     same_results(fast, slow)
     assert_summaries_equal(fast.summary, slow.summary)
-    if isinstance(kf, PrefixCacheKV):
+    if kf.prefix_caching:
         assert kf.eviction_log is None and kf.evictions == ks.evictions
-        assert (kf.hit_tokens == ks.hit_tokens).all() and kf.cache == ks.cache
+        assert (kf.hit_tokens == ks.hit_tokens).all() and (kf.state.cache_blk == ks.state.cache_blk).all()
 
 
 # ------------------------------------------------------------------------- scenario fields
@@ -169,7 +168,7 @@ def test_tiers_and_preload_build_from_a_scenario():
     block = b.memory.kv_bytes_per_token * 8
     assert kv.tiers.tiers[0].capacity == (1 << 30) // block
     assert kv.tiers.tiers[0].link.bw == 25e9 and kv.tiers.tiers[1].link.latency == 1e-3
-    assert kv.policy.protect[:2] == [45, 9] and kv.hot.min_hits == 3
+    assert kv.state.protect[:2].tolist() == [45, 9] and kv.state.hot_min == 3
 
 
 # ----------------------------------------------------------------------------- frag recorder

@@ -78,7 +78,10 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", 
     closed = bool(groups)
     warmup = sc.stop.warmup_requests
     warmup_id = warmup if 0 < warmup < n else -1  # ITL counts from that request's arrival on
-    kv_state = kv_obj if isinstance(kv_obj, KVState) else None  # a built-in allocator's pool
+    # a built-in pool's state (count allocators, or a prefix cache's PrefixPool), else a Python object
+    kv_state = kv_obj if isinstance(kv_obj, KVState) else getattr(kv_obj, "state", None)
+    if kv_state is None and force_python is None:
+        force_python = "the Python reference prefix cache (kv/prefix.py)"
     max_slots = int(pure(kv_max_slots)(kv_state)) if kv_state is not None else int(kv_obj.max_slots())
     cfg, class_slots = compose(
         e, spec if spec is not None else policy_spec(e.scheduler), max_model_len=sc.max_model_len, max_slots=max_slots,
@@ -91,7 +94,7 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", 
     s = new_scalars() if scalars is None else scalars  # (a fleet: this engine's row of the fleet's array)
     tab = kernel_tables(model, e.max_num_batched_tokens, e.max_num_seqs)
     # the tier-fetch bookkeeping (per-request arrays) only where a Python piece may start fetches
-    fetches = kv_state is None or force_python is not None or bool(user_parts)
+    fetches = kv_state is None or bool(kv_state.prefix) or force_python is not None or bool(user_parts)
     st = new_state(table, s=s[0], run_cap=cfg.max_seqs + 1, object_kv=fetches, **client_columns(groups, n),
                    class_slots=class_slots,
                    **({"run_steps": buffers[0], "step_buffer": buffers[1]} if buffers else {}),
@@ -101,7 +104,7 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", 
     if warmup_id >= 0 or (warmup > 0 and warmup >= n):  # (warm-up covering every request: no ITL)
         rec0.itl_from = INF
     send_first_requests(st, rec0, table, groups)
-    rep = Replica(cfg, st, kv_obj, tab if tab is not None else np.zeros(1),
+    rep = Replica(cfg, st, kv_state if kv_state is not None else kv_obj, tab if tab is not None else np.zeros(1),
                   recorder, kv_object=None if kv_state is not None else kv_obj,
                   model_object=None if tab is not None else model, on_iteration=on_iteration,
                   progress=progress, user_parts=user_parts, force_python=force_python)

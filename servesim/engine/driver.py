@@ -3,7 +3,7 @@
 :class:`Replica` owns a replica's arrays (sched/state.py), its KV manager and its step-time
 tables, and calls :func:`servesim.engine.kernel.advance` -- compiled by numba when every piece is
 built in, else the same source uncompiled (``servesim.jit.pure``) with object-level pieces bound
-in: a prefix-cache / tiered KV manager, a user's step-time model, an iteration hook. Either way
+in: a user's step-time model, an iteration hook, the reference prefix-cache object of the tests. Either way
 the kernel writes into the request table's columns and the recorder's buffers, so everything
 downstream (metrics, parquet, tests) is shared. The driver drains the recorder buffers, reports
 progress, turns invariant failures into errors, and is a SimPy process for the cluster.

@@ -4,15 +4,16 @@
 
     engine.kv_allocator   enable_prefix_caching   kv_tiers   ->  manager
     paged                 false                   -              KVState PAGED    (counts only)
-    paged                 true                    [] or [..]     PrefixCacheKV    (block ids, hashes,
-                                                                                    + TierStack)
+    paged                 true                    [] or [..]     PrefixPool       (KVState PAGED, prefix 1:
+                                                                                    block ids, hashes, tiers)
     static                false                   -              KVState STATIC   (extents)
     elastic               false                   -              KVState ELASTIC
 
-The three allocators without prefix caching are kernels over one pool state (kv/kernels.py):
-the factory returns the state itself, which the engine's kernels take. The prefix cache is an
-object with the :class:`~servesim.kv.base.KVManager` contract (the engine binds its methods in
-place of the kernels, on the uncompiled path).
+Every pool is kernels over one state (kv/kernels.py; the prefix cache's rules in kv/pcache.py,
+kv/pqueue.py, kv/ptiers.py): the factory returns the state itself, or for a prefix cache a
+:class:`~servesim.kv.pstate.PrefixPool` holding it (``.state``) with its counters for the reports.
+``OBJECT_REFERENCE`` builds the Python reference manager instead (kv/prefix.py: the equivalence
+tests bind it into the uncompiled engine).
 
 Prefix chains are mapped here to the engine's block size (and session turns get their output
 blocks' hashes, :mod:`servesim.kv.chains`). A workload without chains under prefix caching gives
@@ -59,29 +60,29 @@ def build_kv(sc: "Scenario", plan: "MemoryPlan", table: "RequestTable", workload
     return build_prefix_cache(sc, plan, table, workload, env)
 
 
+OBJECT_REFERENCE = False  # tests: build the Python reference object (kv/prefix.py) instead of the kernels' pool
+
+
 def build_prefix_cache(sc: "Scenario", plan: "MemoryPlan", table: "RequestTable", workload: "Workload",
                        env: "simpy.Environment | None"):
     from servesim.hardware import GPUS
     from servesim.kv.chains import engine_chains
-    from servesim.kv.prefix import PrefixCacheKV
 
     e = sc.engine
     bs = e.block_size
     offsets, hashes = engine_chains(workload, bs, e.kv.hash_outputs)
-    tiers = None
+    specs = []
+    block_bytes = plan.kv_bytes_per_token * bs  # one GPU's slice of a block
     if sc.kv_tiers:
-        from servesim.kv.tiers import Link, LowerTier, TierStack
+        from servesim.kv.pstate import TierSpec
 
-        block_bytes = plan.kv_bytes_per_token * bs  # one GPU's slice of a block
         replica_block_bytes = block_bytes * sc.gpus_per_replica
         pcie = GPUS[sc.hardware.gpu].pcie_bytes_per_s
-        levels = []
         for i, t in enumerate(sc.kv_tiers):
-            name = t.name or f"L{i + 2}"
             bw, lat = t.resolved(pcie)
-            link = Link(f"{name}-link", bw, lat, t.channels, env)
             # a pipeline replica's virtual engines share its tiers as they share its GPU blocks: each
             # holds 1/pp of a tier (vLLM divides its CPU blocks by the pipeline size too)
+            name = t.name or f"L{i + 2}"
             blocks = int(t.capacity_gib * GIB // replica_block_bytes) // sc.pp
             if blocks < 1:  # (a tier of 0 blocks ran, holding nothing, with no word)
                 from servesim.errors import ScenarioError
@@ -91,13 +92,31 @@ def build_prefix_cache(sc: "Scenario", plan: "MemoryPlan", table: "RequestTable"
                                     f"block of {replica_block_bytes:,} bytes (block_size {bs} tokens"
                                     f"{f', {sc.pp} pipeline stages' if sc.pp > 1 else ''}); allowed: capacity_gib "
                                     f">= {need:.3g} (one block)")
-            levels.append(LowerTier(name, blocks, link))
-        tiers = TierStack(levels, block_bytes)
+            specs.append(TierSpec(name=name, bandwidth=bw, latency=lat, channels=t.channels, capacity=blocks))
     hot = None
     if e.kv.preload is not None:
-        from servesim.kv.preload import HotPrefixTracker
-
         p = e.kv.preload
-        hot = HotPrefixTracker(p.min_hits, p.window_s, max(1, int(p.max_share * plan.num_blocks)))
-    return PrefixCacheKV(plan.num_blocks, bs, table, offsets, hashes, eviction=e.prefix_cache_eviction,
-                         protect_share=e.kv.protect_share, tiers=tiers, hot=hot)
+        hot = (p.min_hits, p.window_s, max(1, int(p.max_share * plan.num_blocks)))
+    if OBJECT_REFERENCE:
+        return _reference_object(sc, plan, table, offsets, hashes, specs, block_bytes, hot, env)
+    from servesim.kv.pstate import PrefixPool, make_prefix_kv
+
+    state = make_prefix_kv(plan.num_blocks, bs, table, offsets, hashes, eviction=e.prefix_cache_eviction,
+                           protect_share=e.kv.protect_share, tiers=specs, block_bytes=block_bytes, hot=hot)
+    return PrefixPool(state, [t.name for t in specs])
+
+
+def _reference_object(sc, plan, table, offsets, hashes, specs, block_bytes, hot, env):
+    """The Python reference manager (kv/prefix.py), for the kernels' equivalence tests."""
+    from servesim.kv.prefix import PrefixCacheKV
+    from servesim.kv.preload import HotPrefixTracker
+    from servesim.kv.tiers import Link, LowerTier, TierStack
+
+    tiers = None
+    if specs:
+        tiers = TierStack([LowerTier(t.name, t.capacity, Link(f"{t.name}-link", t.bandwidth, t.latency, t.channels, env))
+                           for t in specs], block_bytes)
+    e = sc.engine
+    return PrefixCacheKV(plan.num_blocks, e.block_size, table, offsets, hashes, eviction=e.prefix_cache_eviction,
+                         protect_share=e.kv.protect_share, tiers=tiers,
+                         hot=HotPrefixTracker(*hot) if hot is not None else None)

@@ -38,6 +38,8 @@ from typing import NamedTuple
 import numpy as np
 
 from servesim.jit import bisect_left, kernel, struct_ref
+from servesim.kv.pcache import check_text, px_allocate, px_check, px_free, px_grow, px_step_usage
+from servesim.kv.runs import _first_step, _repeat_every, run_demand_into, slots_per_step  # noqa: F401 (re-exported)
 
 PAGED, ELASTIC, STATIC = 0, 1, 2
 KINDS = {"paged": PAGED, "elastic": ELASTIC, "static": STATIC}
@@ -65,6 +67,21 @@ SCALARS = np.dtype((np.record, np.dtype([("free", np.int64), ("next_need", np.in
                                          ("nholes", np.int64)], align=True)))
 
 
+PSCALARS = np.dtype((np.record, np.dtype([
+    ("evictions", np.int64), ("stale_hits", np.int64), ("watch_gen", np.int64), ("watch_t", np.float64),
+    ("watch_any", np.int64), ("ev_head", np.int64), ("ev_tail", np.int64), ("hm_size", np.int64), ("dropped", np.int64), ("demoted", np.int64),
+    ("n_hold", np.int64), ("evlog_n", np.int64)], align=True)))
+
+
+class _NO:
+    """The empty arrays of a pool without a prefix cache (never written: every prefix kernel
+    runs only where ``kv.prefix``), one per type so every pool has one layout."""
+
+    ps = np.zeros(1, dtype=PSCALARS)
+    i32, i64, i8, f64, b = (np.zeros(0, dtype=t) for t in (np.int32, np.int64, np.int8, np.float64, np.bool_))
+    i32_2, i64_2, f64_2, b_2 = (np.zeros((0, 0), dtype=t) for t in (np.int32, np.int64, np.float64, np.bool_))
+
+
 class KVState(NamedTuple):
     """One KV pool (see the module docstring). Every field always has the same type, so the
     kernels have one compiled specialization: unused arrays are empty, not absent."""
@@ -81,8 +98,78 @@ class KVState(NamedTuple):
     reserve: np.ndarray  # int32[n] (static) or int32[0]
     hole_start: np.ndarray  # int64[cap] (static) or int64[0]
     hole_len: np.ndarray  # int64[cap] (static) or int64[0]
+    # -- the prefix cache (kv/pcache.py, kv/ptiers.py; ``prefix`` 1, kind PAGED): block ids, hashes,
+    # free queues, lower tiers, hot-prefix preload. Empty (``prefix`` 0) for the other pools; the
+    # layout is built by kv/pstate.py, which documents every field.
+    prefix: int = 0
+    evict: int = 0
+    hot_min: int = 0
+    hot_max: int = 0
+    hot_window: float = 0.0
+    block_bytes: int = 0
+    ps: np.ndarray = _NO.ps
+    computed: np.ndarray = _NO.i32
+    prompt: np.ndarray = _NO.i32
+    num_output: np.ndarray = _NO.i32
+    klass: np.ndarray = _NO.i8
+    off: np.ndarray = _NO.i64
+    chain: np.ndarray = _NO.i32
+    uniq: np.ndarray = _NO.i64
+    cache_blk: np.ndarray = _NO.i32
+    watch: np.ndarray = _NO.i64
+    ref: np.ndarray = _NO.i32
+    bhash: np.ndarray = _NO.i32
+    bclass: np.ndarray = _NO.i8
+    ready: np.ndarray = _NO.f64
+    qnext: np.ndarray = _NO.i32
+    qprev: np.ndarray = _NO.i32
+    qid: np.ndarray = _NO.i8
+    onext: np.ndarray = _NO.i32
+    oprev: np.ndarray = _NO.i32
+    qends: np.ndarray = _NO.i32_2
+    qsize: np.ndarray = _NO.i64
+    protect: np.ndarray = _NO.i64
+    nhit: np.ndarray = _NO.i32
+    reg: np.ndarray = _NO.i32
+    oends: np.ndarray = _NO.i32_2
+    load_ready: np.ndarray = _NO.f64
+    seen: np.ndarray = _NO.b
+    hit_of: np.ndarray = _NO.i32
+    pend: np.ndarray = _NO.i32
+    pend_blk: np.ndarray = _NO.i32
+    h_arr: np.ndarray = _NO.i64
+    h_pos: np.ndarray = _NO.i32
+    cnt: np.ndarray = _NO.i64_2
+    tier_hits: np.ndarray = _NO.i64_2
+    fwait: np.ndarray = _NO.f64
+    fwaits: np.ndarray = _NO.i64
+    t_cap: np.ndarray = _NO.i64
+    t_size: np.ndarray = _NO.i64
+    t_ends: np.ndarray = _NO.i32_2
+    t_next: np.ndarray = _NO.i32_2
+    t_prev: np.ndarray = _NO.i32_2
+    t_in: np.ndarray = _NO.b_2
+    t_hits: np.ndarray = _NO.i64_2
+    t_stat: np.ndarray = _NO.i64_2
+    l_bw: np.ndarray = _NO.f64
+    l_lat: np.ndarray = _NO.f64
+    l_free: np.ndarray = _NO.f64_2
+    l_cnt: np.ndarray = _NO.i64_2
+    l_time: np.ndarray = _NO.f64_2
+    counts: np.ndarray = _NO.i32
+    ev_t: np.ndarray = _NO.f64
+    ev_rid: np.ndarray = _NO.i64
+    ev_len: np.ndarray = _NO.i64
+    hm_next: np.ndarray = _NO.i32
+    hm_prev: np.ndarray = _NO.i32
+    hm_in: np.ndarray = _NO.b
+    hm_ends: np.ndarray = _NO.i32_2
+    evlog: np.ndarray = _NO.i64
 
-    prefix_caching = False  # (a class attribute, not a field) as the KV manager contract says: no prefix cache
+    @property
+    def prefix_caching(self) -> bool:
+        """As the KV manager contract says: whether this pool is a prefix cache."""
+        return bool(self.prefix)
 
 
 def scalars(free: int, next_need: int = 0) -> np.ndarray:
@@ -338,6 +425,8 @@ def kv_allocate(kv, computed, rid, n):
 
     paged/elastic: take the blocks the new slot count needs beyond those held. static: the first
     allocation reserves the request's whole extent; later ones only check it fits."""
+    if kv.prefix:
+        return px_allocate(kv, computed, rid, n)
     slots = int(computed[rid]) + n
     if kv.kind == STATIC:
         return _static_allocate(kv, rid, slots)
@@ -377,6 +466,8 @@ def kv_allocate_decodes(kv, computed, ids, nb):
     each request's growth. static: decodes write into the reservation, so only check it fits."""
     if nb == 0:
         return True
+    if kv.prefix:
+        return px_grow(kv, computed, ids, nb, 1, False)
     bs = kv.block_size
     if kv.kind == STATIC:
         for i in range(nb):
@@ -426,6 +517,9 @@ def kv_free(kv, rid):
     """Request ``rid`` finished or was preempted: release its blocks. Returns 0, or (static) an
     extent_release code when its reservation overlaps a free hole (a corrupted state; then
     nothing changes). Callers that trust the state may ignore it."""
+    if kv.prefix:
+        px_free(kv, kv.computed, rid)
+        return 0
     if kv.kind == STATIC:
         n = int(kv.held[rid])
         if n == 0:
@@ -442,36 +536,6 @@ def kv_free(kv, rid):
 
 
 # ------------------------------------------------------------------------------ decode runs
-@kernel
-def _first_step(x, threshold, period):
-    """First decode step ``j >= 2`` at which ``x + j - 2`` (the slots before the step, ``x`` at
-    step 2) reaches ``threshold + m * period``."""
-    if x >= threshold:
-        return 2 + (threshold - x) % period
-    return 2 + threshold - x
-
-
-@kernel
-def _repeat_every(out, length, period):
-    """``out[i] += out[i - period]`` in order: first crossings become every crossing."""
-    for i in range(period, length):
-        out[i] += out[i - period]
-
-
-@kernel
-def run_demand_into(c, k_max, threshold, period, chunk, out):
-    """Blocks newly needed at decode steps ``j = 2..k_max`` (``out[j - 2]``) by requests with
-    ``c`` computed tokens each (module docstring: first crossings, repeated every period)."""
-    length = k_max - 1
-    for i in range(length):
-        out[i] = 0
-    for i in range(len(c)):
-        f = _first_step(int(c[i]) + 1, threshold, period)
-        if f <= k_max:
-            out[f - 2] += chunk
-    _repeat_every(out, length, period)
-
-
 @kernel
 def kv_run_used(kv, computed, ids, nb, k_max, used):
     """Blocks in use during each of ``k_max`` decode steps of ``ids[:nb]`` (paged, elastic),
@@ -535,6 +599,9 @@ def kv_commit_decodes(kv, computed, ids, nb):
     reservation; static: nothing (decodes write into the reservation)."""
     if kv.kind == STATIC or nb == 0:
         return
+    if kv.prefix:
+        px_grow(kv, computed, ids, nb, 0, True)
+        return
     if kv.kind == PAGED:
         bs = kv.block_size
         extra = 0
@@ -557,45 +624,6 @@ def kv_commit_decodes(kv, computed, ids, nb):
 
 # ---------------------------------------------------------------------------------- metrics
 @kernel
-def slots_per_step(computed, holders, nh, ids, new, nb, k, bs, written, touched):
-    """Written slots and touched blocks per step of an iteration (``k == 1``) or decode run,
-    summed over ``holders[:nh]``: scheduled requests ``ids[:nb]`` (all holders) write
-    ``computed + new`` slots in step 1 and one more each later step; other holders keep
-    ``computed``. A block is touched when it holds at least one written slot."""
-    used0 = 0
-    touched_all = 0
-    for i in range(nh):
-        c = int(computed[holders[i]])
-        used0 += c
-        touched_all += -(-c // bs)
-    if nb == 0:
-        for j in range(k):
-            written[j] = used0
-            touched[j] = touched_all
-        return
-    sum_new = 0
-    t1 = touched_all
-    for i in range(nb):
-        c = int(computed[ids[i]])
-        n = int(new[i])
-        sum_new += n
-        t1 += -(-(c + n) // bs) - (-(-c // bs))
-    for j in range(k):
-        written[j] = used0 + sum_new + nb * j
-    touched[0] = t1
-    if k > 1:  # a new touched block at step j when the slots before it fill a block
-        for j in range(1, k):
-            touched[j] = 0
-        for i in range(nb):
-            f = _first_step(int(computed[ids[i]]) + int(new[i]), np.int64(0), bs)
-            if f <= k:
-                touched[f - 1] += 1
-        _repeat_every(touched[1:], k - 1, bs)
-        for j in range(1, k):
-            touched[j] += touched[j - 1]
-
-
-@kernel
 def kv_step_usage(kv, computed, holders, nh, ids, new, nb, k, used, out):
     """Token slots of the pool during each of the ``k`` steps that ``ids[:nb]`` computing
     ``new[:nb]`` tokens are about to run (after the policy's allocation, before ``computed``
@@ -612,6 +640,9 @@ def kv_step_usage(kv, computed, holders, nh, ids, new, nb, k, used, out):
     takes a whole prompt's blocks at admission (``chunked``) holds blocks with no written slot:
     reserved unused, not internal (block_size 1: internal exactly 0). During a decode run the
     scheduled requests fill every block they take, so the reserved blocks stay as in step 1."""
+    if kv.prefix:
+        px_step_usage(kv, computed, ids, new, nb, k, used, out)
+        return
     bs = kv.block_size
     used0 = kv.num_blocks - kv.s[0].free
     full = out.shape[0] >= 5
@@ -663,7 +694,10 @@ def kv_check(kv, computed, holders, nh):
     """OK if the invariants hold, else the first violated one's code (:func:`check_message`):
     blocks held + free = total and no negative count; elastic: every holder holds at least its
     reservation; static: the free holes are sorted, disjoint, merged and add up to the free count,
-    no holder wrote past its reservation and live reservations do not overlap."""
+    no holder wrote past its reservation and live reservations do not overlap. A prefix cache:
+    its own invariants (kv/pcache.py ``px_check``)."""
+    if kv.prefix:
+        return px_check(kv, computed)
     held_total = 0
     negative = False
     for r in range(len(kv.held)):
@@ -712,6 +746,9 @@ def holes(kv) -> list[tuple[int, int]]:
 
 def check_message(kv: KVState, code: int) -> str:
     """The AssertionError text of a :func:`kv_check` code (or an extents_check code)."""
+    text = check_text(code)
+    if text is not None:
+        return text
     if code == BAD_EXTENTS:
         return f"bad free extent list {holes(kv)}"
     if code == EXTENTS_SUM:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from servesim.jit import kernel
+from servesim.kv.pcache import px_lookup, px_stable_steps
 from servesim.kv.kernels import STATIC, kv_allocate, kv_allocate_decodes, kv_blocks_needed, kv_free, kv_free_blocks
 from servesim.request import RUNNING
 from servesim.sched.queues import enqueue, q_pop_front, queue_of, requeue, waiting_ids
@@ -54,8 +55,10 @@ ASIDE_HEAD, NO_SLOTS, NO_BUDGET, NO_FETCH_ROOM, NO_KV = 0, -1, -2, -3, -4
 @kernel(inline=True)
 def kv_prefix_lookup(kv, computed, rid, now):
     """Known tokens of ``rid`` with reusable KV (prefix cache, lower tiers) and when that KV is on
-    the GPU. The compiled allocators cache nothing: (0, 0.0). The prefix-cache manager (object
-    path) sets ``computed[rid]`` to the hit and may start a tier fetch."""
+    the GPU. The count allocators cache nothing: (0, 0.0). The prefix cache (kv/pcache.py) sets
+    ``computed[rid]`` to the hit and may start a tier fetch."""
+    if kv.prefix:
+        return px_lookup(kv, computed, rid, now)
     return np.int64(0), 0.0
 
 
@@ -85,8 +88,10 @@ def kv_blocks_to_take(kv, computed, rid, n):
 @kernel(inline=True)
 def kv_stable_steps(kv, computed, ids, nb, k):
     """Of a fast-path run's ``k`` steps, how many can run before a policy decision could change
-    without an event. The compiled allocators: all of them. A prefix cache (object path) cuts
-    before a step whose new blocks evict a block a blocked waiting request's lookup found."""
+    without an event. The count allocators: all of them. A prefix cache cuts before a step
+    whose new blocks evict a block a blocked waiting request's lookup found (kv/pcache.py)."""
+    if kv.prefix:
+        return px_stable_steps(kv, computed, ids, nb, k)
     return k
 
 

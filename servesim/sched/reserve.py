@@ -67,10 +67,12 @@ def room_cur(cfg, st, kv):
 
 @kernel(inline=True)
 def kv_waiting_blocks(kv, rid):
-    """KV blocks a request holds while it waits. The compiled allocators free a request's KV when
-    it stops running: 0. The prefix-cache manager (object path, driver.object_kv_overrides)
-    binds its count: a request whose KV came back from a lower tier waits holding blocks for
-    every token it knows (parts.ready: so that fetched requests cannot fill the pool)."""
+    """KV blocks a request holds while it waits. The count allocators free a request's KV when it
+    stops running: 0. A prefix cache: a request whose KV came back from a lower tier waits
+    holding blocks for every token it knows (parts.ready: so that fetched requests cannot fill
+    the pool)."""
+    if kv.prefix:
+        return np.int64(kv.held[rid])
     return np.int64(0)
 
 

@@ -286,6 +286,8 @@ class Checker:
     def _check_kv(self, cfg, st, kv, now):
         from servesim.kv.kernels import KVState
 
+        if isinstance(kv, KVState) and kv.prefix:
+            kv = self._kv  # a prefix cache: its counters and check, as the object's were
         if isinstance(kv, KVState):
             held, free, total = kv.held, int(kv.s[0].free), int(kv.num_blocks)
             held_total = int(held.astype(np.int64).sum())
