@@ -140,7 +140,9 @@ def tiers(draw, max_tiers: int = 2) -> list:
     out = []
     kinds = list(TIER_DEFAULTS)  # each kind alone, then all of them (cpu, remote, cpu + remote)
     for kind in draw(st.sampled_from([[k] for k in kinds] + [kinds])):
-        tier = {"kind": kind, "capacity_gib": draw(st.sampled_from([0.0005, 0.002, 0.01, 0.5]))}
+        # at least one block of the largest drawn block size (16 tokens of llama-3-8b: 2 MiB); a tier of
+        # no block is refused
+        tier = {"kind": kind, "capacity_gib": draw(st.sampled_from([0.002, 0.004, 0.01, 0.5]))}
         if draw(st.booleans()):
             tier["bandwidth_gb_s"] = draw(st.sampled_from([0.1, 1.0, 25.0]))
         if draw(st.booleans()):
