@@ -34,7 +34,7 @@ from servesim.router_catalog import check_router
 
 # a router of servesim/router_catalog.py, or a user's own as 'package.module:Class'
 RouterName = Annotated[str, AfterValidator(check_router)]
-MAX_REPLICAS = 4096
+MAX_REPLICAS = 16384
 
 
 class LinkConfig(StrictModel):
@@ -69,6 +69,9 @@ class ReplicaGroupConfig(StrictModel):
     step_time: dict[str, Any] | None = None  # replaces the scenario's step_time
 
 
+SAMPLED_ROUTERS = ("least-requests", "least-tokens", "priority")  # (cluster.router_sample: engine/router.py)
+
+
 class ClusterConfig(StrictModel):
     """How requests reach replicas. ``router_overhead_s`` (the router's decision) and
     ``network_delay_s`` (one way, client <-> replica) are constants: a request reaches its
@@ -81,6 +84,8 @@ class ClusterConfig(StrictModel):
     affinity: AffinityConfig = AffinityConfig()
     # the router reads the replicas' loads as of its last refresh, every this many seconds (0: exact)
     router_refresh_s: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
+    # power-of-d choices: the load-reading router compares d replicas drawn from its random stream (0: all)
+    router_sample: Annotated[int, Field(ge=0, le=MAX_REPLICAS)] = 0
     autoscale: AutoscaleConfig | None = None  # start and stop replicas by load (docs/processes.md)
     faults: FaultsConfig | None = None  # replicas fail and come back (docs/processes.md)
     groups: Annotated[list[ReplicaGroupConfig], Field(min_length=1, max_length=256)] | None = None
@@ -100,6 +105,13 @@ class ClusterConfig(StrictModel):
         if "affinity" in self.model_fields_set and self.affinity != AffinityConfig() and self.router != "affinity":
             raise ValueError(f"cluster.affinity applies to router 'affinity', not {self.router!r} "
                              f"(remove it, or set cluster.router: affinity)")
+        return self
+
+    @model_validator(mode="after")
+    def _sample_applies(self) -> "ClusterConfig":
+        if self.router_sample and self.router not in SAMPLED_ROUTERS:
+            raise ValueError(f"cluster.router_sample {self.router_sample} applies to routers "
+                             f"{', '.join(SAMPLED_ROUTERS)}, not {self.router!r} (remove it, or set it to 0)")
         return self
 
     @property

@@ -105,7 +105,7 @@ class HardwareConfig(Frozen):
     gpus_per_server: Annotated[int, Field(ge=1, le=64)] = 8  # a tensor-parallel group never spans servers
     # the link between servers: lets a replica's pipeline stages span servers (docs/cluster.md)
     inter_server_link: LinkConfig | None = None
-    replicas: Annotated[int, Field(ge=1, le=4096)] = 1  # replicas of the engine, behind cluster.router
+    replicas: Annotated[int, Field(ge=1, le=16384)] = 1  # replicas of the engine, behind cluster.router
     gpus_per_replica: Annotated[int, Field(ge=1, le=64)] = 1  # GPUs one replica spans (tp x pp; older spelling)
     tp: Annotated[int, Field(ge=1, le=64)] | None = None  # default: gpus_per_replica / pp
     pp: Annotated[int, Field(ge=1, le=64)] = 1  # pipeline stages

@@ -38,8 +38,9 @@ its arrival (rejected, or waiting), its clock moving on to the arrival (never ba
 nothing (``Fleet._take_in``; the routing-first loop does the same).
 
 Cost: one kernel call per engine event (an iteration, a decode run, a wake-up) plus the router's
-reads: linear in the requests for round robin and random, times the replica count for the
-load-reading routers (benchmarks/RESULTS.md).
+reads: the load-reading routers read loads kept incrementally (engine/load_index.py: only the
+replicas touched since the last read are read again; ``scan = True`` reads every replica, as
+before), so a routing costs O(log N) (benchmarks/fleet.py, benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ import numpy as np
 from servesim.engine import kernel as K
 from servesim.engine.driver import HeldInterrupt
 from servesim.engine.fleet_engine import SCALAR_INDEX, Engine, FleetInbox, entry_point
+from servesim.engine.load_index import FleetLoads, StaticLoads
 from servesim.engine.router import LoadView, Router
 from servesim.request import PENDING
 
@@ -73,7 +75,8 @@ class Fleet:
         self.delay_in, self.delay_out = delay_in, delay_out
         self.warmup_id, self.progress = warmup_id, progress
         self.replica_of = np.full(table.n, -1, dtype=np.int32)
-        self.view = LoadView(len(replicas), self._loads_requests, self._loads_tokens)
+        self.loads = FleetLoads(self)  # (engine/load_index.py: the loads kept incrementally)
+        self.view = LoadView(len(replicas), self._loads_requests, self._loads_tokens, self._tree)
         self._t = 0.0
         paths = {e.rep.path for e in engines}
         self.path = "compiled" if paths == {"compiled"} else "python"
@@ -117,6 +120,13 @@ class Fleet:
             return self._per_replica(self._work_out.copy())
         return self._per_replica(np.array([e.work(t) for e in self.engines], dtype=np.int64))
 
+    scan = False  # True: routers read every replica's load on each arrival (the exact scan, for tests)
+
+    def _tree(self, kind: str):
+        if self.scan:
+            return None
+        return self.loads.requests() if kind == "requests" else self.loads.tokens(self._t)
+
     def fail_replica(self, r: int, t: float, retry: bool) -> tuple[int, int]:
         """Replica ``r`` fails at ``t`` (the loop is paused there): every engine of it restarts
         empty -- its queues, running batch, the iterations under way and its KV cache (prefix
@@ -147,6 +157,7 @@ class Fleet:
             if self._vector is not None:
                 self._refs[e] = new._ref
             self.routed[e] = 0
+            self.loads.touch(e)
             self._rekey.append(e)
         st = table.status
         held = np.flatnonzero((self.replica_of == r) & (st != FINISHED) & (st != REJECTED))
@@ -201,11 +212,21 @@ class Fleet:
         as a real router polls its replicas, instead of the exact loads at each arrival."""
         zero = np.zeros(len(self.replicas), dtype=np.int64)
         self._stale = (zero, zero)
-        self.view = LoadView(len(self.replicas), lambda: self._stale[0], lambda: self._stale[1])
+        self._stale_trees = None
+        self.view = LoadView(len(self.replicas), lambda: self._stale[0], lambda: self._stale[1], self._stale_tree)
 
     def refresh_loads(self, t: float) -> None:
         self._t = t
         self._stale = (self._loads_requests().copy(), self._loads_tokens().copy())
+        self._stale_trees = None
+
+    def _stale_tree(self, kind: str):
+        """The last refresh's loads as trees (built at the first read after a refresh)."""
+        if self.scan:
+            return None
+        if self._stale_trees is None:
+            self._stale_trees = StaticLoads(*self._stale)
+        return self._stale_trees.requests() if kind == "requests" else self._stale_trees.tokens(self._t)
 
     @property
     def now(self) -> float:
@@ -229,6 +250,7 @@ class Fleet:
         eng = self.engines[e]
         eng.route_in(rid)
         self.routed[e] += 1
+        self.loads.touch(e)
         self.replica_of[rid] = r
         if rid == self.warmup_id:  # inter-token gaps count from the warm-up request's arrival on
             for other in self.engines:
@@ -269,6 +291,7 @@ class Fleet:
         if eng.s.get_f("now") < t:
             eng.s.set_f("now", t)
         code = eng.advance(t)  # (its final boundary again: the pull, then DONE)
+        self.loads.touch(e)
         assert code == K.DONE, code
         if self.closed:
             self._send_successors(eng)
@@ -396,6 +419,7 @@ class Fleet:
             self._shut(key, heap, done)
             shut = True
         calls = 0
+        touch = self.loads.touch
         h = self._horizon()  # the next event of another SimPy process (inf: none)
 
         def top():
@@ -439,6 +463,7 @@ class Fleet:
                 bound = h  # commits what ends by h; a routed engine plans the same (engine/kernel.py)
             eng = engines[e]
             code = eng.advance(bound)
+            touch(e)
             if code != K.DONE and self._interrupt_now():
                 return
             if closed and self._send_successors(eng):

@@ -40,9 +40,16 @@ from servesim.router_catalog import ROUTERS
 class LoadView:
     """Per-replica loads at the current arrival instant, computed on demand, cached per request."""
 
-    def __init__(self, n: int, requests: Callable[[], np.ndarray], tokens: Callable[[], np.ndarray]):
+    def __init__(self, n: int, requests: Callable[[], np.ndarray], tokens: Callable[[], np.ndarray],
+                 index: Callable[[str], object] | None = None):
         self.n = n
         self._requests, self._tokens = requests, tokens
+        self._index = index  # kind -> a MinTree of the loads (engine/load_index.py), or None
+
+    def tree(self, kind: str):
+        """The loads of ``kind`` ("requests" or "tokens") as a min segment tree kept up to date
+        incrementally (engine/load_index.py), or None where the fleet keeps none."""
+        return self._index(kind) if self._index is not None else None
 
     def requests(self) -> np.ndarray:
         return self._requests()
@@ -66,7 +73,44 @@ class Router:
     def build(cls, cfg, n: int, workload, rng: np.random.Generator) -> "Router":
         """The router for a fleet of ``n`` replicas: ``cfg`` the scenario's ClusterConfig, the
         workload (for keys), and the run's own ``router`` random stream. Override to read them."""
-        return cls(n)
+        r = cls(n)
+        r.sampling(getattr(cfg, "router_sample", 0), rng)
+        return r
+
+    sample = 0  # cluster.router_sample: power-of-d choices (0, or d >= n: every replica)
+
+    def sampling(self, d: int, rng: np.random.Generator, block: int = 1024) -> None:
+        """Compare ``d`` replicas drawn uniformly (with replacement) from ``rng`` -- the run's
+        ``router`` stream -- instead of all (Mitzenmacher's power of d choices, as large
+        deployments route). ``d`` of 0 or at least the replica count keeps the exact rule."""
+        self.sample = d if 0 < d < self.n else 0
+        self._rng, self._block = rng, block * max(d, 1)
+        self._draws, self._di = np.empty(0, dtype=np.int64), 0
+        self.sampled = 0
+
+    def _draw(self) -> int:
+        if self._di >= len(self._draws):  # in blocks: the same sequence whatever the block
+            self._draws = self._rng.integers(0, self.n, self._block).tolist()
+            self._di = 0
+        r = self._draws[self._di]
+        self._di += 1
+        return r
+
+    def _least_sampled(self, view: LoadView, kind: str) -> int:
+        """The least loaded of ``sample`` drawn replicas (ties: the first drawn); a drained
+        replica drawn is drawn again."""
+        tree = view.tree(kind)
+        loads = None if tree is not None else (view.requests() if kind == "requests" else view.tokens())
+        best, low = -1, None
+        for _ in range(self.sample):
+            r = self._draw()
+            while self._skip(r):
+                r = self._draw()
+            v = tree[r] if tree is not None else loads[r]
+            if low is None or v < low:
+                best, low = r, v
+        self.sampled += 1
+        return best
 
     def set_active(self, r: int, on: bool) -> None:
         """Replica ``r`` takes new requests (``on``) or not (drained, failed, not started). At
@@ -101,6 +145,19 @@ class Router:
             best = values.index(low, self.ptr)
         except ValueError:  # none at or after the pointer: the first from the start
             best = values.index(low)
+        self.ptr = best + 1 if best + 1 < self.n else 0
+        return best
+
+    def least_of(self, view: LoadView, kind: str) -> int:
+        """:meth:`least` of the loads of ``kind`` ("requests" or "tokens"): from the view's
+        incrementally kept tree in O(log N) where it has one and no replica is drained, else by
+        a scan of every replica's load. The same choice either way (tests/test_fleet_scale.py)."""
+        if self.sample:
+            return self._least_sampled(view, kind)
+        tree = view.tree(kind) if self.active is None else None
+        if tree is None:
+            return self.least(view.requests() if kind == "requests" else view.tokens())
+        best = tree.least_from(self.ptr)
         self.ptr = best + 1 if best + 1 < self.n else 0
         return best
 
@@ -171,14 +228,14 @@ class LeastRequests(Router):
     name = "least-requests"
 
     def choose(self, rid, klass, view):
-        return self.least(view.requests())
+        return self.least_of(view, "requests")
 
 
 class LeastTokens(Router):
     name = "least-tokens"
 
     def choose(self, rid, klass, view):
-        return self.least(view.tokens())
+        return self.least_of(view, "tokens")
 
 
 class Affinity(Router):
@@ -232,7 +289,7 @@ class PriorityRouter(Router):
 
     def choose(self, rid, klass, view):
         if klass == 0:
-            return self.least(view.tokens())
+            return self.least_of(view, "tokens")
         while True:
             i = self.rr
             self.rr = i + 1 if i + 1 < self.n else 0

@@ -1,0 +1,90 @@
+"""Fleet scale (issue 30): load-reading routers answer from incrementally kept loads
+(engine/load_index.py) and decide exactly as the scan of every replica did, request by request."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from servesim import scenario_from_dict
+from servesim.engine.load_index import MinTree
+from servesim.engine.router import LeastRequests
+from servesim.simulate import build, run_built
+from tests.conftest import BASE, merge
+
+# decode runs (multi-step bursts) make a replica's tokens change with time between its events
+LOADED = {"stop": {"requests": 600}, "hardware": {"replicas": 7},
+          "engine": {"max_num_seqs": 16},
+          "workload": {"arrival": {"process": "poisson", "rate": 400.0},
+                       "prompt": {"dist": "uniform", "min": 10, "max": 400},
+                       "output": {"dist": "uniform", "min": 1, "max": 120},
+                       "classes": {"weights": [0.3, 0.7]}}}
+
+
+def _decisions(raw: dict, scan: bool):
+    b = build(scenario_from_dict(raw))
+    b.replica.scan = scan
+    b.replica.decisions = []
+    res = run_built(b)
+    return [(rid, r) for rid, r, _ in b.replica.decisions], res
+
+
+@pytest.mark.parametrize("router", ["least-tokens", "least-requests", "priority"])
+@pytest.mark.parametrize("extra", [{}, {"sim": {"engine": "python"}}, {"cluster": {"router_refresh_s": 0.05}},
+                                   {"workload": {"arrival": {"process": "closed", "clients": 40, "think_s": 0.01}}}],
+                         ids=["compiled", "python", "refresh", "closed"])
+def test_tree_routing_equals_the_scan_request_by_request(router, extra):
+    raw = merge(merge(LOADED, extra), {"cluster": {"router": router}})
+    raw = merge(BASE, raw)
+    tree, res_tree = _decisions(raw, scan=False)
+    scan, res_scan = _decisions(raw, scan=True)
+    assert len(tree) >= 600 and tree == scan
+    assert len(set(r for _, r in tree)) == 7  # every replica was used
+    assert res_tree.requests.equals(res_scan.requests)
+
+
+def test_tree_routing_equals_the_scan_with_pipeline_replicas():
+    raw = merge(merge(BASE, LOADED), {"cluster": {"router": "least-tokens"}, "hardware": {"replicas": 3},
+                                      "engine": {"pipeline_parallel_size": 2}})
+    tree, _ = _decisions(raw, scan=False)
+    scan, _ = _decisions(raw, scan=True)
+    assert tree == scan and len(tree) >= 600
+
+
+def test_min_tree_least_from_is_the_scan_rule():
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 5, 8, 33):
+        vals = rng.integers(0, 4, n)
+        tree, scan = MinTree(vals), LeastRequests(n)
+        ptr = 0
+        for _ in range(200):
+            i, v = int(rng.integers(n)), int(rng.integers(0, 4))
+            vals[i] = v
+            tree.set(i, v)
+            want = scan.least(vals)  # (moves scan.ptr as a router would)
+            got = tree.least_from(ptr)
+            ptr = got + 1 if got + 1 < n else 0
+            assert got == want and ptr == scan.ptr
+
+
+def test_router_sample_power_of_d_choices():
+    raw = merge(merge(BASE, LOADED), {"cluster": {"router": "least-tokens"}})
+    exact, res_exact = _decisions(raw, scan=False)
+    # d at least the replica count: every replica compared, the exact rule
+    whole, _ = _decisions(merge(raw, {"cluster": {"router_sample": 7}}), scan=False)
+    assert whole == exact
+    two, res_two = _decisions(merge(raw, {"cluster": {"router_sample": 2}}), scan=False)
+    again, _ = _decisions(merge(raw, {"cluster": {"router_sample": 2}}), scan=False)
+    scanned, _ = _decisions(merge(raw, {"cluster": {"router_sample": 2}}), scan=True)
+    assert two == again == scanned  # seeded from the run's router stream; the tree's loads are the scan's
+    assert two != exact and len(set(r for _, r in two)) == 7
+    other, _ = _decisions(merge(raw, {"seed": 2, "cluster": {"router_sample": 2}}), scan=False)
+    assert other != two
+
+
+def test_router_sample_on_a_router_that_reads_no_load_is_a_clear_error():
+    from servesim.errors import ScenarioError
+
+    raw = merge(BASE, {"hardware": {"replicas": 2}, "cluster": {"router": "round-robin", "router_sample": 2}})
+    with pytest.raises(ScenarioError, match="router_sample 2 applies to routers least-requests"):
+        scenario_from_dict(raw)
