@@ -31,6 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SIZES = (1, 24, 256, 1024, 4096, 16384)
+LOAD_READING = ("least-requests", "least-tokens", "priority")
 ROUTERS = ("round-robin", "random", "least-requests", "least-tokens", "affinity", "priority")
 
 
@@ -60,7 +61,7 @@ def scenario(replicas: int, requests: int, router: str | None, rate: float, samp
     return raw
 
 
-def one(replicas: int, router: str | None, requests: int, rate: float, sample: int) -> dict:
+def one(replicas: int, router: str | None, requests: int, rate: float, sample: int, scan: bool = False) -> dict:
     """One measurement, in this process: build, run, peak RSS."""
     sys.path.insert(0, str(REPO))
     from servesim import scenario_from_dict
@@ -68,6 +69,8 @@ def one(replicas: int, router: str | None, requests: int, rate: float, sample: i
 
     t0 = time.perf_counter()
     b = build(scenario_from_dict(scenario(replicas, requests, router, rate, sample)))
+    if scan:
+        b.replica.scan = True  # the routers read every replica's load on each arrival (before issue 30)
     t1 = time.perf_counter()
     b.env.run()
     t2 = time.perf_counter()
@@ -76,8 +79,10 @@ def one(replicas: int, router: str | None, requests: int, rate: float, sample: i
             "run_s": t2 - t1, "req_per_s": requests / (t2 - t1), "rss_mb": rss_kb / 1024}
 
 
-def measure(replicas: int, router: str | None, requests: int, rate: float, sample: int, timeout: float) -> dict:
-    cmd = [sys.executable, __file__, "--one", str(replicas), router or "lone", str(requests), str(rate), str(sample)]
+def measure(replicas: int, router: str | None, requests: int, rate: float, sample: int, timeout: float,
+            scan: bool = False) -> dict:
+    cmd = [sys.executable, __file__, "--one", str(replicas), router or "lone", str(requests), str(rate), str(sample),
+           str(int(scan))]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     except subprocess.TimeoutExpired:
@@ -91,7 +96,8 @@ def measure(replicas: int, router: str | None, requests: int, rate: float, sampl
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--one":
         n, router, requests, rate, sample = sys.argv[2:7]
-        r = one(int(n), None if router == "lone" else router, int(requests), float(rate), int(sample))
+        scan = len(sys.argv) > 7 and sys.argv[7] == "1"
+        r = one(int(n), None if router == "lone" else router, int(requests), float(rate), int(sample), scan)
         print(json.dumps(r))
         return
     ap = argparse.ArgumentParser()
@@ -100,6 +106,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=20_000)
     ap.add_argument("--rate", type=float, default=8.5, help="req/s per replica (capacity ~10.3: 85 %% load)")
     ap.add_argument("--sample", type=int, default=0, help="cluster.router_sample (0: exact routers)")
+    ap.add_argument("--scan", action="store_true", help="also each load-reading row with the old scan of every replica")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per measurement")
     a = ap.parse_args()
     # warm-up, untimed: a fresh checkout compiles the kernels first (minutes on a loaded box)
@@ -112,14 +119,16 @@ def main() -> None:
     print("| fleet | router | requests | build s | run s | sim req/s | x lone | peak RSS MB |")
     print("|---|---|---|---|---|---|---|---|")
     base = None
-    rows = [(1, None)] + [(int(n), r) for r in a.routers.split(",") for n in a.sizes.split(",")]
-    for n, router in rows:
-        r = measure(n, router, a.requests, a.rate, a.sample if router else 0, a.timeout)
+    rows = [(1, None, False)] + [(int(n), r, s) for r in a.routers.split(",") for n in a.sizes.split(",")
+                                 for s in ((False, True) if a.scan and r in LOAD_READING else (False,))]
+    for n, router, scan in rows:
+        r = measure(n, router, a.requests, a.rate, a.sample if router else 0, a.timeout, scan)
+        name = r["router"] + (" (scan)" if scan else "")
         if "error" in r:
-            print(f"| {n:,} | {r['router']} | {a.requests:,} | - | - | {r['error']} | - | - |", flush=True)
+            print(f"| {n:,} | {name} | {a.requests:,} | - | - | {r['error']} | - | - |", flush=True)
             continue
         base = base or r["req_per_s"]
-        print(f"| {n:,} | {r['router']} | {a.requests:,} | {r['build_s']:.1f} | {r['run_s']:.2f} | "
+        print(f"| {n:,} | {name} | {a.requests:,} | {r['build_s']:.1f} | {r['run_s']:.2f} | "
               f"{r['req_per_s']:,.0f} | {r['req_per_s'] / base:.2f} | {r['rss_mb']:,.0f} |", flush=True)
 
 
