@@ -276,25 +276,6 @@ def test_link_contention_queues_fetches_first_come_first_served():
     assert two.fetch(50, 0.5) == pytest.approx(1.1)  # second channel free
 
 
-def test_simpy_mirror_holds_the_link_resource_for_each_fetch():
-    import simpy
-
-    env = simpy.Environment()
-    link = Link("pcie", 100.0, 0.0, channels=1, env=env)
-    seen = []
-
-    def probe():
-        yield env.timeout(0.5)
-        seen.append(link.resource.count)
-        yield env.timeout(1.0)
-        seen.append(link.resource.count)
-
-    ends = [link.fetch(100, 0.0), link.fetch(100, 0.0)]
-    env.process(probe())
-    env.run()
-    assert ends == [1.0, 2.0] and seen == [1, 1] and link.mirror_late_s == 0.0
-
-
 def test_lower_tier_lru_cascades_to_l3_and_drops():
     l2 = LowerTier("L2", 2, Link("a", 1.0))
     l3 = LowerTier("L3", 1, Link("b", 1.0))

@@ -110,7 +110,10 @@ TIER_DEFAULTS = {
 class TierConfig(_Frozen):
     """One lower tier. ``capacity_gib`` is the tier's size for the whole replica (all its GPUs'
     KV slices); ``bandwidth_gb_s`` (GB/s, 1e9 bytes) and ``latency_s`` describe the link from one
-    GPU to it; ``channels`` transfers may run on it at once."""
+    GPU to it; ``channels`` transfers may run on it at once. ``shared_link``: in a fleet, every
+    replica reaches this tier over the same link (a cluster-wide L3 such as Halo's Redis): one
+    contended resource whose ``channels`` serve all replicas' fetches first come first served
+    (kv/tiers.py); each replica still holds its own copy of the tier's contents."""
 
     kind: Literal[tuple(TIER_DEFAULTS)]  # type: ignore[valid-type]
     name: str | None = None
@@ -118,6 +121,7 @@ class TierConfig(_Frozen):
     bandwidth_gb_s: float | None = None
     latency_s: float | None = None
     channels: Annotated[int, Field(ge=1, le=1024)] = 1
+    shared_link: bool = False
 
     @field_validator("bandwidth_gb_s")
     @classmethod

@@ -17,7 +17,8 @@ heap, arrival cap) run on a state of the fleet's own::
               its virtual engine (fewest unfinished requests, vLLM's rule), route_in
       else:   advance engine e up to T (strictly before: arrivals at T are routed first) --
               closed loops also stop at the next other engine's event, whose ending requests
-              may send new ones; requests e ended go back to the inbox (their clients' next
+              may send new ones, and so do engines on a shared KV-tier link (``coupled``: their
+              fetches reach the link in time order); requests e ended go back to the inbox (their clients' next
               requests), e is keyed again
     end:  every engine has ended its run; arrivals up to the fleet's final instant are routed
 
@@ -369,6 +370,7 @@ class Fleet:
         return False
 
     prerouted = False
+    coupled = False  # engines share a KV-tier link (kv/tiers.py): advance in time order
 
     def _run_prerouted(self) -> None:
         """Open loop, a router that reads no load, one engine per replica: the routes do not
@@ -407,7 +409,7 @@ class Fleet:
                 self._take_in(eng.index, t)
 
     def _run_events(self) -> None:
-        engines, inbox, closed = self.engines, self.inbox, self.closed
+        engines, inbox, closed, coupled = self.engines, self.inbox, self.closed, self.coupled
         n_eng = len(engines)
         key = [0.0] * n_eng
         heap = [(0.0, i) for i in range(n_eng)]
@@ -455,10 +457,12 @@ class Fleet:
                                    "route, yet the run has not ended (a bug)")
             _, e = heapq.heappop(heap)
             bound = math.nextafter(T, -INF) if T < INF else INF  # arrivals at T are routed first
-            if closed:
+            if closed or coupled:
                 k2 = top()
                 if k2 < T:
-                    bound = k2  # other engines' events at k2 may send requests at k2 or later
+                    # closed: other engines' events at k2 may send requests at k2 or later;
+                    # coupled: their fetches on a shared link come at k2 or later (time order)
+                    bound = k2
             if h < bound:
                 bound = h  # commits what ends by h; a routed engine plans the same (engine/kernel.py)
             eng = engines[e]

@@ -65,7 +65,7 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     metrics floor's, handed down); ``force_python(group_scenario)``: the reasons that group must
     run uncompiled, or None; ``user(group_scenario)``: a user policy or None. ValueError (one
     line, naming the group) when a group's model does not fit its GPUs."""
-    from servesim.kv.factory import build_kv
+    from servesim.kv.factory import SharedLinks, build_kv
     from servesim.perf.build import build_step_model
 
     n = table.n
@@ -87,6 +87,7 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     replicas: list[ReplicaInfo] = []
     members: list[list[int]] = []
     factories: list[Callable] = []  # engine i afresh (a replica restarted after a failure)
+    shared_links = SharedLinks(sc)  # KV-tier links every replica uses (kv_tiers[i].shared_link)
     r = 0
     for gi, g in enumerate(sc.replica_groups):
         gsc = g.scenario
@@ -116,7 +117,7 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
             for _v in range(pp):
                 def make(rec, i=len(engines), gsc=gsc, ve_plan=ve_plan, model=model, why=why, u=u, plan=plan):
                     """Engine ``i`` as built (fresh: empty queues, an empty KV pool) over ``rec``."""
-                    kv = build_kv(gsc, ve_plan, table, workload, env)
+                    kv = build_kv(gsc, ve_plan, table, workload, env, shared_links)
                     rep = build_replica(gsc, table, kv, model, rec, seed, workload=workload,
                                         on_iteration=on_iteration, kv_bytes_per_token=plan.kv_bytes_per_token,
                                         force_python=why, spec=u.spec if u else None,
@@ -139,7 +140,10 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     fleet = Fleet(engines, members, router, inbox, table, closed=closed, delay_in=delay_in, delay_out=delay_out,
                   warmup_id=warmup if 0 < warmup < n else -1, progress=progress, scalars=scalars)
     fleet.factories = factories
-    fleet.prerouted = (PREROUTE and not closed and not router.reads_load
+    # engines on a shared link must reach it in time order: each advances only up to the next
+    # other engine's event (Fleet.coupled), which routing everything first cannot give
+    fleet.coupled = len(shared_links) > 0 and len(engines) > 1
+    fleet.prerouted = (PREROUTE and not closed and not router.reads_load and not fleet.coupled
                        and all(len(m) == 1 for m in members))
     return fleet, engines, replicas
 

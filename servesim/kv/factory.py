@@ -41,7 +41,9 @@ GIB = 1 << 30
 
 
 def build_kv(sc: "Scenario", plan: "MemoryPlan", table: "RequestTable", workload: "Workload",
-             env: "simpy.Environment | None") -> "KVState | KVManager":
+             env: "simpy.Environment | None", shared: "SharedLinks | None" = None) -> "KVState | KVManager":
+    """``shared``: the fleet's links marked ``shared_link`` (:class:`SharedLinks`); None for a
+    lone replica (its links are its own)."""
     e = sc.engine
     bs = e.block_size
     if e.kv_allocator == "static":
@@ -57,14 +59,14 @@ def build_kv(sc: "Scenario", plan: "MemoryPlan", table: "RequestTable", workload
                        growth_blocks=-(-cfg.growth_tokens // bs))
     if not e.enable_prefix_caching:
         return make_kv(PAGED, plan.num_blocks, bs, table.n)
-    return build_prefix_cache(sc, plan, table, workload, env)
+    return build_prefix_cache(sc, plan, table, workload, env, shared)
 
 
 OBJECT_REFERENCE = False  # tests: build the Python reference object (kv/prefix.py) instead of the kernels' pool
 
 
 def build_prefix_cache(sc: "Scenario", plan: "MemoryPlan", table: "RequestTable", workload: "Workload",
-                       env: "simpy.Environment | None"):
+                       env: "simpy.Environment | None", shared: "SharedLinks | None" = None):
     from servesim.hardware import GPUS
     from servesim.kv.chains import engine_chains
 
@@ -92,31 +94,72 @@ def build_prefix_cache(sc: "Scenario", plan: "MemoryPlan", table: "RequestTable"
                                     f"block of {replica_block_bytes:,} bytes (block_size {bs} tokens"
                                     f"{f', {sc.pp} pipeline stages' if sc.pp > 1 else ''}); allowed: capacity_gib "
                                     f">= {need:.3g} (one block)")
-            specs.append(TierSpec(name=name, bandwidth=bw, latency=lat, channels=t.channels, capacity=blocks))
+            row = shared.row[link_key(name, bw, lat, t.channels)] if t.shared_link and shared is not None else -1
+            specs.append(TierSpec(name=name, bandwidth=bw, latency=lat, channels=t.channels, capacity=blocks,
+                                  shared_row=row))
     hot = None
     if e.kv.preload is not None:
         p = e.kv.preload
         hot = (p.min_hits, p.window_s, max(1, int(p.max_share * plan.num_blocks)))
     if OBJECT_REFERENCE:
-        return _reference_object(sc, plan, table, offsets, hashes, specs, block_bytes, hot, env)
+        return _reference_object(sc, plan, table, offsets, hashes, specs, block_bytes, hot, shared)
     from servesim.kv.pstate import PrefixPool, make_prefix_kv
 
     state = make_prefix_kv(plan.num_blocks, bs, table, offsets, hashes, eviction=e.prefix_cache_eviction,
-                           protect_share=e.kv.protect_share, tiers=specs, block_bytes=block_bytes, hot=hot)
+                           protect_share=e.kv.protect_share, tiers=specs, block_bytes=block_bytes, hot=hot,
+                           shared=shared)
     return PrefixPool(state, [t.name for t in specs])
 
 
-def _reference_object(sc, plan, table, offsets, hashes, specs, block_bytes, hot, env):
+def _reference_object(sc, plan, table, offsets, hashes, specs, block_bytes, hot, shared):
     """The Python reference manager (kv/prefix.py), for the kernels' equivalence tests."""
     from servesim.kv.prefix import PrefixCacheKV
     from servesim.kv.preload import HotPrefixTracker
-    from servesim.kv.tiers import Link, LowerTier, TierStack
+    from servesim.kv.tiers import Channels, Link, LowerTier, TierStack
 
     tiers = None
     if specs:
-        tiers = TierStack([LowerTier(t.name, t.capacity, Link(f"{t.name}-link", t.bandwidth, t.latency, t.channels, env))
-                           for t in specs], block_bytes)
+        slots = [None if t.shared_row < 0 else shared.channels.setdefault(t.shared_row, Channels(t.channels))
+                 for t in specs]
+        tiers = TierStack([LowerTier(t.name, t.capacity, Link(f"{t.name}-link", t.bandwidth, t.latency, t.channels, c))
+                           for t, c in zip(specs, slots)], block_bytes)
     e = sc.engine
     return PrefixCacheKV(plan.num_blocks, e.block_size, table, offsets, hashes, eviction=e.prefix_cache_eviction,
                          protect_share=e.kv.protect_share, tiers=tiers,
                          hot=HotPrefixTracker(*hot) if hot is not None else None)
+
+
+def link_key(name: str, bw: float, lat: float, channels: int) -> tuple:
+    """What makes two replicas' tier links one shared link: the same tier name and link."""
+    return (name, float(bw), float(lat), int(channels))
+
+
+class SharedLinks:
+    """A fleet's links marked ``kv_tiers[i].shared_link``: one row of transfer slots each
+    (``free``: when each channel is next free; ``last``: the latest fetch requested), the same
+    arrays in every engine's pool (kv/ptiers.py ``link_transfer``), so every replica's fetches
+    queue on one resource. ``row``: link key -> row. Built from the whole fleet's scenario before
+    any engine, so a replica restarted after a failure joins the same link."""
+
+    def __init__(self, sc: "Scenario"):
+        from servesim.hardware import GPUS
+
+        keys: list[tuple] = []
+        for g in sc.replica_groups:
+            gsc = g.scenario
+            pcie = GPUS[gsc.hardware.gpu].pcie_bytes_per_s
+            for i, t in enumerate(gsc.kv_tiers or []):
+                if t.shared_link and gsc.engine.enable_prefix_caching:
+                    key = link_key(t.name or f"L{i + 2}", *t.resolved(pcie), t.channels)
+                    if key not in keys:
+                        keys.append(key)
+        self.row = {k: r for r, k in enumerate(keys)}
+        nch = max([k[3] for k in keys], default=1)
+        self.free = np.full((len(keys), nch), np.inf)
+        for r, k in enumerate(keys):
+            self.free[r, : k[3]] = 0.0
+        self.last = np.zeros(len(keys))
+        self.channels: dict = {}  # row -> tiers.Channels (the Python reference object)
+
+    def __len__(self) -> int:
+        return len(self.row)

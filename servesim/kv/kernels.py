@@ -165,6 +165,14 @@ class KVState(NamedTuple):
     hm_in: np.ndarray = _NO.b
     hm_ends: np.ndarray = _NO.i32_2
     evlog: np.ndarray = _NO.i64
+    # links shared by every replica of a fleet (kv_tiers[i].shared_link, kv/ptiers.py): link i's
+    # row in the fleet's slot array (-1: a link of its own, in l_free), the slot array and the
+    # latest request time per shared row (both the same arrays in every engine), and how far a
+    # fetch came before one already served (0 when the engines keep time order)
+    l_sid: np.ndarray = _NO.i64
+    l_sfree: np.ndarray = _NO.f64_2
+    l_slast: np.ndarray = _NO.f64
+    l_late: np.ndarray = _NO.f64
 
     @property
     def prefix_caching(self) -> bool:

@@ -569,4 +569,6 @@ def check_text(code: int) -> str | None:
         ptiers.TIER_DROPPED: "KV tier invariant violated: the last tier's evictions != blocks dropped",
         ptiers.TIER_CAPACITY: "KV tier invariant violated: a tier holds more blocks than its capacity",
         ptiers.TIER_COUNT: "KV tier invariant violated: a tier's inserted - evicted != blocks held",
+        ptiers.TIER_ORDER: "KV tier invariant violated: a shared link saw a fetch requested before one already "
+                           "served (the replicas' fetches were not in time order)",
     }.get(code)

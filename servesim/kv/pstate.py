@@ -36,16 +36,21 @@ from servesim.jit import pure
 
 class TierSpec(SimpleNamespace):
     """One lower tier: ``name``, ``capacity`` blocks, link ``bandwidth`` (bytes/s), ``latency``
-    (s), ``channels``."""
+    (s), ``channels``; ``shared_row``: its row in the fleet's shared link slots (``shared`` of
+    :func:`make_prefix_kv`), -1 for a link of its own."""
+
+    shared_row: int = -1
 
 
 def make_prefix_kv(num_blocks: int, block_size: int, table, offsets=None, hashes=None, *, eviction: str = "lru",
                    protect_share=None, tiers: list[TierSpec] | None = None, block_bytes: int = 0,
-                   hot: tuple[int, float, int] | None = None, trace: int = 0) -> KVState:
+                   hot: tuple[int, float, int] | None = None, trace: int = 0, shared=None) -> KVState:
     """A prefix-cache pool of ``num_blocks`` blocks over request ``table`` (its ``computed``,
     ``prompt``, ``num_output``, ``klass`` columns are shared). ``offsets``/``hashes``: per-request
     chains in engine blocks; ``tiers``: lower tiers in order; ``hot``: (min_hits, window_s,
-    max_blocks) of preload; ``trace``: keep the first ``trace`` evicted hashes (``evlog``)."""
+    max_blocks) of preload; ``trace``: keep the first ``trace`` evicted hashes (``evlog``);
+    ``shared``: the fleet's shared link slots (kv/factory.py ``SharedLinks``) for tiers with a
+    ``shared_row``."""
     if num_blocks < 1 or block_size < 1:
         raise ValueError(f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}")
     if eviction not in EVICTIONS:
@@ -100,6 +105,9 @@ def make_prefix_kv(num_blocks: int, block_size: int, table, offsets=None, hashes
         hm_prev=np.full(uh, -1, dtype=i32), hm_in=np.zeros(uh, dtype=np.bool_),
         hm_ends=np.full((2, 1), -1, dtype=i32),
         evlog=np.zeros(int(trace), dtype=np.int64),
+        l_sid=np.array([int(getattr(x, "shared_row", -1)) for x in tiers], dtype=np.int64),
+        l_sfree=shared.free if shared is not None else np.zeros((0, max(nch, 1))),
+        l_slast=shared.last if shared is not None else np.zeros(0), l_late=np.zeros(t),
     )
     ps = kv.ps[0]
     ps.watch_t = -1.0
@@ -175,10 +183,12 @@ class PrefixPool:
         tiers = []
         for i, name in enumerate(self.tier_names):
             c, tm = kv.l_cnt[i], kv.l_time[i]
+            r = int(kv.l_sid[i])
+            free = kv.l_sfree[r] if r >= 0 else kv.l_free[i]
             link = _Link(name=self.link_names[i], bw=float(kv.l_bw[i]), latency=float(kv.l_lat[i]),
-                         channels=int(np.isfinite(kv.l_free[i]).sum()), bytes_up=int(c[0]), bytes_down=int(c[1]), fetches=int(c[2]),
-                         stores=int(c[3]), busy_s=float(tm[0]), queue_s=float(tm[1]), mirror_late_s=0.0,
-                         free_at=[float(x) for x in kv.l_free[i] if np.isfinite(x)])
+                         channels=int(np.isfinite(free).sum()), bytes_up=int(c[0]), bytes_down=int(c[1]), fetches=int(c[2]),
+                         stores=int(c[3]), busy_s=float(tm[0]), queue_s=float(tm[1]), shared=r >= 0,
+                         out_of_order_s=float(kv.l_late[i]), free_at=[float(x) for x in free if np.isfinite(x)])
             st = kv.t_stat[i]
             stats = _Link(hits=kv.t_hits[i].copy(), preloaded=int(st[0]), inserted=int(st[1]), refreshed=int(st[2]),
                           evicted=int(st[3]))

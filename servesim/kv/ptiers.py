@@ -45,21 +45,35 @@ TIER_FLOW = 40  # blocks sent down a level != stored + refreshed there
 TIER_DROPPED = 41  # the last tier's evictions != blocks dropped
 TIER_CAPACITY = 42  # a tier holds more than its capacity
 TIER_COUNT = 43  # inserted - evicted != blocks held
+TIER_ORDER = 44  # a shared link saw a fetch requested before one already served
 
 
 @kernel
 def link_transfer(kv, i, nbytes, now):
     """A transfer of ``nbytes`` up link ``i``, requested at ``now``: its completion time. The one
     place a link's model is applied (the seam where a link shared by several replicas is handed
-    to a contended resource instead)."""
-    nch = kv.l_free.shape[1]
+    to a contended resource instead). A shared link (``l_sid[i] >= 0``) takes its slots from the
+    fleet's array, which every engine holds: the fleet loop keeps the engines' fetches in time
+    order (engine/cluster.py ``coupled``), so the slots serve all replicas first come first
+    served, as one SimPy resource would."""
+    r = kv.l_sid[i]
+    if r >= 0:
+        free = kv.l_sfree[r]
+        if now < kv.l_slast[r]:
+            if kv.l_slast[r] - now > kv.l_late[i]:
+                kv.l_late[i] = kv.l_slast[r] - now
+        else:
+            kv.l_slast[r] = now
+    else:
+        free = kv.l_free[i]
+    nch = free.shape[0]
     ch = 0
     for c in range(1, nch):
-        if kv.l_free[i, c] < kv.l_free[i, ch]:
+        if free[c] < free[ch]:
             ch = c
-    start = now if now > kv.l_free[i, ch] else kv.l_free[i, ch]
+    start = now if now > free[ch] else free[ch]
     end = start + kv.l_lat[i] + nbytes / kv.l_bw[i]
-    kv.l_free[i, ch] = end
+    free[ch] = end
     kv.l_cnt[i, BYTES_UP] += nbytes
     kv.l_cnt[i, FETCHES] += 1
     kv.l_time[i, 0] += end - start
@@ -159,4 +173,6 @@ def tiers_check(kv):
             return TIER_CAPACITY
         if kv.t_stat[i, INSERTED] - kv.t_stat[i, EVICTED] != kv.t_size[i]:
             return TIER_COUNT
+        if kv.l_late[i] > 0.0:
+            return TIER_ORDER
     return 0

@@ -18,10 +18,15 @@ is a hash-addressed block store with a capacity, reached from the GPU over its o
 * **Link contention**: each link has ``channels`` parallel transfer slots served first come first
   served; a fetch of ``b`` bytes requested at ``now`` starts when a channel is free and completes
   ``latency + b / bandwidth`` later. That completion is known when the fetch is requested (it is
-  ``PrefixHit.ready_at``); a SimPy process mirrors each fetch on a ``simpy.Resource`` of the same
-  capacity on the replica's environment, so other processes see the link busy and a check can
-  confirm the mirror never started a transfer later than planned (``mirror_late_s``). Every user
-  of a link must go through :meth:`Link.fetch` for the two to agree.
+  ``PrefixHit.ready_at``). :meth:`Link.fetch` is the one entry point for a transfer.
+* **Shared links** (``kv_tiers[i].shared_link``): a link used by every replica of a fleet (a
+  cluster-wide L3 such as Halo's Redis) is one contended resource: every replica's ``Link`` holds
+  the same channel array (:class:`Channels`), so a fetch waits for the transfers the other
+  replicas started before it. The fleet loop advances an engine only up to the next other
+  engine's event when a link is shared (engine/cluster.py), so fetches reach the channels in time
+  order -- first come first served, as one SimPy resource of ``channels`` slots would serve them,
+  without a SimPy event per transfer. Each replica's ``Link`` keeps its own counters (bytes,
+  fetches, busy and queued seconds), so a fleet's summed counters count every transfer once.
 
 Lower tiers evict LRU (priority-aware eviction and pinning apply to L1, where blocks compete with
 running requests). Block bytes are one GPU's share (``kv_bytes_per_token x block_size``); give each
@@ -38,43 +43,58 @@ import numpy as np
 from servesim.request import NUM_CLASSES
 
 
+class Channels:
+    """A link's transfer slots: when each is next free. One per link, or one for every replica of
+    a fleet on a shared link."""
+
+    def __init__(self, channels: int):
+        self.free_at = [0.0] * channels
+        self.last_request = 0.0  # the latest request time seen (requests must come in time order)
+
+
 class Link:
-    """A full-duplex link between the GPU and one lower tier."""
+    """A full-duplex link between the GPU and one lower tier (``channels``: a :class:`Channels`
+    shared with other replicas' links, or None for a link of its own)."""
 
     def __init__(self, name: str, bandwidth_bytes_per_s: float, latency_s: float = 0.0, channels: int = 1,
-                 env=None):
+                 shared: "Channels | None" = None):
         if bandwidth_bytes_per_s <= 0 or latency_s < 0 or channels < 1:
             raise ValueError(f"link {name}: need bandwidth > 0, latency >= 0, channels >= 1")
+        if shared is not None and len(shared.free_at) != channels:
+            raise ValueError(f"link {name}: a shared link has {len(shared.free_at)} channels, not {channels}")
         self.name = name
         self.bw = float(bandwidth_bytes_per_s)
         self.latency = float(latency_s)
-        self.free_at = [0.0] * channels
-        self.env = env
-        self.resource = None
-        if env is not None:
-            import simpy
-
-            self.resource = simpy.Resource(env, capacity=channels)
+        self.slots = shared if shared is not None else Channels(channels)
+        self.shared = shared is not None
         self.bytes_up = 0
         self.bytes_down = 0
         self.fetches = 0
         self.stores = 0
         self.busy_s = 0.0  # channel-seconds spent fetching
         self.queue_s = 0.0  # fetch seconds spent waiting for a free channel
-        self.mirror_late_s = 0.0
+        self.out_of_order_s = 0.0  # how far a request came before one already served (shared links: 0)
+
+    @property
+    def free_at(self) -> list[float]:
+        return self.slots.free_at
 
     def fetch(self, nbytes: int, now: float) -> float:
         """Move ``nbytes`` up to the GPU, requested at ``now``; returns the completion time."""
-        ch = min(range(len(self.free_at)), key=self.free_at.__getitem__)
-        start = max(now, self.free_at[ch])
+        slots = self.slots
+        free_at = slots.free_at
+        ch = min(range(len(free_at)), key=free_at.__getitem__)
+        start = max(now, free_at[ch])
         end = start + self.latency + nbytes / self.bw
-        self.free_at[ch] = end
+        free_at[ch] = end
+        if now < slots.last_request:
+            self.out_of_order_s = max(self.out_of_order_s, slots.last_request - now)
+        else:
+            slots.last_request = now
         self.bytes_up += int(nbytes)
         self.fetches += 1
         self.busy_s += end - start
         self.queue_s += start - now
-        if self.resource is not None:
-            self.env.process(self._mirror(start, end))
         return end
 
     def store(self, blocks: int, nbytes: int) -> None:
@@ -83,16 +103,6 @@ class Link:
         one call groups (a decode run evicts many steps' blocks at once)."""
         self.bytes_down += int(nbytes)
         self.stores += int(blocks)
-
-    def _mirror(self, start: float, end: float):
-        env = self.env
-        if start > env.now:
-            yield env.timeout(start - env.now)
-        with self.resource.request() as req:
-            yield req
-            self.mirror_late_s = max(self.mirror_late_s, env.now - start)
-            if end > env.now:
-                yield env.timeout(end - env.now)
 
 
 @dataclass
@@ -221,6 +231,6 @@ class TierStack:
                 raise AssertionError(f"tier {t.name}: {len(t.blocks)} blocks exceed capacity {t.capacity}")
             if t.stats.inserted - t.stats.evicted != len(t.blocks):
                 raise AssertionError(f"tier {t.name}: inserted - evicted != blocks held")
-            if t.link.mirror_late_s > 1e-9 * max(1.0, max(t.link.free_at)):
-                raise AssertionError(f"link {t.link.name}: a transfer started {t.link.mirror_late_s} s late "
-                                     f"on the SimPy resource (something else uses the link)")
+            if t.link.out_of_order_s > 0.0:
+                raise AssertionError(f"link {t.link.name}: a fetch was requested {t.link.out_of_order_s} s "
+                                     f"before one already served (the link's users are not in time order)")

@@ -162,7 +162,8 @@ def _prefix_hits(kvs) -> float | None:
 def fleet_kv_report(kvs: list, ttft: np.ndarray) -> dict:
     """The prefix-cache entries of ``summary.kv`` for a fleet: one engine's own report, or every
     engine's counters pooled (hit rates over all lookups; tiers: hit blocks and rates per level,
-    fetch waits; a link's traffic stays per engine, not reported)."""
+    fetch waits; a lower tier's link traffic summed over the engines -- each engine counts its own
+    transfers, also on a link shared by all: ``kv_tiers[i].shared_link``)."""
     from servesim.kv.report import _rate, fetch_wait_entry, kv_report, ttft_effect
     from servesim.request import CLASS_NAMES, NUM_CLASSES
 
@@ -182,6 +183,14 @@ def fleet_kv_report(kvs: list, ttft: np.ndarray) -> dict:
         hits = sum(kv.tier_hit_blocks[i] for kv in kvs)
         tiers[name] = {"hit_blocks": int(hits.sum()), "hit_rate": _rate(hits.sum(), qb.sum()),
                        "by_class": {CLASS_NAMES[g]: _rate(hits[g], qb[g]) for g in range(NUM_CLASSES) if qb[g]}}
+        links = [kv.tiers.tiers[i - 1].link for kv in kvs if i > 0 and kv.tiers is not None and len(kv.tiers.tiers) >= i]
+        if links:
+            tiers[name].update({"bytes_fetched": sum(ln.bytes_up for ln in links),
+                                "bytes_stored": sum(ln.bytes_down for ln in links),
+                                "fetches": sum(ln.fetches for ln in links), "stores": sum(ln.stores for ln in links),
+                                "busy_s": float(sum(ln.busy_s for ln in links)),
+                                "queue_s": float(sum(ln.queue_s for ln in links)),
+                                "shared_link": bool(links[0].shared)})
     tiers["fetch_wait_s"] = fetch_wait_entry(sum(kv.fetch_wait_s for kv in kvs), sum(kv.fetch_waits for kv in kvs))
     tiers["dropped_blocks"] = int(sum(kv.tiers.dropped for kv in kvs if kv.tiers is not None))
     return {
