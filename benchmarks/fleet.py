@@ -31,7 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SIZES = (1, 24, 256, 1024, 4096, 16384)
-LOAD_READING = ("least-requests", "least-tokens", "priority")
+LOAD_READING = ("least-requests", "least-tokens", "priority", "affinity")
 ROUTERS = ("round-robin", "random", "least-requests", "least-tokens", "affinity", "priority")
 
 

@@ -88,3 +88,19 @@ def test_router_sample_on_a_router_that_reads_no_load_is_a_clear_error():
     raw = merge(BASE, {"hardware": {"replicas": 2}, "cluster": {"router": "round-robin", "router_sample": 2}})
     with pytest.raises(ScenarioError, match="router_sample 2 applies to routers least-requests"):
         scenario_from_dict(raw)
+
+
+@pytest.mark.parametrize("cap", [1.0, 1.25])
+def test_affinity_from_the_tree_equals_the_scan(cap):
+    raw = merge(BASE, {"stop": {"requests": 500}, "hardware": {"replicas": 5},
+                       "engine": {"max_num_seqs": 8, "enable_prefix_caching": True},
+                       "cluster": {"router": "affinity", "affinity": {"key": "session", "load_cap": cap}}})
+    raw["workload"] = {"arrival": {"process": "poisson", "rate": 30.0},
+                       "sessions": {"turns": {"dist": "geometric", "mean": 4, "max": 8}, "think_s": 0.2,
+                                    "new_input": {"dist": "fixed", "value": 32},
+                                    "output": {"dist": "uniform", "min": 1, "max": 40}, "system_prompt_tokens": 64}}
+    tree, res_tree = _decisions(raw, scan=False)
+    scan, res_scan = _decisions(raw, scan=True)
+    assert len(tree) >= 500 and tree == scan
+    assert res_tree.summary["cluster"]["affinity"] == res_scan.summary["cluster"]["affinity"]
+    assert res_tree.summary["cluster"]["affinity"]["overflows"] > 0  # the cap was reached

@@ -48,6 +48,7 @@ class MinTree:
             a, b = t[2 * i], t[2 * i + 1]
             t[i] = a if a <= b else b
         self.t = t
+        self.total = sum(t[size:size + n])  # (affinity's load cap reads the fleet's sum)
 
     def __getitem__(self, i: int):
         return self.t[self.size + i]
@@ -57,6 +58,7 @@ class MinTree:
         i += self.size
         if t[i] == v:
             return
+        self.total += v - t[i]
         t[i] = v
         i >>= 1
         while i:

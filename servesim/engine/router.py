@@ -262,6 +262,9 @@ class Affinity(Router):
         return {"affinity": {"hits": int(self.hits), "overflows": int(self.overflows), "keys": len(self.bound)}}
 
     def choose(self, rid, klass, view):
+        tree = view.tree("requests") if self.active is None else None
+        if tree is not None:  # (the same decisions from the incrementally kept loads: engine/load_index.py)
+            return self._choose_tree(rid, view, tree)
         loads = view.requests()
         if not self.has_key[rid]:
             return self.least(loads)
@@ -274,6 +277,22 @@ class Affinity(Router):
             self.overflows += 1
             return self.least(loads)
         r = self.least(loads)
+        self.bound[key] = r
+        return r
+
+    def _choose_tree(self, rid, view, tree):
+        """Affinity's rule on the loads' tree: the replica's load and the fleet's sum without a scan."""
+        if not self.has_key[rid]:
+            return self.least_of(view, "requests")
+        key = int(self.keys[rid])
+        r = self.bound.get(key)
+        if r is not None:
+            if tree[r] < math.ceil(self.load_cap * (int(tree.total) + 1) / self.n):
+                self.hits += 1
+                return r
+            self.overflows += 1
+            return self.least_of(view, "requests")
+        r = self.least_of(view, "requests")
         self.bound[key] = r
         return r
 
