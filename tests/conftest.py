@@ -55,3 +55,14 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip("../shared is not present")
     return SHARED
+
+
+def pytest_sessionstart(session):
+    """Compile the engine once, before any test runs (from the on-disk cache when it is there:
+    a second or two). Tests that run servesim in a subprocess with a time limit (the hang guards
+    of test_aging_horizon.py) or under an alarm (the fuzzer) must not pay a cold compile inside
+    it: on a fresh checkout that is minutes, and they would time out on the compiler, not on a
+    hang."""
+    from tests.fuzz_inputs import warm_up
+
+    warm_up()
