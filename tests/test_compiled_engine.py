@@ -53,6 +53,8 @@ def scenarios(draw):
                 "num_gpu_blocks_override": max(draw(st.integers(8, 60)), math.ceil(96 / block)),
                 "cpu_overhead_s": draw(st.sampled_from([0.0, 0.002])),
                 "cpu_overhead_per_seq_s": draw(st.sampled_from([0.0, 1e-4]))})
+    if "max_batch_size" in eng:  # a static batch larger than the slots is refused
+        eng["max_batch_size"] = min(eng["max_batch_size"], eng["max_num_seqs"])
     kv = draw(st.sampled_from(["paged", "static", "elastic"]))
     eng["kv_allocator"] = kv
     if kv == "static":
@@ -120,7 +122,10 @@ def test_compiled_single_step_equals_fast():
 def test_every_built_in_policy_compiles():
     for sched in ["vllm", "chunked", "priority", "static-fifo"]:
         for kv in ["paged", "static", "elastic"]:
-            raw = merge(BASE, {"engine": {"scheduler": sched, "kv_allocator": kv}})
+            eng = {"scheduler": sched, "kv_allocator": kv}
+            if sched == "static-fifo":  # its default batch of 16 exceeds BASE's 8 slots (refused)
+                eng["max_batch_size"] = 8
+            raw = merge(BASE, {"engine": eng})
             assert build(scenario_from_dict(raw)).replica.path == "compiled", (sched, kv)
 
 

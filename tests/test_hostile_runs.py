@@ -33,6 +33,8 @@ TINY = {"block_size": 4, "num_gpu_blocks_override": 5, "max_model_len": MML, "ma
 
 def _engine(policy: str, kv: str) -> dict:
     eng = {"scheduler": policy, **TINY, **KV[kv]}
+    if policy == "static-fifo":  # a static batch larger than the slots is refused (issue 26)
+        eng["max_batch_size"] = eng["max_num_seqs"]
     if policy == "chunked":
         eng["max_num_batched_tokens"] = 8
     return eng
@@ -81,7 +83,8 @@ def test_requests_that_can_never_fit_are_rejected_at_the_boundary(policy, kv):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_an_overloaded_run_stops_at_its_duration_and_reports_the_unfinished(policy):
     raw = merge(BASE, {"stop": {"requests": 100_000, "duration_s": 3.0},
-                       "engine": {"scheduler": policy, "max_num_seqs": 4},
+                       "engine": {"scheduler": policy, "max_num_seqs": 4,
+                                  **({"max_batch_size": 4} if policy == "static-fifo" else {})},
                        "workload": {"arrival": {"process": "poisson", "rate": 400.0},
                                     "output": {"dist": "fixed", "value": 50}}})
     checker = Checker()
