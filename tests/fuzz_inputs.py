@@ -406,6 +406,18 @@ class FuzzStats:
 
 
 MEMORY_CAP = 8 << 30  # address space for the fuzzing process (numba and LLVM reserve some 2-3 GB)
+HEADROOM = 6 << 30  # at least this much address space above what the process maps when fuzzing starts
+
+
+def _address_space() -> int:
+    """Bytes of address space this process maps now (VmSize), 0 where /proc is absent."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 class _Timeout(Exception):
@@ -538,7 +550,11 @@ def fuzz(n: int, *, derandomize: bool = True, log=None) -> FuzzStats:
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    cap = MEMORY_CAP if hard == resource.RLIM_INFINITY else min(MEMORY_CAP, hard)
+    # room above what this process already maps: run late in a test session, after numba/LLVM and
+    # earlier tests have grown the address space, a fixed 8 GB cap left malloc failing inside C
+    # code (a segfault in typer's signature reading, seen on 2026-12-05) instead of a MemoryError
+    cap = max(MEMORY_CAP, _address_space() + HEADROOM)
+    cap = cap if hard == resource.RLIM_INFINITY else min(cap, hard)
     resource.setrlimit(resource.RLIMIT_AS, (cap, hard))  # a blow-up is a MemoryError, not the OOM killer
 
     @settings(max_examples=n, deadline=None, database=None, derandomize=derandomize, phases=[Phase.generate],
