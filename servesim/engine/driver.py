@@ -47,8 +47,6 @@ ERRORS = {
     K.E_BUDGET: "token budget exceeded: {arg} tokens scheduled > max_num_batched_tokens",
     K.E_SEQS: "max_num_seqs exceeded: {arg} running",
     K.E_EMPTY_NEW: "a scheduled request computes no token",
-    K.E_SLOTS: "request {arg} computes past the KV blocks it holds (the policy admitted it without an allocation: "
-               "a policy bug)",
     K.E_STALL: "scheduler returned an empty batch with work pending and nothing left to wait for (a policy bug)",
     K.E_HORIZON: "the policy asked to be woken at an instant the idle engine has already reached, so it would "
                  "wait for it forever (a policy bug: a horizon must lie ahead of the current time)",

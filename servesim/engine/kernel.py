@@ -70,8 +70,7 @@ from servesim.sched.state import ONE, ZERO, set_causes
 PER_STEP = np.int64(-1)  # record(): blocks in use from st.used, step by step
 
 DONE, UNTIL, FLUSH, PROGRESS, ERROR, ENDED = 0, 1, 2, 3, 4, 5  # why advance() returned
-E_KV, E_BUDGET, E_SEQS, E_EMPTY_NEW, E_STALL, E_HORIZON, E_SLOTS = 1, 2, 3, 4, 5, 6, 7  # invariant failures
-# (the driver explains each)
+E_KV, E_BUDGET, E_SEQS, E_EMPTY_NEW, E_STALL, E_HORIZON = 1, 2, 3, 4, 5, 6  # invariant failures (driver explains)
 PROGRESS_EVERY = 1 << 16  # segments between progress returns
 
 
@@ -324,18 +323,6 @@ def check_batch(cfg, st, kv):
     if c != 0:
         st.s.error_arg = c
         return E_KV
-    if not kv.prefix:
-        # every running request holds slots for what it computed plus what it computes now (a
-        # policy part that admits past the pool is caught here, not only by servesim.testing)
-        for j in range(st.s.run_len):
-            r = st.run[j]
-            need = int(st.computed[r])
-            for i in range(st.s.b_len):
-                if st.b_ids[i] == r:
-                    need += int(st.b_new[i])
-            if int(kv.held[r]) * kv.block_size < need:
-                st.s.error_arg = r
-                return E_SLOTS
     total = 0
     for i in range(st.s.b_len):
         total += st.b_new[i]
