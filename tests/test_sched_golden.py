@@ -68,7 +68,8 @@ def test_static_fifo_batch_size_and_micro_batches(fast_path):
 def test_static_fifo_batch_stops_at_kv_reservation(fast_path):
     """A 4-block pool of 4-token blocks (16 slots): r0 reserves 3 blocks (10 + 3 - 1 = 12 slots),
     r1 needs 2 more, so the first batch is r0 alone."""
-    sc = sim(fast_path, scheduler="static-fifo", block_size=4, num_gpu_blocks_override=4, max_model_len=16)
+    sc = sim(fast_path, scheduler="static-fifo", max_batch_size=8, block_size=4, num_gpu_blocks_override=4,
+             max_model_len=16)  # a batch of up to 8: the KV reservation, not the batch size, binds
     reqs = [Request(0.0, 10, 3), Request(0.0, 3, 3)]
     _, trace = run_traced(sc, reqs)
     assert trace == [
