@@ -71,6 +71,8 @@ def offline_charts() -> None:
     chart carries the Vega bundle (about 1 MB); later ones reuse it."""
     import altair as alt
 
-    _bundle_sent.clear()  # a new page (a restarted kernel re-runs this): send the bundle again
     alt.renderers.register(RENDERER, _render)
+    if alt.renderers.active not in ("default", RENDERER):
+        return  # a renderer chosen on purpose (e.g. "json", to capture the specs) stays
+    _bundle_sent.clear()  # a new page (a restarted kernel re-runs this): send the bundle again
     alt.renderers.enable(RENDERER)
