@@ -26,36 +26,6 @@ from servesim.config.engines import PRESET_NAMES
 from servesim.config.kv import KVConfig
 from servesim.hardware import GPUS
 from servesim.models import KV_CACHE_DTYPES, MODELS, WEIGHT_FORMATS, ModelShape
-from servesim.config.dists import (  # noqa: F401 (re-exported: scenario's public types)
-    ExponentialDist,
-    FixedDist,
-    GeometricDist,
-    LengthDist,
-    LognormalDist,
-    NormalDist,
-    UniformDist,
-)
-from servesim.config.arrivals import (  # noqa: F401 (re-exported)
-    ArrivalConfig,
-    ClosedArrival,
-    ConstantArrival,
-    GammaArrival,
-    PoissonArrival,
-)
-from servesim.config.streams import (  # noqa: F401 (re-exported)
-    ClassMix,
-    ContaminateConfig,
-    StreamConfig,
-    StreamSLO,
-    WorkloadConfig,
-)
-from servesim.config.traces import (  # noqa: F401 (re-exported)
-    ClassAssignmentConfig,
-    LengthsConfig,
-    ServeGenArrivalConfig,
-    SessionsConfig,
-    TraceConfig,
-)
 
 
 

@@ -17,36 +17,6 @@ from servesim.errors import ScenarioError
 from servesim.policy_catalog import POLICIES
 from servesim.models import ConfigError, ModelShape, shape_from_file
 from servesim.yamltext import YamlDataError, load_yaml
-from servesim.config.dists import (  # noqa: F401 (re-exported: scenario's public types)
-    ExponentialDist,
-    FixedDist,
-    GeometricDist,
-    LengthDist,
-    LognormalDist,
-    NormalDist,
-    UniformDist,
-)
-from servesim.config.arrivals import (  # noqa: F401 (re-exported)
-    ArrivalConfig,
-    ClosedArrival,
-    ConstantArrival,
-    GammaArrival,
-    PoissonArrival,
-)
-from servesim.config.streams import (  # noqa: F401 (re-exported)
-    ClassMix,
-    ContaminateConfig,
-    StreamConfig,
-    StreamSLO,
-    WorkloadConfig,
-)
-from servesim.config.traces import (  # noqa: F401 (re-exported)
-    ClassAssignmentConfig,
-    LengthsConfig,
-    ServeGenArrivalConfig,
-    SessionsConfig,
-    TraceConfig,
-)
 
 
 

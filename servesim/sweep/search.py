@@ -123,6 +123,17 @@ def _is_zero_load(p: Probe) -> bool:
     return busy is not None and math.isfinite(busy.estimate) and busy.estimate <= ZERO_LOAD_BUSY
 
 
+def _zero_load_refusal(z: Probe, where: str, consequence: str) -> str | None:
+    """The refusal when the zero-load probe ``z`` failed every way that counts: measured (not
+    "nothing completed") and truly unloaded (engine busy <= ZERO_LOAD_BUSY); None otherwise."""
+    failed = [(s, iv) for s, iv, v in z.checks if v == "fail"]
+    if z.verdict != "fail" or not _is_zero_load(z) or not all(math.isfinite(iv.estimate) for _, iv in failed):
+        return None
+    fails = "; ".join(f"{s} measured {_measured(iv)}" for s, iv in failed)
+    return (f"no answer: the SLOs are missed even at zero load ({where}, the engine busy "
+            f"{z.aux['busy_fraction'].estimate:.2%} of the time): {fails}; {consequence}")
+
+
 def search_max_rate(probe: Callable[[float], Probe], slos: list[SLO], *, tol: float = 0.05, grow: float = 2.0,
                     max_doublings: int = 12, max_probes: int = 40,
                     describe: Callable[[float], str] = lambda x: f"rate x{x:.4g}",
@@ -173,12 +184,9 @@ def search_max_rate(probe: Callable[[float], Probe], slos: list[SLO], *, tol: fl
             # a probe of its own: in the path, never the bracket (halving from `start` finds that)
             z = out.zero_load = probe(start * ZERO_LOAD)
             out.path.append(z)
-            if z.verdict == "fail" and _is_zero_load(z) and all(
-                    math.isfinite(iv.estimate) for s, iv, v in z.checks if v == "fail"):
-                fails = "; ".join(f"{s} measured {_measured(iv)}" for s, iv, v in z.checks if v == "fail")
-                out.refused = (f"no answer: the SLOs are missed even at zero load ({describe(z.x)}, the engine "
-                               f"busy {z.aux['busy_fraction'].estimate:.2%} of the time): {fails}; no rate "
-                               f"meets them (loosen the SLO, or change the engine, model or GPU)")
+            out.refused = _zero_load_refusal(z, describe(z.x), "no rate meets them (loosen the SLO, or change "
+                                                               "the engine, model or GPU)")
+            if out.refused:
                 return _finish(out)
         doublings = 0
         while out.best is None or out.bound is None:
@@ -299,12 +307,9 @@ def search_min_replicas(probe: Callable[[float], Probe], slos: list[SLO], *, sta
             except BudgetSpent as why:
                 out.refused = f"no answer: {why}; raise --budget"
                 return _finish(out)
-            if z.verdict == "fail" and _is_zero_load(z) and all(
-                    math.isfinite(iv.estimate) for s, iv, v in z.checks if v == "fail"):
-                fails = "; ".join(f"{s} measured {_measured(iv)}" for s, iv, v in z.checks if v == "fail")
-                out.refused = (f"no answer: the SLOs are missed even at zero load (one replica at "
-                               f"{ZERO_LOAD:g} of the rate, busy {z.aux['busy_fraction'].estimate:.2%} of the "
-                               f"time): {fails}; no replica count meets them")
+            out.refused = _zero_load_refusal(z, f"one replica at {ZERO_LOAD:g} of the rate",
+                                             "no replica count meets them")
+            if out.refused:
                 return _finish(out)
         if p.verdict == "pass":
             if out.bound is not None or n == 1:
