@@ -140,3 +140,14 @@ def test_shipped_plans_load():
     for f in sorted((REPO / "scenarios" / "plans").glob("*.yaml")):
         spec = load_plan(f)
         assert spec.size >= 2 and spec.slos
+
+
+def test_a_stored_costlier_option_is_reused_only_under_a_cap_it_still_exceeds(tmp_path):
+    from servesim.sweep.plan import Option, OptionStore
+
+    store = OptionStore(tmp_path, (SLO("m", 1.0),))
+    store.put(Option({"x": 1}, key="k", cost_per_hour=6.0,
+                     refused="costlier than the best found: needs more than 2 replicas (6.00 USD/h or more)"))
+    assert store.get("k", 4.0) is not None  # at least 6/h: still costlier than a best of 4/h
+    assert store.get("k", 8.0) is None  # under a higher cap it may be the cheapest: search again
+    assert store.get("k", None) is None  # nothing answered yet in this plan: no cap to compare with

@@ -244,9 +244,10 @@ class OptionStore:
         if r is None:
             return None
         o = Option(**r)
-        # an option stopped at an earlier, higher cost cap may be cheaper than a lower cap: keep; one
-        # stopped at a lower cap than now must be searched again
-        if o.refused and o.refused.startswith("costlier") and cap is not None and (o.cost_per_hour or 0) < cap:
+        # an option stopped at an earlier cost cap holds only a lower bound on its cost: still
+        # costlier than the best found now when that bound reaches the current cap; without a cap
+        # (nothing answered yet in this plan) or under a higher one it must be searched again
+        if o.refused and o.refused.startswith("costlier") and (cap is None or (o.cost_per_hour or 0) < cap):
             return None
         return o
 
@@ -370,7 +371,7 @@ class Planner:
 
     def run(self) -> "PlanResult":
         self.grid() if self.spec.resolved_method == "grid" else self.optuna()
-        return PlanResult(self.spec, list(dict((id(o), o) for o in self.options).values()))
+        return PlanResult(self.spec, list(self.options))  # evaluate() keeps each option once
 
 
 @dataclass
