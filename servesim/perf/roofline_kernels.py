@@ -28,6 +28,19 @@ def roofline_gemm_s(rf, t, k, n):
 
 
 @kernel
+def roofline_pp_send(rf, tokens):
+    """Seconds to hand ``tokens`` activations down a pipeline: pp - 1 sends, those between
+    servers (``x_hops``) over the inter-server link."""
+    pp_send = 0.0
+    if rf.pp > 1:
+        msg = tokens * rf.hidden * rf.dtype_bytes
+        pp_send = (rf.pp - 1 - rf.x_hops) * (msg / rf.link + rf.send_latency)
+        if rf.x_hops > 0:
+            pp_send += rf.x_hops * (msg / rf.x_bw + rf.x_latency)
+    return pp_send
+
+
+@kernel
 def roofline_token_seconds(rf, tokens, rows):
     """Everything that depends only on the token count and the sampled rows (not on context):
     GEMMs, elementwise traffic, all-reduces, LM head, stage sends, the fixed overhead."""
@@ -43,12 +56,7 @@ def roofline_token_seconds(rf, tokens, rows):
         msg = tokens * rf.hidden * rf.dtype_bytes
         per_layer += 2 * (2 * (rf.tp - 1) / rf.tp * msg / rf.link + rf.allreduce_latency)
     lm = roofline_gemm_s(rf, rows, rf.lm_k, rf.lm_n)
-    pp_send = 0.0
-    if rf.pp > 1:
-        msg = tokens * rf.hidden * rf.dtype_bytes
-        pp_send = (rf.pp - 1 - rf.x_hops) * (msg / rf.link + rf.send_latency)
-        if rf.x_hops > 0:
-            pp_send += rf.x_hops * (msg / rf.x_bw + rf.x_latency)
+    pp_send = roofline_pp_send(rf, tokens)
     return rf.layers * per_layer + lm + pp_send + rf.overhead
 
 
@@ -163,10 +171,5 @@ def roofline_token_seconds_general(rf, tokens, rows):
             moe += ar
         total += rf.moe_layers * moe
     lm = roofline_gemm_s(rf, rows, rf.lm_k, rf.lm_n)
-    pp_send = 0.0
-    if rf.pp > 1:
-        msg = tokens * rf.hidden * rf.dtype_bytes
-        pp_send = (rf.pp - 1 - rf.x_hops) * (msg / rf.link + rf.send_latency)
-        if rf.x_hops > 0:
-            pp_send += rf.x_hops * (msg / rf.x_bw + rf.x_latency)
+    pp_send = roofline_pp_send(rf, tokens)
     return total + lm + pp_send + rf.overhead
