@@ -187,6 +187,20 @@ def test_capacity_cli_prints_a_line_per_probe_and_takes_start_and_budget(tmp_pat
 
 
 # ------------------------------------------------------------------------------ theory
+def _coverage(sc, w: float, truth: float, first_seed: int, searches: int = 100) -> tuple[int, int]:
+    """Over ``searches`` searches with disjoint seeds (``queue_mean <= w``): how many crossing
+    intervals cover ``truth``, and how many crossings lie within 2 % of it."""
+    covered = near = 0
+    for k in range(searches):
+        s = find_max_rate(sc.override({"seed": first_seed + 100 * k}), [SLO("queue_mean", w)],
+                          Budget(seeds=6, max_seeds=24), tol=0.03)
+        assert s.answered, s.refused
+        c = s.crossing.to_dict(s.base_rate)
+        covered += c["rate_lo"] <= truth <= c["rate_hi"]
+        near += abs(c["rate_req_per_s"] / truth - 1) <= 0.02
+    return covered, near
+
+
 @pytest.mark.parametrize("w", [0.01])
 def test_md1_crossing_within_2pct_of_pollaczek_khinchine(w):
     truth = pk_max_rate(S, w)
@@ -202,15 +216,7 @@ def test_md1_crossing_interval_covers_the_closed_form_in_90_of_100_searches():
     least 90 (a well-calibrated interval would in ~95; 90 leaves room for binomial noise: with
     p = 0.95, P(X < 90) = 1.1 %)."""
     truth = pk_max_rate(S, 0.01)
-    covered = 0
-    near = 0
-    for k in range(100):
-        sc = md1(4000).override({"seed": 1000 + 100 * k})
-        s = find_max_rate(sc, [SLO("queue_mean", 0.01)], Budget(seeds=6, max_seeds=24), tol=0.03)
-        assert s.answered, s.refused
-        c = s.crossing.to_dict(s.base_rate)
-        covered += c["rate_lo"] <= truth <= c["rate_hi"]
-        near += abs(c["rate_req_per_s"] / truth - 1) <= 0.02
+    covered, near = _coverage(md1(4000), 0.01, truth, first_seed=1000)
     print(f"M/D/1 crossing: interval covers P-K in {covered}/100, within 2 % in {near}/100")
     assert covered >= 90, covered
     assert near >= 90, near
@@ -265,14 +271,7 @@ def test_mmc_crossing_within_2pct_of_erlang_c():
 @pytest.mark.slow
 def test_mmc_crossing_interval_covers_erlang_c_in_90_of_100_searches():
     truth = mmc_max_rate(0.02)
-    covered = near = 0
-    for k in range(100):
-        sc = mmc(4000).override({"seed": 5000 + 100 * k})
-        s = find_max_rate(sc, [SLO("queue_mean", 0.02)], Budget(seeds=6, max_seeds=24), tol=0.03)
-        assert s.answered, s.refused
-        c = s.crossing.to_dict(s.base_rate)
-        covered += c["rate_lo"] <= truth <= c["rate_hi"]
-        near += abs(c["rate_req_per_s"] / truth - 1) <= 0.02
+    covered, near = _coverage(mmc(4000), 0.02, truth, first_seed=5000)
     print(f"M/M/4 crossing: interval covers Erlang C in {covered}/100, within 2 % in {near}/100")
     assert covered >= 90, covered
     assert near >= 90, near
