@@ -99,8 +99,10 @@ def test_plan_cli_prints_the_table_and_writes_json_and_report(tmp_path):
     res = CliRunner().invoke(app, ["plan", str(f), "--out", str(tmp_path / "out"), "--workers", "1"])
     assert res.exit_code == 0, res.stdout
     assert "cheapest:" in res.stdout and "option 1:" in res.stdout
+    assert "step time (" in res.stdout and "constant" in res.stdout  # each answer says what timed it
     d = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert d["best"]["replicas"] == 2 and d["method"] == "grid" and d["space_size"] == 4
+    assert "constant" in d["best"]["step_model"]
     html = (tmp_path / "out" / "report.html").read_text()
     assert "Cost against headroom" in html and '"headroom"' in html
 

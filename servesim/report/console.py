@@ -402,6 +402,9 @@ def print_plan(console: Console, result) -> None:
     for o in ranked:
         if not o.feasible:
             console.print(f"  no answer for {o.label()}: {o.refused}", markup=False, soft_wrap=True)
+    for label in dict.fromkeys(o.step_model for o in feas[:spec.top] if o.step_model):
+        names = ", ".join(o.label() for o in feas[:spec.top] if o.step_model == label)
+        console.print(f"step time ({names}): {label}", markup=False, soft_wrap=True)
     if feas:
         b = feas[0]
         console.print(f"[bold]cheapest:[/] {escape(b.label())}: {b.replicas} x {b.gpus_per_replica} {b.gpu} = "

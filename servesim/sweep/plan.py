@@ -92,6 +92,7 @@ class Option:
     metrics: dict[str, float] = field(default_factory=dict)  # SLO metric estimates at the answer
     fails_below: bool | None = None  # one replica fewer verified to fail (None: the answer is 1)
     probes: int = 0
+    step_model: str | None = None  # what timed its iterations (pack, transferred, roofline: perf/select.py)
 
     @property
     def feasible(self) -> bool:
@@ -312,6 +313,7 @@ class Planner:
             o.refused = f"cannot run: {exc}"
             return self._keep(tag, o)
         o.probes = len(s.path)
+        o.step_model = (s.step_model or {}).get("label")
         if s.answered:
             o.replicas = int(s.best.x)
             o.cost_per_hour = o.replicas * per_replica
