@@ -1,0 +1,410 @@
+"""Ops beyond the bf16 dense decoder, for profile_gpu.py: quantized linears, MoE, fp8-KV and MLA
+decode attention.
+
+Why a module of its own: the bf16 ops of profile_gpu.py are one torch call each; these are small
+recipes (activation quantization + a scaled GEMM, routing + grouped GEMMs, a Triton attention
+kernel) with more than one possible backend, and each records which backend ran so that a pack
+names the kernel its numbers came from. Everything here runs on the GPU machine with only PyTorch
+(and Triton, where present); on CPU the same code runs on PyTorch's CPU kernels (logic tests only:
+tests never read CPU times as data).
+
+What each recipe stands for (engines' sources read for the shape of the work, not copied):
+
+* ``fp8`` linear -- vLLM ``--quantization fp8`` on a bf16 checkpoint (vLLM v0.6-v0.10,
+  model_executor/layers/quantization/fp8.py): weights e4m3 with one per-tensor scale, activations
+  quantized per tensor at run time (one amax reduction + one cast kernel), then a scaled GEMM with
+  bf16 output. Here: ``torch._scaled_mm`` (cuBLASLt fp8 on Hopper).
+* ``fp8_channel`` -- the llm-compressor "FP8 dynamic" checkpoints: per-channel weight scales,
+  per-token activation scales, ``torch._scaled_mm`` with row-wise scales (CUTLASS on sm90).
+* ``int8`` -- W8A8 int8 (vLLM compressed-tensors w8a8): per-token dynamic activation scales,
+  per-channel weight scales, ``torch._int_mm`` (int32 accumulate) then one dequantizing multiply.
+  ``_int_mm`` needs more than 16 rows: smaller batches are padded to 32 rows (said in the pack).
+* ``int4`` -- weight-only 4-bit with group size 128 (AWQ/GPTQ-style W4A16): PyTorch's tinygemm
+  kernel (``torch._weight_int4pack_mm``, the kernel of gpt-fast/torchao), not vLLM's Marlin; where
+  it is unavailable the weight is dequantized to bf16 each call and multiplied (vLLM's AWQ path
+  for large batches), and the pack says which ran.
+* MoE (Qwen3-MoE / Mixtral style, top-k softmax routing with renormalization): ``moe_gate`` =
+  router GEMM + softmax + top-k; ``moe_experts`` = sort the (token, expert) pairs by expert,
+  gather, grouped gate_up GEMM, SiLU*up, grouped down GEMM (``torch._grouped_mm``, CUTLASS grouped
+  GEMM on sm90, as torchtitan uses; a per-expert loop where it is absent); ``moe_combine`` = the
+  routing-weighted sum back into token order (index_add). Random router weights route nearly
+  uniformly, which is what the pack says it measured.
+* Decode attention over fp8 KV and MLA decode -- a split-KV Triton kernel of the kind SGLang and
+  vLLM's Triton backend run (sglang/srt/layers/attention/triton_ops/decode_attention.py, v0.4:
+  grouped query heads per program, online softmax over KV blocks, a second kernel merges the
+  splits). The same kernel runs bf16 KV, so fp8/bf16 is a ratio within one kernel; MLA runs it
+  with one latent KV head of 512 + 64 rope dims whose first 512 are the values (DeepSeek-V2/V3
+  weight-absorbed decode), not FlashMLA.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+try:  # Triton is on the GPU machines; on CPU the interpreter (TRITON_INTERPRET=1) runs it in tests
+    import triton
+    import triton.language as tl
+except Exception:  # pragma: no cover - depends on the machine
+    triton = None
+    tl = None
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0
+INT4_GROUP = 128
+WEIGHT_FORMATS = ("bf16", "fp8", "fp8_channel", "int8", "int4")
+#: the pack's ``dtype`` (bytes per weight) for each format
+FORMAT_DTYPE = {"bf16": "bf16", "fp8": "fp8", "fp8_channel": "fp8", "int8": "int8", "int4": "int4"}
+
+
+# ============================================================================== quantized linears
+class QLinear:
+    """``y = x @ W.T`` (bf16 in, bf16 out) with W stored in one of WEIGHT_FORMATS.
+
+    Built from a bf16 weight [out, in]; ``__call__`` does everything an engine does per call
+    (activation quantization included), so its time is the op's time.
+    """
+
+    def __init__(self, w: torch.Tensor, fmt: str):
+        if fmt not in WEIGHT_FORMATS:
+            raise ValueError(f"weight format {fmt!r}; known: {WEIGHT_FORMATS}")
+        self.fmt = fmt
+        self.out_f, self.in_f = w.shape
+        self.backend = "torch.nn.functional.linear (bf16)"
+        dev = w.device
+        if fmt == "bf16":
+            self.w = w
+        elif fmt == "fp8":
+            s = (w.abs().amax().float() / FP8_MAX).clamp(min=1e-12)
+            self.wq_t = (w.float() / s).to(FP8).t()  # column-major [in, out], as cuBLASLt wants
+            self.sw = s.reshape(())
+            self.backend = "torch._scaled_mm e4m3, per-tensor scales (dynamic per-tensor activation quant)"
+        elif fmt == "fp8_channel":
+            s = (w.abs().amax(dim=1, keepdim=True).float() / FP8_MAX).clamp(min=1e-12)  # [out, 1]
+            self.wq_t = (w.float() / s).to(FP8).t()
+            self.sw = s.t().contiguous()  # [1, out]
+            self.backend = "torch._scaled_mm e4m3, row-wise scales (per-token activation, per-channel weight)"
+        elif fmt == "int8":
+            s = (w.abs().amax(dim=1, keepdim=True).float() / 127.0).clamp(min=1e-12)
+            self.wq_t = torch.round(w.float() / s).clamp(-127, 127).to(torch.int8).t()
+            self.sw = s.t().contiguous()
+            self.backend = "torch._int_mm int8 (per-token activation, per-channel weight), int32 accumulate"
+        else:  # int4 weight-only, group 128, asymmetric (scale and zero per group)
+            self._init_int4(w, dev)
+
+    # --- int4 -----------------------------------------------------------------------------
+    def _init_int4(self, w: torch.Tensor, dev) -> None:
+        n, k = w.shape
+        g = INT4_GROUP if k % INT4_GROUP == 0 else k
+        wg = w.float().reshape(n, k // g, g)
+        lo, hi = wg.amin(dim=2, keepdim=True), wg.amax(dim=2, keepdim=True)
+        scale = ((hi - lo) / 15.0).clamp(min=1e-6)
+        q = torch.round((wg - lo) / scale).clamp(0, 15).to(torch.int32).reshape(n, k)
+        zero_mid = lo + 8 * scale  # tinygemm's zero point convention: w = (q - 8) * s + z
+        self.group = g
+        self.q = q
+        self.scale = scale.reshape(n, k // g)
+        self.lo = lo.reshape(n, k // g)
+        sz = torch.stack([scale.reshape(n, k // g).t(), zero_mid.reshape(n, k // g).t()], dim=2)
+        self.scales_zeros = sz.to(torch.bfloat16).contiguous()  # [k/g, n, 2]
+        self.packed = None
+        try:
+            if dev.type == "cuda":
+                u8 = ((q[:, ::2] << 4) | q[:, 1::2]).to(torch.uint8)
+                self.packed = torch._convert_weight_to_int4pack(u8.contiguous(), 8)
+                self._mm = lambda x: torch._weight_int4pack_mm(x, self.packed, g, self.scales_zeros)
+            else:
+                self.packed = torch._convert_weight_to_int4pack_for_cpu(q.contiguous(), 8)
+                self._mm = lambda x: torch._weight_int4pack_mm_for_cpu(x, self.packed, g, self.scales_zeros)
+            self._mm(torch.zeros(1, k, device=dev, dtype=torch.bfloat16))  # fails here, not later
+            self.backend = f"torch._weight_int4pack_mm (tinygemm) W4A16, group {g}"
+        except Exception as exc:  # dequantize per call, then a bf16 GEMM
+            self.packed = None
+            self.q8 = q.to(torch.uint8)
+            self._mm = self._dequant_mm
+            self.backend = (f"dequantize to bf16 + F.linear, group {g} (tinygemm unavailable: "
+                            f"{type(exc).__name__}: {str(exc).splitlines()[0][:100] if str(exc) else ''})")
+
+    def _dequant_mm(self, x):
+        n, k = self.q8.shape
+        g = self.group
+        w = (self.q8.reshape(n, k // g, g).to(torch.bfloat16) * self.scale.to(torch.bfloat16)[..., None]
+             + self.lo.to(torch.bfloat16)[..., None]).reshape(n, k)
+        return F.linear(x, w)
+
+    def dequantized(self) -> torch.Tensor:
+        """The weight this linear multiplies by, in float32 (for accuracy checks)."""
+        if self.fmt == "bf16":
+            return self.w.float()
+        if self.fmt == "fp8":
+            return self.wq_t.t().float() * self.sw
+        if self.fmt in ("fp8_channel", "int8"):
+            return self.wq_t.t().float() * self.sw.t()
+        n, k = self.q.shape
+        g = self.group
+        return (self.q.reshape(n, k // g, g).float() * self.scale[..., None] + self.lo[..., None]).reshape(n, k)
+
+    # --- the call -------------------------------------------------------------------------------
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        f = self.fmt
+        if f == "bf16":
+            return F.linear(x, self.w)
+        if f == "fp8":
+            sx = (x.abs().amax().float() / FP8_MAX).clamp(min=1e-12)
+            xq = (x / sx).to(FP8)
+            return torch._scaled_mm(xq, self.wq_t, sx, self.sw, out_dtype=torch.bfloat16)
+        if f == "fp8_channel":
+            sx = (x.abs().amax(dim=1, keepdim=True).float() / FP8_MAX).clamp(min=1e-12)
+            xq = (x / sx).to(FP8)
+            return torch._scaled_mm(xq, self.wq_t, sx, self.sw, out_dtype=torch.bfloat16)
+        if f == "int8":
+            m = x.shape[0]
+            sx = (x.abs().amax(dim=1, keepdim=True).float() / 127.0).clamp(min=1e-12)
+            xq = torch.round(x / sx).clamp(-127, 127).to(torch.int8)
+            if m <= 16:  # _int_mm needs more than 16 rows
+                xq = F.pad(xq, (0, 0, 0, 32 - m))
+            acc = torch._int_mm(xq, self.wq_t)[:m]
+            return (acc.float() * sx * self.sw).to(torch.bfloat16)
+        return self._mm(x)
+
+
+# ============================================================================== mixture of experts
+@dataclass(frozen=True)
+class MoEShape:
+    experts: int
+    top_k: int
+    inter: int  # moe_intermediate_size (per expert)
+    hidden: int
+    norm_topk: bool = True  # Qwen3-MoE renormalizes the top-k weights; Mixtral's softmax is over top-k
+
+
+def has_grouped_mm(device) -> bool:
+    return hasattr(torch, "_grouped_mm") and (device.type != "cuda"
+                                              or torch.cuda.get_device_capability(device) >= (9, 0))
+
+
+class MoE:
+    """One MoE layer's experts with random weights; gate / experts / combine are the pack's three ops."""
+
+    def __init__(self, shape: MoEShape, device, gen: torch.Generator, grouped: Optional[bool] = None):
+        s = shape
+        self.s = s
+        dt = torch.bfloat16
+
+        def r(*sh, scale=1.0):
+            return torch.randn(*sh, generator=gen, device=device, dtype=dt) * scale
+        self.router = r(s.experts, s.hidden, scale=s.hidden ** -0.5)
+        self.w13 = r(s.experts, 2 * s.inter, s.hidden, scale=s.hidden ** -0.5)  # [E, 2I, h]
+        self.w2 = r(s.experts, s.hidden, s.inter, scale=s.inter ** -0.5)  # [E, h, I]
+        self.grouped = has_grouped_mm(device) if grouped is None else grouped
+        if self.grouped:
+            try:  # fail here rather than inside a timed call
+                x = torch.zeros(2 * s.experts, s.hidden, device=device, dtype=dt)
+                offs = torch.arange(2, 2 * s.experts + 1, 2, device=device, dtype=torch.int32)
+                torch._grouped_mm(x, self.w13.transpose(-2, -1), offs=offs)
+            except Exception as exc:
+                self.grouped = False
+                self.grouped_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+        self.backend = ("torch._grouped_mm (CUTLASS grouped GEMM), sort-by-expert permutation, index_add combine"
+                        if self.grouped else "per-expert F.linear loop (host-synchronizing), index_add combine")
+
+    def gate(self, x):
+        logits = F.linear(x, self.router)
+        probs = torch.softmax(logits.float(), dim=-1)
+        w, idx = torch.topk(probs, self.s.top_k, dim=-1)
+        if self.s.norm_topk:
+            w = w / w.sum(dim=-1, keepdim=True)
+        return w, idx
+
+    def experts(self, x, idx):
+        """Returns (expert outputs in expert-sorted order [T*k, h], the sort order)."""
+        s = self.s
+        flat = idx.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        xs = x.index_select(0, order // s.top_k)
+        if self.grouped:
+            counts = torch.bincount(flat, minlength=s.experts)
+            offs = torch.cumsum(counts, 0).to(torch.int32)
+            h1 = torch._grouped_mm(xs, self.w13.transpose(-2, -1), offs=offs)
+            a = F.silu(h1[:, :s.inter]) * h1[:, s.inter:]
+            return torch._grouped_mm(a, self.w2.transpose(-2, -1), offs=offs), order
+        counts = torch.bincount(flat, minlength=s.experts).tolist()
+        outs, start = [], 0
+        for e, c in enumerate(counts):
+            if c:
+                h1 = F.linear(xs[start:start + c], self.w13[e])
+                outs.append(F.linear(F.silu(h1[:, :s.inter]) * h1[:, s.inter:], self.w2[e]))
+            start += c
+        return torch.cat(outs, 0), order
+
+    def combine(self, y_sorted, order, w, T: int):
+        wts = w.reshape(-1).index_select(0, order).to(y_sorted.dtype)
+        out = torch.zeros(T, self.s.hidden, device=y_sorted.device, dtype=y_sorted.dtype)
+        out.index_add_(0, order // self.s.top_k, y_sorted * wts[:, None])
+        return out
+
+    def __call__(self, x):
+        w, idx = self.gate(x)
+        y, order = self.experts(x, idx)
+        return self.combine(y, order, w, x.shape[0])
+
+    def reference(self, x):
+        """float64 loop over tokens (accuracy check)."""
+        w, idx = self.gate(x)
+        out = torch.zeros(x.shape[0], self.s.hidden, dtype=torch.float64, device=x.device)
+        xd = x.double()
+        for t in range(x.shape[0]):
+            for j in range(self.s.top_k):
+                e = int(idx[t, j])
+                h1 = xd[t] @ self.w13[e].double().t()
+                a = F.silu(h1[:self.s.inter]) * h1[self.s.inter:]
+                out[t] += float(w[t, j]) * (a @ self.w2[e].double().t())
+        return out
+
+
+# ============================================================================== Triton decode attention
+if triton is not None:
+    @triton.jit
+    def _decode_stage1(Q, K, V, Mid_O, Mid_LSE, kv_len, sm_scale, k_scale,
+                       stride_qb, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                       stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
+                       H: tl.constexpr, GROUP: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
+                       BLOCK_H: tl.constexpr, D: tl.constexpr, DPE: tl.constexpr, DV: tl.constexpr,
+                       BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, HAS_PE: tl.constexpr):
+        b = tl.program_id(0)
+        hb = tl.program_id(1)
+        sp = tl.program_id(2)
+        h0 = hb * HEADS_PER_PROG
+        kvh = h0 // GROUP
+        offs_h = h0 + tl.arange(0, BLOCK_H)
+        mask_h = (tl.arange(0, BLOCK_H) < HEADS_PER_PROG) & (offs_h < H)
+        offs_d = tl.arange(0, D)
+        offs_dv = tl.arange(0, DV)
+        q = tl.load(Q + b * stride_qb + offs_h[:, None] * stride_qh + offs_d[None, :],
+                    mask=mask_h[:, None], other=0.0)
+        if HAS_PE:
+            offs_pe = D + tl.arange(0, DPE)
+            qpe = tl.load(Q + b * stride_qb + offs_h[:, None] * stride_qh + offs_pe[None, :],
+                          mask=mask_h[:, None], other=0.0)
+        per_split = tl.cdiv(kv_len, SPLITS)
+        start = sp * per_split
+        end = tl.minimum(start + per_split, kv_len)
+        m_i = tl.zeros([BLOCK_H], dtype=tl.float32) - float("inf")
+        l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_H, DV], dtype=tl.float32)
+        base = b * kv_len
+        for n0 in range(start, end, BLOCK_N):
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            mask_n = offs_n < end
+            k = tl.load(K + (base + offs_n)[:, None] * stride_kt + kvh * stride_kh + offs_d[None, :],
+                        mask=mask_n[:, None], other=0.0)
+            qk = tl.dot(q, tl.trans(k.to(q.dtype)))
+            if HAS_PE:
+                kpe = tl.load(K + (base + offs_n)[:, None] * stride_kt + kvh * stride_kh + offs_pe[None, :],
+                              mask=mask_n[:, None], other=0.0)
+                qk += tl.dot(qpe, tl.trans(kpe.to(q.dtype)))
+            qk = qk * (sm_scale * k_scale)
+            qk = tl.where(mask_n[None, :], qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            p = tl.exp(qk - m_new[:, None])
+            alpha = tl.exp(m_i - m_new)
+            v = tl.load(V + (base + offs_n)[:, None] * stride_vt + kvh * stride_vh + offs_dv[None, :],
+                        mask=mask_n[:, None], other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+            l_i = l_i * alpha + tl.sum(p, 1)
+            m_i = m_new
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        lse = tl.where(l_i > 0, m_i + tl.log(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
+        tl.store(Mid_O + b * stride_ob + offs_h[:, None] * stride_oh + sp * stride_os + offs_dv[None, :],
+                 out, mask=mask_h[:, None])
+        tl.store(Mid_LSE + b * stride_lb + offs_h * stride_lh + sp, lse, mask=mask_h)
+
+    @triton.jit
+    def _decode_stage2(Mid_O, Mid_LSE, O, kv_len, v_scale,
+                       stride_ob, stride_oh, stride_os, stride_lb, stride_lh, stride_fb, stride_fh,
+                       DV: tl.constexpr, SPLITS: tl.constexpr):
+        b = tl.program_id(0)
+        h = tl.program_id(1)
+        offs_dv = tl.arange(0, DV)
+        per_split = tl.cdiv(kv_len, SPLITS)
+        m = float("-inf")
+        s = 0.0
+        acc = tl.zeros([DV], dtype=tl.float32)
+        for sp in range(0, SPLITS):
+            if sp * per_split < kv_len:
+                lse = tl.load(Mid_LSE + b * stride_lb + h * stride_lh + sp)
+                o = tl.load(Mid_O + b * stride_ob + h * stride_oh + sp * stride_os + offs_dv)
+                m_new = tl.maximum(m, lse)
+                scale_old = tl.exp(m - m_new)
+                w = tl.exp(lse - m_new)
+                acc = acc * scale_old + o * w
+                s = s * scale_old + w
+                m = m_new
+        tl.store(O + b * stride_fb + h * stride_fh + offs_dv, (acc / s * v_scale).to(O.dtype.element_ty))
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+class TritonDecode:
+    """Split-KV decode attention over a sequence-major cache (the layout of profile_gpu.py's
+    ``attn_decode_op``): q [B, H, D+DPE], k [B*L, KVH, D+DPE], v [B*L, KVH, DV] (v may be a view of
+    k: MLA), equal context L per sequence. ``k_scale``/``v_scale`` dequantize fp8 caches."""
+
+    def __init__(self, H: int, KVH: int, D: int, DV: int, DPE: int = 0, sms: int = 132):
+        if triton is None:
+            raise RuntimeError("Triton is not installed")
+        self.H, self.KVH, self.D, self.DV, self.DPE = H, KVH, D, DV, DPE
+        self.group = H // KVH
+        self.block_h = 16
+        self.heads_per_prog = min(self.block_h, self.group)
+        self.sms = sms
+        self.block_n = 32 if D >= 256 else 64
+        self.backend = (f"Triton split-KV decode (grouped heads, {self.block_n}-token blocks; "
+                        f"SGLang-style two-stage)")
+
+    def splits(self, B: int, L: int) -> int:
+        progs = B * (self.H // self.heads_per_prog)
+        want = max(1, math.ceil(2 * self.sms / max(progs, 1)))
+        return int(max(1, min(want, 32, math.ceil(L / self.block_n))))
+
+    def __call__(self, q, k, v, out, B: int, L: int, k_scale: float = 1.0, v_scale: float = 1.0):
+        S = self.splits(B, L)
+        mid_o = torch.empty(B, self.H, S, self.DV, device=q.device, dtype=torch.float32)
+        mid_l = torch.empty(B, self.H, S, device=q.device, dtype=torch.float32)
+        grid = (B, self.H // self.heads_per_prog, S)
+        sm_scale = 1.0 / math.sqrt(self.D + self.DPE)
+        _decode_stage1[grid](q, k, v, mid_o, mid_l, L, sm_scale, k_scale,
+                             q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+                             mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_l.stride(0), mid_l.stride(1),
+                             H=self.H, GROUP=self.group, HEADS_PER_PROG=self.heads_per_prog,
+                             BLOCK_H=self.block_h, D=self.D, DPE=max(self.DPE, 16), DV=self.DV,
+                             BLOCK_N=self.block_n, SPLITS=S, HAS_PE=self.DPE > 0)
+        _decode_stage2[(B, self.H)](mid_o, mid_l, out, L, v_scale,
+                                    mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
+                                    mid_l.stride(0), mid_l.stride(1), out.stride(0), out.stride(1),
+                                    DV=self.DV, SPLITS=S)
+        return out
+
+
+def decode_reference(q, k, v, B: int, L: int, D: int, DPE: int, k_scale: float = 1.0, v_scale: float = 1.0):
+    """float64 decode attention in the layout of :class:`TritonDecode` (accuracy checks)."""
+    H, KVH = q.shape[1], k.shape[1]
+    g = H // KVH
+    qd = q.double()
+    kd = k.double().reshape(B, L, KVH, -1) * k_scale
+    vd = v.double().reshape(B, L, KVH, -1) * v_scale
+    kd = kd.repeat_interleave(g, dim=2)  # [B, L, H, D+DPE]
+    vd = vd.repeat_interleave(g, dim=2)
+    s = torch.einsum("bhd,blhd->bhl", qd[..., :D + DPE], kd[..., :D + DPE]) / math.sqrt(D + DPE)
+    p = torch.softmax(s, dim=-1)
+    return torch.einsum("bhl,blhd->bhd", p, vd)
+
+
+def rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((got.double() - ref).norm() / ref.norm().clamp(min=1e-30))
