@@ -101,7 +101,21 @@ def test_scenario_refuses_what_would_be_ignored():
                            "t")
 
 
-def test_a_bf16_pack_is_not_used_for_another_precision():
+@pytest.fixture
+def bf16_only(tmp_path, monkeypatch):
+    """A pack root holding only the shipped bf16 H200 llama-3-8b pack: what these tests check holds
+    whether or not packs of other precisions (issue 34) are shipped beside it."""
+    import shutil
+
+    from servesim.perf import pack as packmod
+
+    (tmp_path / "h200").mkdir()
+    for ext in ("csv", "yaml"):
+        shutil.copy(packmod.pack_root() / "h200" / f"llama-3-8b.{ext}", tmp_path / "h200")
+    monkeypatch.setattr(packmod, "pack_root", lambda: tmp_path)
+
+
+def test_a_bf16_pack_is_not_used_for_another_precision(bf16_only):
     from servesim.perf.build import build_step_model
 
     sc = scenario_from_dict({"model": {"name": "llama-3-8b", "quantization": "fp8"}, "hardware": {"gpu": "h200"},
@@ -128,7 +142,7 @@ def test_fp8_runs_end_to_end(model_name, gpu, tp):
     assert r.summary["latency_s"]["tpot"]["mean"] < bf.summary["latency_s"]["tpot"]["mean"]
 
 
-def test_the_default_step_model_falls_back_to_the_roofline_for_a_precision_no_pack_holds():
+def test_the_default_step_model_falls_back_to_the_roofline_for_a_precision_no_pack_holds(bf16_only):
     from servesim.perf.select import choose
 
     base = {"hardware": {"gpu": "h200"}}

@@ -223,7 +223,8 @@ class ConstantStepConfig(Frozen):
 
 
 def pack_ref_parts(ref: str) -> tuple[str, str, int]:
-    """``gpu/model`` or ``gpu/model-tpN`` -> (gpu, model, tp), as step_time.fit names a pack;
+    """``gpu/model`` or ``gpu/model-tpN`` -> (gpu, model, tp), as step_time.fit names a pack
+    (``model`` may be a pack name of another precision: ``llama-3-8b-fp8``);
     ValueError naming what is allowed otherwise (the pack's existence is checked when built)."""
     from servesim.hardware import GPUS
 
@@ -237,7 +238,9 @@ def pack_ref_parts(ref: str) -> tuple[str, str, int]:
         model, tp = head, int(tail)
     if gpu not in GPUS:
         raise ValueError(f"pack reference {ref!r}: unknown GPU '{gpu}'; allowed: {', '.join(sorted(GPUS))}")
-    if model not in MODELS:
+    from servesim.perf.pack import split_pack_name  # <model>[-<quantization>][-kv<dtype>]
+
+    if split_pack_name(model)[0] not in MODELS:
         raise ValueError(f"pack reference {ref!r}: unknown model '{model}'; allowed: {', '.join(sorted(MODELS))}")
     if tp < 1 or tp > 64:
         raise ValueError(f"pack reference {ref!r}: tp {tp} not allowed; allowed: 1..64")

@@ -54,12 +54,17 @@ def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
     if isinstance(cfg, PackStepConfig):
         from servesim.perf.packmodel import load_pack_model  # measured kernel timings
 
-        unlike = sc.model_shape.unlike_bf16_packs()
-        if unlike is not None:
+        from servesim.perf.pack import pack_path
+        from servesim.perf.select import pack_problem
+
+        # a pack of another precision or kind (or MLA, which no pack holds) is refused in one
+        # line; a missing pack is load_pack_model's error (it names what exists and the fallback)
+        problem = pack_problem(hw.gpu, sc.model_shape, sc.tp, sc.pp, cfg.cuda_graph)
+        if problem is not None and (sc.model_shape.is_mla or pack_path(hw.gpu, sc.model_shape, sc.tp).is_file()
+                                    or sc.model_shape.unlike_bf16_packs() is not None):
             from servesim.errors import PackError
 
-            raise PackError(f"step_time.model: pack: the packs are bf16 dense-decoder timings and model "
-                            f"{sc.model_shape.name} runs {unlike}; use step_time: {{model: roofline}} or leave "
+            raise PackError(f"step_time.model: pack: {problem}; use step_time: {{model: roofline}} or leave "
                             f"step_time out (docs/models.md)")
         return load_pack_model(hw.gpu, sc.model_shape, tp=sc.tp, pp=sc.pp,
                                cuda_graph=cfg.cuda_graph, **cross)

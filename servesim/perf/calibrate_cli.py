@@ -39,6 +39,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 
 BATCH_COLUMNS = ("n_prefill", "prefill_len", "prefill_ctx", "n_decode", "decode_ctx")
 VALIDATION_COLUMNS = ("model", "tp", "cuda_graph") + BATCH_COLUMNS + ("measured_ms", "std_ms")
+#: optional validation columns, with the value a file without them means (the model's precision)
+PRECISION_COLUMNS = {"quantization": "none", "kv_cache_dtype": "auto"}
 KINDS = ("prefill-only", "prefill-with-context", "decode-only", "mixed")
 REPO = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- validation-table:begin -->", "<!-- validation-table:end -->"
@@ -109,7 +111,13 @@ def _bool_col(s: pd.Series) -> pd.Series:
 
 
 def read_validation(folder: Path, model: str | None = None) -> pd.DataFrame:
-    """All whole-iteration measurements under ``folder`` (optionally one model)."""
+    """All whole-iteration measurements under ``folder`` (optionally one model: a model or pack
+    name). Optional columns ``quantization`` (default none) and ``kv_cache_dtype`` (default auto)
+    say which precision each row ran; ``pack`` is the pack name that prices it
+    (``<model>[-<quantization>][-kv<dtype>]``, servesim/perf/pack.py)."""
+    from servesim.models import KV_CACHE_DTYPES, WEIGHT_FORMATS
+    from servesim.perf.pack import pack_name
+
     files = sorted(Path(folder).glob("*.csv"))
     if not files:
         raise PackError(f"{folder}: no validation CSV files (expected columns {','.join(VALIDATION_COLUMNS)})")
@@ -117,11 +125,22 @@ def read_validation(folder: Path, model: str | None = None) -> pd.DataFrame:
     for f in files:
         df = read_batches(f, VALIDATION_COLUMNS)
         df["cuda_graph"] = _bool_col(df["cuda_graph"])
+        for col, default in PRECISION_COLUMNS.items():
+            allowed = WEIGHT_FORMATS if col == "quantization" else KV_CACHE_DTYPES
+            df[col] = (df[col].fillna(default).astype(str).str.strip().replace("", default)
+                       if col in df.columns else default)
+            bad = ~df[col].isin(list(allowed))
+            if bad.any():
+                i = int(np.flatnonzero(bad.to_numpy())[0])
+                raise PackError(f"{f} line {i + 2}: {col} '{df[col].iloc[i]}' is unknown; allowed: "
+                                f"{', '.join(allowed)}")
+        df["pack"] = [pack_name(str(m), q, kv) for m, q, kv in
+                      zip(df["model"], df["quantization"], df["kv_cache_dtype"])]
         df["file"] = f.name
         frames.append(df)
     out = pd.concat(frames, ignore_index=True)
     if model is not None:
-        out = out[out["model"] == model]
+        out = out[(out["model"] == model) | (out["pack"] == model)]
         if out.empty:
             raise PackError(f"{folder}: no validation rows for model '{model}'")
     return out.reset_index(drop=True)
@@ -136,9 +155,12 @@ def validate_frame(gpu: str, df: pd.DataFrame, graph_scope: str = "all") -> pd.D
     from servesim.perf.packmodel import load_pack_model
 
     out = df.copy()
+    if "pack" not in out.columns:  # rows not from read_validation: the models' own precision
+        out["pack"] = out["model"]
     out["predicted_ms"] = np.nan
-    for (model, tp, graph), idx in out.groupby(["model", "tp", "cuda_graph"]).groups.items():
-        m = load_pack_model(gpu, str(model), tp=int(tp), cuda_graph=bool(graph), graph_scope=graph_scope)
+    for (name, tp, graph), idx in out.groupby(["pack", "tp", "cuda_graph"]).groups.items():
+        # the pack name carries the precision: the model is built in it and finds its pack
+        m = load_pack_model(gpu, str(name), tp=int(tp), cuda_graph=bool(graph), graph_scope=graph_scope)
         out.loc[idx, "predicted_ms"] = predict_frame(out.loc[idx], m)
     out["error"] = out["predicted_ms"] / out["measured_ms"] - 1
     out["kind"] = batch_kind(out)
@@ -146,8 +168,11 @@ def validate_frame(gpu: str, df: pd.DataFrame, graph_scope: str = "all") -> pd.D
 
 
 def error_table(res: pd.DataFrame) -> pd.DataFrame:
-    """Median and max |error| by (model, tp, mode, batch kind), plus an 'all' row per mode."""
+    """Median and max |error| by (model, tp, mode, batch kind), plus an 'all' row per mode; the
+    model column names the pack (``llama-3-8b-fp8``: the model in another precision)."""
     res = res.assign(mode=np.where(res["cuda_graph"], "graph", "eager"), abs_err=res["error"].abs())
+    if "pack" in res.columns:
+        res = res.assign(model=res["pack"])
     rows = []
     for (model, tp, mode), g in res.groupby(["model", "tp", "mode"]):
         for kind in KINDS + ("all",):

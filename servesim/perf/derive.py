@@ -42,7 +42,7 @@ import numpy as np
 from servesim.errors import PackError
 from servesim.hardware import GPUS
 from servesim.models import MODELS, ModelShape
-from servesim.perf.pack import SHAPE_KEYS, Pack, pack_stem
+from servesim.perf.pack import SHAPE_KEYS, Pack
 
 GEMM_OPS: tuple[str, ...] = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 WIDTH_OPS: tuple[str, ...] = ("input_norm", "post_attn_norm", "final_norm", "residual_add", "embed",
@@ -110,7 +110,7 @@ def _pooled(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def sources_from_pack(pack: Pack, label: Optional[str] = None) -> SourceOps:
     """A measured pack's token-op curves as a source."""
     shape = MODELS[pack.model]
-    src = SourceOps(label or f"{pack.gpu}/{pack_stem(pack.model, pack.tp)}", pack.model,
+    src = SourceOps(label or f"{pack.gpu}/{pack.stem}", pack.model,
                     RankDims.of_shape(shape, pack.tp))
     for op in GEMM_OPS + WIDTH_OPS:
         if pack.has(op):

@@ -153,11 +153,11 @@ def from_measured_pack(source_packs: list[Pack], model: str, tp: int) -> tuple[l
             r = base.rows(op)
             extra += [(op, 0, int(b), 0, int(n), float(t), None) for b, n, t in zip(r.batch, r.bytes, r.time_ms)]
     attention = transfer_pack_attention(base, shape, tp)
-    notes = {"attn_decode": f"transferred from {base.gpu}/{pack_stem(base.model, base.tp)} (kv-head ratio)",
-             "attn_prefill": f"transferred from {base.gpu}/{pack_stem(base.model, base.tp)} (q-head ratio)",
-             "overheads": f"rows of {pack_stem(base.model, base.tp)} x layer ratio {ratio:.3f}",
+    notes = {"attn_decode": f"transferred from {base.gpu}/{base.stem} (kv-head ratio)",
+             "attn_prefill": f"transferred from {base.gpu}/{base.stem} (q-head ratio)",
+             "overheads": f"rows of {base.stem} x layer ratio {ratio:.3f}",
              "collectives": "copied (keyed by bytes)"}
-    origin = "derived from " + ", ".join(f"{p.gpu}/{pack_stem(p.model, p.tp)}" for p in source_packs)
+    origin = "derived from " + ", ".join(f"{p.gpu}/{p.stem}" for p in source_packs)
     rows, meta = derive_pack(gpu, model, tp, transfer, grid, attention, extra, origin, notes,
                              sampled_max=sampled)
     meta["overhead"] = dict(base.meta.get("overhead") or {})

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from servesim.hardware import GPUS
-from servesim.models import MODELS, ModelShape
+from servesim.models import ModelShape, weight_format
 from servesim.perf.pack import Pack
 
 #: decode attention at batch >= DECODE_MIN_BATCH must read KV at >= this share of HBM peak
@@ -51,10 +51,10 @@ def _rank(shape: ModelShape, tp: int) -> dict:
 def decode_bandwidth(pack: Pack) -> dict[str, np.ndarray]:
     """Per decode attention row: batch, context, KV bytes read per layer, achieved bytes/s, share
     of the GPU's HBM peak, and whether the point is bandwidth-bound (``BOUND_US``)."""
-    shape = MODELS[pack.model]
+    shape = pack.shape()  # in the pack's precision: an fp8 KV cache reads 1 byte per value
     r = _rank(shape, pack.tp)
     rows = pack.rows("attn_decode")
-    kv_bytes = rows.batch * (rows.context + 1.0) * 2 * r["kv"] * r["d"] * shape.dtype_bytes
+    kv_bytes = rows.batch * (rows.context + 1.0) * 2 * r["kv"] * r["d"] * shape.kv_dtype_bytes
     bps = kv_bytes / (rows.time_ms * 1e-3)
     peak = GPUS[pack.gpu].hbm_bytes_per_s
     return dict(batch=rows.batch, context=rows.context, bytes=kv_bytes, bytes_per_s=bps,
@@ -70,7 +70,8 @@ def decode_floor_points(pack: Pack) -> np.ndarray:
 def pack_efficiency(pack: Pack) -> dict:
     """Achieved bandwidth and TFLOP/s of a pack's kernels against its GPU's peaks (a summary for
     the pack YAML, the docs and the tests)."""
-    shape = MODELS[pack.model]
+    shape = pack.shape()
+    wb = weight_format(shape.quantization).bytes_per_param or shape.dtype_bytes  # bytes per weight
     gpu = GPUS[pack.gpu]
     r = _rank(shape, pack.tp)
     out: dict = {"peaks": {"hbm_TBps": gpu.hbm_bytes_per_s / 1e12,
@@ -94,7 +95,7 @@ def pack_efficiency(pack: Pack) -> dict:
         out["attn_decode_share_of_hbm_peak"] = summary(d["share"][sel], 1.0)
         out["attn_decode_rule"] = (f"batch >= {DECODE_MIN_BATCH}, KV read >= {BOUND_US:.0f} us at "
                                    f"peak bandwidth; bytes = batch (context+1) 2 kv_heads head_dim "
-                                   f"{shape.dtype_bytes}")
+                                   f"{shape.kv_dtype_bytes}")
     small_bw, large_fl = [], []
     for op, (k, n) in r["gemms"].items():
         if not pack.has(op):
@@ -103,7 +104,8 @@ def pack_efficiency(pack: Pack) -> dict:
         t = rows.tokens.astype(np.float64)
         s = rows.time_ms * 1e-3
         lo = t <= SMALL_TOKENS
-        small_bw.append(2.0 * (k * n + t[lo] * (k + n)) / s[lo])
+        w = shape.dtype_bytes if op == "lm_head" else wb  # the LM head stays in the model dtype
+        small_bw.append((w * k * n + 2.0 * t[lo] * (k + n)) / s[lo])
         hi = t >= LARGE_TOKENS
         large_fl.append(2.0 * t[hi] * k * n / s[hi])
     if small_bw:

@@ -26,32 +26,46 @@ import yaml
 
 from servesim.errors import PackError
 from servesim.hardware import GPUS
-from servesim.models import MODELS, ModelShape
+from servesim.models import KV_CACHE_DTYPES, MODELS, WEIGHT_FORMATS, ModelShape, with_precision
 
 COLUMNS: tuple[str, ...] = ("op", "tokens", "batch", "context", "bytes", "time_ms", "std_ms")
 
-#: Per-layer ops keyed by the iteration's token count, in forward order.
+#: Per-layer ops keyed by the iteration's token count, in forward order (a dense decoder).
 LAYER_TOKEN_OPS: tuple[str, ...] = (
     "input_norm", "qkv_proj", "rope", "kv_write", "o_proj", "post_attn_norm",
     "gate_up_proj", "act", "down_proj", "residual_add",
 )
+#: A mixture-of-experts pack's per-layer token ops: the router, the routed experts and their
+#: weighted sum take the dense MLP's three places (so the kernels' tables keep their rows).
+MOE_LAYER_TOKEN_OPS: tuple[str, ...] = (
+    "input_norm", "qkv_proj", "rope", "kv_write", "o_proj", "post_attn_norm",
+    "moe_gate", "moe_experts", "moe_combine", "residual_add",
+)
+MOE_OPS: tuple[str, ...] = ("moe_gate", "moe_experts", "moe_combine")
 #: Once-per-iteration ops keyed by tokens (``embed``: all tokens; the others: sampled rows).
 ITERATION_TOKEN_OPS: tuple[str, ...] = ("embed", "final_norm", "lm_head")
 ATTENTION_OPS: tuple[str, ...] = ("attn_prefill", "attn_decode")
 OVERHEAD_OPS: tuple[str, ...] = ("overhead_eager", "overhead_cuda_graph")
 COMM_OPS: tuple[str, ...] = ("all_reduce", "send_recv")
-OPS: tuple[str, ...] = LAYER_TOKEN_OPS + ITERATION_TOKEN_OPS + ATTENTION_OPS + OVERHEAD_OPS + COMM_OPS
+OPS: tuple[str, ...] = LAYER_TOKEN_OPS + ITERATION_TOKEN_OPS + ATTENTION_OPS + OVERHEAD_OPS + COMM_OPS + MOE_OPS
 
 REQUIRED_META: tuple[str, ...] = ("gpu", "model", "tp", "source")
 #: measured on the GPU; imported from public profiles; derived from other models' measurements
 SOURCES: tuple[str, ...] = ("measured", "imported", "derived")
 SHAPE_KEYS: tuple[str, ...] = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
                                "intermediate_size", "vocab_size")
+#: an MoE pack's ``shape`` records these too (its expert GEMMs are timed for them)
+MOE_SHAPE_KEYS: tuple[str, ...] = ("num_experts", "num_experts_per_tok", "moe_intermediate_size")
+#: the weight dtype (``dtype`` in a pack's YAML) each quantization's packs are measured in
+WEIGHT_DTYPES: dict[str, str] = {"none": "bf16", "fp8": "fp8", "int8": "int8", "awq": "int4", "gptq": "int4",
+                                 "nvfp4": "fp4", "mxfp4": "fp4"}
+_DTYPE_ALIASES = {"fp16": "bf16", "float16": "bf16", "bfloat16": "bf16"}  # 16-bit packs price each other
 
 
-def required_ops(tp: int = 1, pp: int = 1, cuda_graph: bool = False) -> tuple[str, ...]:
-    """Ops a pack must hold to predict iterations at this parallelism and launch mode."""
-    ops = LAYER_TOKEN_OPS + ITERATION_TOKEN_OPS + ATTENTION_OPS + ("overhead_eager",)
+def required_ops(tp: int = 1, pp: int = 1, cuda_graph: bool = False, moe: bool = False) -> tuple[str, ...]:
+    """Ops a pack must hold to predict iterations at this parallelism and launch mode (``moe``:
+    an expert pack's per-layer ops)."""
+    ops = (MOE_LAYER_TOKEN_OPS if moe else LAYER_TOKEN_OPS) + ITERATION_TOKEN_OPS + ATTENTION_OPS + ("overhead_eager",)
     if cuda_graph:
         ops += ("overhead_cuda_graph",)
     if tp > 1:
@@ -108,8 +122,39 @@ class Pack:
                             f"ops present: {', '.join(sorted(self.ops))}")
 
     def shape(self) -> ModelShape:
-        """The model shape the pack was measured for (from ``servesim.models.MODELS``)."""
-        return MODELS[self.model]
+        """The model shape the pack was measured for (from ``servesim.models.MODELS``), in the
+        pack's precision."""
+        return with_precision(MODELS[self.model], self.quantization, self.kv_cache_dtype)
+
+    @property
+    def quantization(self) -> str:
+        return str(self.meta.get("quantization", "none"))
+
+    @property
+    def kv_cache_dtype(self) -> str:
+        return str(self.meta.get("kv_cache_dtype", "auto"))
+
+    @property
+    def name(self) -> str:
+        """``<model>[-<quantization>][-kv<dtype>]``: the pack's stem without its TP."""
+        return pack_name(self.model, self.quantization, self.kv_cache_dtype)
+
+    @property
+    def stem(self) -> str:
+        return pack_stem(self.name, self.tp)
+
+    @property
+    def is_moe(self) -> bool:
+        """An expert pack: its shape records experts, or (no shape recorded) it holds expert ops."""
+        shape = self.meta.get("shape") or {}
+        if "num_experts" in shape:
+            return int(shape["num_experts"]) > 0
+        return any(op in self.ops for op in MOE_OPS)
+
+    @property
+    def layer_token_ops(self) -> tuple[str, ...]:
+        """The per-layer token ops of the pack's kind (dense or MoE), in forward order."""
+        return MOE_LAYER_TOKEN_OPS if self.is_moe else LAYER_TOKEN_OPS
 
     @property
     def notes(self) -> str:
@@ -131,34 +176,71 @@ def pack_root() -> Path:
     return Path(__file__).resolve().parents[2] / "calibration" / "packs"
 
 
-def pack_stem(model: str, tp: int) -> str:
-    return model if tp == 1 else f"{model}-tp{tp}"
+# Pack names: ``<model>[-<quantization>][-kv<kv_cache_dtype>]``, the stem ``<name>[-tp<N>]``.
+# Model names hold hyphens, so a stem is read back by stripping the known suffixes from its end:
+# the TP, then the KV dtype, then the quantization (servesim.models.precision's names).
+
+def pack_name(model: str | ModelShape, quantization: str = "none", kv_cache_dtype: str = "auto") -> str:
+    """The pack name of a model served in a precision; a :class:`ModelShape` brings its own."""
+    if isinstance(model, ModelShape):
+        model, quantization, kv_cache_dtype = model.name, model.quantization, model.kv_cache_dtype
+    return (model + (f"-{quantization}" if quantization != "none" else "")
+            + (f"-kv{kv_cache_dtype}" if kv_cache_dtype != "auto" else ""))
 
 
-def pack_path(gpu: str, model: str, tp: int = 1, root: Path | None = None) -> Path:
-    """CSV path of the pack for (gpu, model, tp); checks the names, not the file's existence."""
-    _check_names(gpu, model, tp)
-    return (root or pack_root()) / gpu / f"{pack_stem(model, tp)}.csv"
+def split_pack_name(name: str) -> tuple[str, str, str]:
+    """``<model>[-<quantization>][-kv<dtype>]`` -> (model, quantization, kv_cache_dtype)."""
+    model, quant, kv = name, "none", "auto"
+    for d in sorted((k for k in KV_CACHE_DTYPES if k != "auto"), key=len, reverse=True):
+        if model.endswith(f"-kv{d}"):
+            model, kv = model[: -len(f"-kv{d}")], d
+            break
+    for q in sorted((k for k in WEIGHT_FORMATS if k != "none"), key=len, reverse=True):
+        if model.endswith(f"-{q}"):
+            model, quant = model[: -len(f"-{q}")], q
+            break
+    return model, quant, kv
+
+
+def pack_stem(model: str | ModelShape, tp: int, quantization: str = "none", kv_cache_dtype: str = "auto") -> str:
+    """``<model>[-<quantization>][-kv<dtype>][-tp<N>]`` (``model`` may already be a pack name)."""
+    name = pack_name(model, quantization, kv_cache_dtype)
+    return name if tp == 1 else f"{name}-tp{tp}"
+
+
+def split_stem(stem: str) -> tuple[str, int, str, str]:
+    """A pack file's stem -> (model, tp, quantization, kv_cache_dtype)."""
+    name, tp = stem, 1
+    head, sep, tail = stem.rpartition("-tp")
+    if sep and tail.isdigit():
+        name, tp = head, int(tail)
+    model, quant, kv = split_pack_name(name)
+    return model, tp, quant, kv
+
+
+def pack_path(gpu: str, model: str | ModelShape, tp: int = 1, root: Path | None = None) -> Path:
+    """CSV path of the pack for (gpu, model, tp); checks the names, not the file's existence.
+    ``model``: a pack name (``llama-3-8b``, ``llama-3-8b-fp8``) or a shape (its name and precision)."""
+    name = pack_name(model)
+    _check_names(gpu, name, tp)
+    return (root or pack_root()) / gpu / f"{pack_stem(name, tp)}.csv"
 
 
 def available_packs(root: Path | None = None) -> list[tuple[str, str, int]]:
-    """(gpu, model, tp) of every pack CSV found under the pack folder, sorted."""
+    """(gpu, pack name, tp) of every pack CSV found under the pack folder, sorted; the pack name is
+    the model's, with ``-<quantization>`` / ``-kv<dtype>`` for packs of another precision."""
     root = root or pack_root()
     found = []
     for csv_file in sorted(root.glob("*/*.csv")):
-        gpu, stem = csv_file.parent.name, csv_file.stem
-        model, tp = stem, 1
-        if "-tp" in stem:
-            head, _, tail = stem.rpartition("-tp")
-            if tail.isdigit():
-                model, tp = head, int(tail)
-        found.append((gpu, model, tp))
+        model, tp, quant, kv = split_stem(csv_file.stem)
+        found.append((csv_file.parent.name, pack_name(model, quant, kv), tp))
     return sorted(found)
 
 
-def _check_names(gpu: str, model: str, tp: int) -> None:
+def _check_names(gpu: str, name: str, tp: int) -> None:
     if gpu not in GPUS:
         raise PackError(f"unknown GPU '{gpu}' for a calibration pack; allowed: {', '.join(sorted(GPUS))}")
+    model = split_pack_name(name)[0]
     if model not in MODELS:
         raise PackError(f"unknown model '{model}' for a calibration pack; allowed: "
                         f"{', '.join(sorted(MODELS))}")
@@ -166,18 +248,29 @@ def _check_names(gpu: str, model: str, tp: int) -> None:
         raise PackError(f"tensor-parallel degree must be an integer >= 1, got {tp!r}")
 
 
+def pack_shape(name: str) -> ModelShape:
+    """The library model a pack name stands for, in the name's precision."""
+    model, quant, kv = split_pack_name(name)
+    if model not in MODELS:
+        raise PackError(f"unknown model '{model}' for a calibration pack; allowed: {', '.join(sorted(MODELS))}")
+    return with_precision(MODELS[model], quant, kv)
+
+
 def load_pack(gpu: str, model: str | ModelShape, tp: int = 1) -> Pack:
-    """Find and read the pack for (gpu, model, tp); a missing pack names what exists."""
-    name = model.name if isinstance(model, ModelShape) else model
+    """Find and read the pack for (gpu, model, tp); a missing pack names what exists. ``model``: a
+    pack name, or a shape (its pack name; the pack's shape and precision are checked against it)."""
+    name = pack_name(model)
     path = pack_path(gpu, name, tp)
     if not path.is_file():
         raise PackError(missing_pack_message(gpu, name, tp, path))
     pack = _read_cached(str(path), path.stat().st_mtime_ns)
-    if pack.gpu != gpu or pack.model != name or pack.tp != tp:
+    if pack.gpu != gpu or pack.name != name or pack.tp != tp:
         raise PackError(f"{path.with_suffix('.yaml')}: metadata says gpu={pack.gpu} model={pack.model} "
-                        f"tp={pack.tp}, but the file is named for gpu={gpu} model={name} tp={tp}")
+                        f"quantization={pack.quantization} kv_cache_dtype={pack.kv_cache_dtype} tp={pack.tp}, "
+                        f"but the file is named for gpu={gpu} {name} tp={tp}")
     if isinstance(model, ModelShape):
         check_shape(pack, model)
+        check_precision(pack, model)
     return pack
 
 
@@ -239,6 +332,9 @@ def read_meta(yaml_path: Path) -> dict[str, Any]:
         raise PackError(f"{yaml_path}: tp must be an integer >= 1, got {meta['tp']!r}")
     if meta["source"] not in SOURCES:
         raise PackError(f"{yaml_path}: source must be one of {', '.join(SOURCES)}, got {meta['source']!r}")
+    for key, allowed in (("quantization", WEIGHT_FORMATS), ("kv_cache_dtype", KV_CACHE_DTYPES)):
+        if key in meta and meta[key] not in allowed:
+            raise PackError(f"{yaml_path}: {key} {meta[key]!r} is unknown; allowed: {', '.join(allowed)}")
     shape = meta.get("shape")
     if shape is not None and not isinstance(shape, dict):
         raise PackError(f"{yaml_path}: shape must be a mapping of {', '.join(SHAPE_KEYS)}")
@@ -246,13 +342,53 @@ def read_meta(yaml_path: Path) -> dict[str, Any]:
 
 
 def check_shape(pack: Pack, shape: ModelShape) -> None:
-    """The pack's recorded shape must equal the model's: timings do not transfer across shapes."""
+    """The pack's recorded shape must equal the model's: timings do not transfer across shapes.
+    An expert model needs an expert pack that records its expert shape; latent attention (MLA)
+    and dense first layers have no pack format."""
     recorded = pack.meta.get("shape") or {}
-    for key in SHAPE_KEYS:
-        if key in recorded and int(recorded[key]) != getattr(shape, key):
-            raise PackError(f"{pack.csv_path.with_suffix('.yaml')}: shape.{key} is {recorded[key]} but "
+    where = pack.csv_path.with_suffix(".yaml")
+    if shape.is_mla:
+        raise PackError(f"{where}: model '{shape.name}' uses latent attention (MLA), which no pack "
+                        f"format holds yet; allowed: GQA/MHA models")
+    if shape.is_moe and shape.num_dense_layers:
+        raise PackError(f"{where}: model '{shape.name}' has {shape.num_dense_layers} dense first layers, "
+                        f"which an expert pack cannot price (every layer is timed as MoE)")
+    if shape.is_moe and not pack.is_moe:
+        raise PackError(f"{where}: model '{shape.name}' is a mixture of experts but the pack holds dense-MLP "
+                        f"timings (no shape.num_experts, no moe_* ops)")
+    if pack.is_moe and not shape.is_moe:
+        raise PackError(f"{where}: the pack holds mixture-of-experts timings but model '{shape.name}' is dense")
+    keys = SHAPE_KEYS + (MOE_SHAPE_KEYS + ("shared_expert_intermediate_size",) if shape.is_moe else ())
+    for key in keys:
+        if key in MOE_SHAPE_KEYS and key not in recorded:
+            raise PackError(f"{where}: shape.{key} is missing; an expert pack records "
+                            f"{', '.join(MOE_SHAPE_KEYS)}")
+        have = recorded.get(key, 0 if key == "shared_expert_intermediate_size" else None)
+        if have is not None and int(have) != getattr(shape, key):
+            raise PackError(f"{where}: shape.{key} is {have} but "
                             f"model '{shape.name}' has {getattr(shape, key)}; a pack only fits the "
                             f"shape it was measured for")
+
+
+def check_precision(pack: Pack, shape: ModelShape) -> None:
+    """The pack's weight dtype, quantization scheme and KV-cache dtype must be the model's: a
+    GEMM or an attention read timed in one precision does not price another."""
+    where = pack.csv_path.with_suffix(".yaml")
+    if pack.quantization != shape.quantization:
+        raise PackError(f"{where}: quantization is {pack.quantization} but model '{shape.name}' runs "
+                        f"{shape.quantization}; a pack only fits the precision it was measured in")
+    want = WEIGHT_DTYPES.get(shape.quantization)
+    have = str(pack.meta.get("dtype", "bf16")).lower()
+    have = _DTYPE_ALIASES.get(have, have)
+    if shape.quantization == "none":
+        want = {1: "fp8", 2: "bf16", 4: "fp32"}.get(shape.dtype_bytes)  # 16 bits: bf16 or fp16 packs
+    if want is not None and have != want:
+        raise PackError(f"{where}: dtype is {pack.meta.get('dtype')} but model '{shape.name}' "
+                        f"(quantization {shape.quantization}) runs {want} weights")
+    if pack.kv_cache_dtype != shape.kv_cache_dtype:
+        raise PackError(f"{where}: kv_cache_dtype is {pack.kv_cache_dtype} but model '{shape.name}' runs "
+                        f"kv_cache_dtype {shape.kv_cache_dtype}; attention timed on one KV dtype does not "
+                        f"price another")
 
 
 def _parse_int(text: str, where: str, col: str) -> int:
@@ -338,7 +474,7 @@ def _parse_std(text: str, where: str, op: str) -> float:
 
 
 #: Which key columns must be positive for each op family (the others are ignored).
-_KEYS = {**{op: ("tokens",) for op in LAYER_TOKEN_OPS + ITERATION_TOKEN_OPS},
+_KEYS = {**{op: ("tokens",) for op in LAYER_TOKEN_OPS + MOE_OPS + ITERATION_TOKEN_OPS},
          "attn_prefill": ("tokens",), "attn_decode": ("batch",),
          "overhead_eager": ("batch",), "overhead_cuda_graph": ("batch",),
          "all_reduce": ("batch", "bytes"), "send_recv": ("batch", "bytes")}

@@ -64,9 +64,9 @@ import numpy as np
 
 from servesim.diskmemo import code_stamp, disk_memo, stamp
 from servesim.errors import PackError
-from servesim.models import MODELS, ModelShape
+from servesim.models import ModelShape
 from servesim.perf.base import KernelModel, check_bounds
-from servesim.perf.pack import LAYER_TOKEN_OPS, OpRows, Pack, check_shape, load_pack, pack_path, required_ops
+from servesim.perf.pack import OpRows, Pack, check_shape, load_pack, pack_path, pack_shape, required_ops
 
 from servesim.perf.packtables import (  # noqa: F401 (re-exported: the tables the model is built from)
     FAR,
@@ -108,7 +108,7 @@ class PackStepModel(KernelModel):
         self.cross_hops, self.link_bytes_per_s, self.link_latency_s = cross_hops, link_bytes_per_s, link_latency_s
         if graph_scope not in ("decode", "all"):
             raise PackError(f"graph_scope must be 'decode' or 'all', got {graph_scope!r}")
-        pack.require(required_ops(tp, pp, cuda_graph))
+        pack.require(required_ops(tp, pp, cuda_graph, moe=pack.is_moe))
         check_shape(pack, shape)
         self.pack, self.shape, self.tp, self.pp, self.cuda_graph = pack, shape, tp, pp, cuda_graph
         self.graph_scope = graph_scope
@@ -116,8 +116,10 @@ class PackStepModel(KernelModel):
         self._decode_in_graph = cuda_graph
         self._all_in_graph = cuda_graph and graph_scope == "all"
         self._tab = None  # the kernels' tables, built on first prediction (numba loads then)
+        #: per-layer token ops of the pack's kind (dense MLP or experts), in forward order
+        self.token_ops = pack.layer_token_ops
         self.curves = {op: Curve(pack.rows(op).tokens, pack.rows(op).time_ms, loglog, monotone=False)
-                       for op in LAYER_TOKEN_OPS + ("embed",)}
+                       for op in self.token_ops + ("embed",)}
         for op in ("final_norm", "lm_head"):
             self.curves[op] = Curve(pack.rows(op).tokens, pack.rows(op).time_ms, loglog)
         for op in ("overhead_eager", "overhead_cuda_graph"):
@@ -133,7 +135,7 @@ class PackStepModel(KernelModel):
             self.curves["send_recv"] = Curve(sr.bytes, sr.time_ms)
         self.decode_attn = DecodeAttention(pack.rows("attn_decode"))
         self.prefill_attn = PrefillAttention(pack.rows("attn_prefill"))
-        self.n_table = int(max(self.curves[op].x[-1] for op in LAYER_TOKEN_OPS + ("embed",)))
+        self.n_table = int(max(self.curves[op].x[-1] for op in self.token_ops + ("embed",)))
         n = np.arange(self.n_table + 1, dtype=np.float64)
         self._lin = self._monotone_lin_table(n)
         self._seq = self._per_seq_ms(n)  # head + graph gaps, by sequences
@@ -144,7 +146,7 @@ class PackStepModel(KernelModel):
     # -- construction helpers (numpy; the kernels continue the tables beyond their ends) --------
     def _lin_ms(self, tokens: np.ndarray, hops: bool = True) -> np.ndarray:
         c = self.curves
-        per_layer = sum(c[op](tokens) for op in LAYER_TOKEN_OPS) + c["residual_add"](tokens)
+        per_layer = sum(c[op](tokens) for op in self.token_ops) + c["residual_add"](tokens)
         out = self.layers * per_layer + c["embed"](tokens)
         msg = tokens * self._msg_bytes_per_token
         if self.tp > 1:
@@ -174,7 +176,7 @@ class PackStepModel(KernelModel):
         already): fitted together with the compute, they would move the fit's pools, and a
         pipeline's iteration could come out faster than one GPU's at some token counts.
         """
-        pts = [self.curves[op].x for op in LAYER_TOKEN_OPS + ("embed",)]
+        pts = [self.curves[op].x for op in self.token_ops + ("embed",)]
         if self.tp > 1:
             pts.append(self.curves["all_reduce"].x / self._msg_bytes_per_token)
         grid = np.unique(np.concatenate(pts))
@@ -242,7 +244,7 @@ class PackStepModel(KernelModel):
         """The measured grid's end on each op kind's axis (servesim/perf/extrapolation.py):
         beyond it a prediction extrapolates. Contexts: the largest measured at any batch/chunk."""
         da, pa = self.decode_attn, self.prefill_attn
-        return {"gemm_tokens": float(min(self.curves[op].x[-1] for op in LAYER_TOKEN_OPS)),
+        return {"gemm_tokens": float(min(self.curves[op].x[-1] for op in self.token_ops)),
                 "decode_batch": float(da.batches[-1]), "decode_kv_per_seq": float(da.grid[-2]),
                 "prefill_chunk": float(pa.measured_max_chunk), "prefill_context": float(pa.grid[-2])}
 
@@ -255,11 +257,13 @@ class PackStepModel(KernelModel):
         """The tables as measured (``n_table``), plus each curve's linear tail for the counts
         beyond them. ``complete=False`` (during construction) leaves out the CPU floor."""
         from servesim.perf.kernels import (EX_LEN, EX_N0, N_TAILS, PACK, TAIL_EMBED, TAIL_FINAL_NORM,
-                                           TAIL_GAPS, TAIL_LM_HEAD, step_tables)
+                                           TAIL_GAPS, TAIL_LM_HEAD, TAIL_TOKEN_OPS, step_tables)
 
         c = self.curves
         tails = np.zeros((N_TAILS, 3))  # an absent curve's tail is 0.0 (adds nothing)
-        for r, op in enumerate(LAYER_TOKEN_OPS + ("residual_add",)):  # residual_add twice
+        rows = self.token_ops + ("residual_add",)  # residual_add twice; the pack's kind names the rest
+        assert len(rows) == TAIL_TOKEN_OPS, rows
+        for r, op in enumerate(rows):
             tails[r] = _tail(c[op])
         tails[TAIL_EMBED] = _tail(c["embed"])
         per_seq = {TAIL_LM_HEAD: "lm_head", TAIL_FINAL_NORM: "final_norm", TAIL_GAPS: "overhead_cuda_graph"}
@@ -355,13 +359,13 @@ _MODEL_CODE = ("models/shape.py", "models/precision.py", "hardware.py", "perf/ba
 
 @lru_cache(maxsize=32)
 def _cached_model(gpu: str, shape: ModelShape, tp: int, pp: int, cuda_graph: bool,
-                  graph_scope: str, cross: tuple = (0, 0.0, 0.0)) -> PackStepModel:
+                  graph_scope: str, cross: tuple = (0, 0.0, 0.0), where: str = "") -> PackStepModel:
     def build() -> PackStepModel:
         return PackStepModel(load_pack(gpu, shape, tp), shape, tp=tp, pp=pp, cuda_graph=cuda_graph,
                              graph_scope=graph_scope, cross_hops=cross[0], link_bytes_per_s=cross[1],
                              link_latency_s=cross[2])
 
-    csv_path = pack_path(gpu, shape.name, tp)
+    csv_path = pack_path(gpu, shape, tp)
     yaml_path = csv_path.with_suffix(".yaml")
     if not (csv_path.is_file() and yaml_path.is_file()):
         return build()  # says which pack is missing and what exists
@@ -380,12 +384,8 @@ def load_pack_model(gpu: str, model: ModelShape | str, tp: int = 1, pp: int = 1,
     graphs, ``"all"`` every iteration. Models are immutable, so one instance per argument set is
     cached and shared.
     """
-    if isinstance(model, str):
-        if model not in MODELS:
-            raise PackError(f"unknown model '{model}' for a calibration pack; allowed: "
-                            f"{', '.join(sorted(MODELS))}")
-        model = MODELS[model]
+    if isinstance(model, str):  # a pack name: the model in the name's precision
+        model = pack_shape(model)
     cross = (int(cross_hops), float(link_bytes_per_s), float(link_latency_s))
-    if cross == (0, 0.0, 0.0):
-        return _cached_model(gpu, model, int(tp), int(pp), bool(cuda_graph), graph_scope)
-    return _cached_model(gpu, model, int(tp), int(pp), bool(cuda_graph), graph_scope, cross)
+    where = str(pack_path(gpu, model, int(tp)))  # keys the cache by the file too (another pack root)
+    return _cached_model(gpu, model, int(tp), int(pp), bool(cuda_graph), graph_scope, cross, where)

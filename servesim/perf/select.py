@@ -21,10 +21,6 @@ from pathlib import Path
 
 from servesim.errors import ServesimError
 
-#: bytes per weight element of a pack's recorded ``dtype``
-_DTYPE_BYTES = {"fp16": 2, "bf16": 2, "float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1, "fp32": 4}
-
-
 @dataclass(frozen=True)
 class StepChoice:
     """The step-time model of one replica (group) and where its numbers come from."""
@@ -65,8 +61,8 @@ def choose(sc) -> StepChoice:
     gpu, shape, tp, pp = sc.hardware.gpu, sc.model_shape, sc.tp, sc.pp
     cuda_graph = bool(getattr(st, "cuda_graph", False))
     if isinstance(st, PackStepConfig):
-        ref = _ref(gpu, shape.name, tp)
-        return StepChoice("pack", asked, True, pack=ref, pack_id=_pack_id(gpu, shape.name, tp))
+        ref = _ref(gpu, shape, tp)
+        return StepChoice("pack", asked, True, pack=ref, pack_id=_pack_id(gpu, shape, tp))
     if isinstance(st, RooflineStepConfig):
         if st.fit is not None:
             from servesim.scenario import pack_ref_parts
@@ -74,81 +70,86 @@ def choose(sc) -> StepChoice:
             g, m, t = pack_ref_parts(st.fit)
             return StepChoice("roofline", asked, False, pack=_ref(g, m, t), pack_id=_pack_id(g, m, t),
                               reason=f"mfu, mbu and overhead fitted to {st.fit}, not measured for "
-                                     f"{gpu}/{_ref(gpu, shape.name, tp).split('/')[1]}")
+                                     f"{_ref(gpu, shape, tp)}")
         why = "step_time.model is roofline in the scenario"
         if pack_problem(gpu, shape, tp, pp, cuda_graph=False) is None:
-            why += f" (a pack exists: {_ref(gpu, shape.name, tp)}; remove step_time to use it)"
+            why += f" (a pack exists: {_ref(gpu, shape, tp)}; remove step_time to use it)"
         return StepChoice("roofline", asked, False, reason=why)
     if isinstance(st, AutoStepConfig):
         problem = pack_problem(gpu, shape, tp, pp, cuda_graph)
         if problem is None:
-            return StepChoice("pack", asked, True, pack=_ref(gpu, shape.name, tp),
-                              pack_id=_pack_id(gpu, shape.name, tp))
+            return StepChoice("pack", asked, True, pack=_ref(gpu, shape, tp), pack_id=_pack_id(gpu, shape, tp))
         src = _transfer_source(gpu, shape, tp, pp, cuda_graph)  # servesim/perf/transfer.py
         if src is not None:
-            return StepChoice("pack", asked, False, pack=_ref(src, shape.name, tp),
-                              pack_id=_pack_id(src, shape.name, tp),
-                              reason=f"transferred from {_ref(src, shape.name, tp)} by op-wise efficiency "
+            return StepChoice("pack", asked, False, pack=_ref(src, shape, tp),
+                              pack_id=_pack_id(src, shape, tp),
+                              reason=f"transferred from {_ref(src, shape, tp)} by op-wise efficiency "
                                      f"(no pack for {gpu}; {problem})")
         return StepChoice("roofline", asked, False, reason=problem)
     raise TypeError(f"unknown step_time config {st!r}")  # pragma: no cover
 
 
 def pack_problem(gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> str | None:
-    """Why no pack can price (gpu, shape, tp, pp) -- None when one can: a pack exists for the
-    GPU, model and TP, was measured for this shape and weight precision, and holds every op the
-    parallelism and launch mode need (send/recv for pipelines, all-reduce for TP)."""
-    from servesim.perf.pack import available_packs, check_shape, load_pack, pack_path, required_ops
+    """Why no pack can price (gpu, shape, tp, pp) -- None when one can: the pack named for the
+    GPU, the model in its precision (``<model>[-<quantization>][-kv<dtype>][-tp<N>]``) and the TP
+    exists, was measured for this shape (experts included), weight dtype, quantization and KV
+    dtype, and holds every op the parallelism and launch mode need (send/recv for pipelines,
+    all-reduce for TP). Latent attention (MLA) has no pack format yet."""
+    from servesim.perf.pack import available_packs, load_pack, pack_name, pack_path, required_ops
 
+    if getattr(shape, "is_mla", False):
+        return (f"no calibration pack format for latent attention (MLA) yet; model {shape.name} runs on "
+                f"the roofline (docs/models.md)")
     try:
-        path = pack_path(gpu, shape.name, tp)
+        path = pack_path(gpu, shape, tp)
     except (ValueError, ServesimError) as exc:  # a name no pack can have (an inline shape)
         return f"no calibration pack can exist for model {shape.name!r}: {_first_line(exc)}"
     if not path.is_file():
         here = [f"{g}/{m}" + (f"-tp{t}" if t > 1 else "") for g, m, t in available_packs() if g == gpu]
-        return (f"no calibration pack for {gpu}/{shape.name} tp {tp}"
-                f" (packs for {gpu}: {', '.join(here) if here else 'none'})")
+        unlike = shape.unlike_bf16_packs()  # what the bf16 dense packs do not price
+        return (f"no calibration pack for {gpu}/{pack_name(shape)} tp {tp} ("
+                + (f"the model runs {unlike}, which bf16 dense-decoder packs do not price; " if unlike else "")
+                + f"packs for {gpu}: {', '.join(here) if here else 'none'})")
     try:
-        pack = load_pack(gpu, shape.name, tp)
-        check_shape(pack, shape)
-        want = int(getattr(shape, "dtype_bytes", 2))
-        have = _DTYPE_BYTES.get(str(pack.meta.get("dtype", "fp16")).lower())
-        if have is not None and have != want:
-            return (f"pack {_ref(gpu, shape.name, tp)} was measured in {pack.meta.get('dtype')} "
-                    f"({have} bytes per weight), the model runs {want} bytes per weight")
-        unlike = shape.unlike_bf16_packs()  # servesim/models/shape.py: precision, experts, MLA
-        if unlike is not None:
-            return (f"pack {_ref(gpu, shape.name, tp)} holds bf16 dense-decoder timings; the model runs "
-                    f"{unlike} (docs/models.md)")
-        pack.require(required_ops(tp, pp, cuda_graph))
+        pack = load_pack(gpu, shape, tp)  # checks the shape and the precision against the model's
+        pack.require(required_ops(tp, pp, cuda_graph, moe=pack.is_moe))
     except ServesimError as exc:
-        return f"pack {_ref(gpu, shape.name, tp)} does not fit: {_first_line(exc)}"
+        return f"pack {_ref(gpu, shape, tp)} does not fit: {_first_line(exc)}"
     return None
 
 
 def _transfer_source(gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> str | None:
-    """A GPU of ``gpu``'s class whose pack of (model, tp) fits, to transfer from; None if none."""
-    from servesim.perf.pack import pack_path
+    """A GPU of ``gpu``'s class whose pack of (model, tp) fits, to transfer from; None if none.
+    Expert packs are not transferred (servesim/perf/transfer.py has no rule for their ops)."""
+    from servesim.perf.pack import pack_name, pack_path
     from servesim.perf.transfer import transfer_source
 
+    if getattr(shape, "is_moe", False):
+        return None
     try:
-        if pack_path(gpu, shape.name, tp).is_file():
+        if pack_path(gpu, shape, tp).is_file():
             return None  # this GPU's own pack exists but does not fit: no transfer hides that
-        src = transfer_source(gpu, shape.name, tp)
+        src = transfer_source(gpu, pack_name(shape), tp)
     except (ValueError, ServesimError):
         return None
     return src if src is not None and pack_problem(src, shape, tp, pp, cuda_graph) is None else None
 
 
-def _ref(gpu: str, model: str, tp: int) -> str:
-    return f"{gpu}/{model}" + (f"-tp{tp}" if tp > 1 else "")
+def _ref(gpu: str, model, tp: int) -> str:
+    """``<gpu>/<pack stem>`` of a model (a shape: its name and precision; or a pack name)."""
+    from servesim.perf.pack import pack_stem
+
+    try:
+        return f"{gpu}/{pack_stem(model, tp)}"
+    except (ValueError, ServesimError):  # pragma: no cover
+        return f"{gpu}/{getattr(model, 'name', model)}" + (f"-tp{tp}" if tp > 1 else "")
 
 
 def _first_line(exc: Exception) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def _pack_id(gpu: str, model: str, tp: int) -> str | None:
+def _pack_id(gpu: str, model, tp: int) -> str | None:
     """``<gpu>/<pack> sha256:<16 hex>`` over the pack's CSV and YAML (None: no such files)."""
     from servesim.perf.pack import pack_path
 

@@ -26,8 +26,8 @@ from dataclasses import replace
 import numpy as np
 
 from servesim.hardware import GPUS, GPUSpec
-from servesim.models import ModelShape
-from servesim.perf.pack import Pack, available_packs, load_pack, pack_stem
+from servesim.models import ModelShape, weight_format
+from servesim.perf.pack import Pack, available_packs, load_pack
 
 GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 BANDWIDTH = ("input_norm", "post_attn_norm", "final_norm", "residual_add", "embed", "act", "rope", "kv_write")
@@ -35,9 +35,9 @@ COPIED = ("overhead_eager", "overhead_cuda_graph")
 LINK_LATENCY_S = 8e-6
 
 
-def _gemm_ideal(g: GPUSpec, M: np.ndarray, K: int, N: int) -> np.ndarray:
+def _gemm_ideal(g: GPUSpec, M: np.ndarray, K: int, N: int, kind: str = "bf16") -> np.ndarray:
     M = np.asarray(M, np.float64)
-    return np.maximum(2 * M * K * N / g.bf16_flops_per_s, 2 * (K * N + M * K + M * N) / g.hbm_bytes_per_s)
+    return np.maximum(2 * M * K * N / g.gemm_rate(kind), 2 * (K * N + M * K + M * N) / g.hbm_bytes_per_s)
 
 
 def op_factor(op: str, rows, shape: ModelShape, tp: int, src: GPUSpec, dst: GPUSpec) -> np.ndarray:
@@ -47,12 +47,13 @@ def op_factor(op: str, rows, shape: ModelShape, tp: int, src: GPUSpec, dst: GPUS
     n = len(rows.time_ms)
     if op in GEMMS:
         K, N = RankDims.of_shape(shape, tp).gemm(op)
-        return _gemm_ideal(dst, rows.tokens, K, N) / _gemm_ideal(src, rows.tokens, K, N)
+        kind = "bf16" if op == "lm_head" else weight_format(shape.quantization).gemm  # a quantized pack's rate
+        return _gemm_ideal(dst, rows.tokens, K, N, kind) / _gemm_ideal(src, rows.tokens, K, N, kind)
     if op in BANDWIDTH:
         return np.full(n, src.hbm_bytes_per_s / dst.hbm_bytes_per_s)
     if op in ("attn_decode", "attn_prefill"):
         heads, d = max(1, shape.num_heads // tp), shape.head_dim
-        kvb = shape.kv_values_per_token_layer(tp) * shape.dtype_bytes
+        kvb = shape.kv_values_per_token_layer(tp) * shape.kv_dtype_bytes
         if op == "attn_decode":
             keys = rows.batch * (rows.context + 1.0)
             flops, byts = 4.0 * heads * d * keys, kvb * keys
@@ -77,15 +78,16 @@ def transfer_pack(pack: Pack, dst_gpu: str, shape: ModelShape | None = None) -> 
     for op, rows in pack.ops.items():
         f = op_factor(op, rows, shape, pack.tp, src, dst)
         ops[op] = replace(rows, time_ms=rows.time_ms * f, std_ms=rows.std_ms * f)
-    origin = (f"transferred from {pack.gpu}/{pack_stem(pack.model, pack.tp)} "
+    origin = (f"transferred from {pack.gpu}/{pack.stem} "
               f"({pack.meta.get('source')}) by op-wise efficiency (achieved / peak)")
     meta = {**dict(pack.meta), "gpu": dst_gpu, "source": "transferred", "origin": origin,
-            "transferred_from": f"{pack.gpu}/{pack_stem(pack.model, pack.tp)}"}
+            "transferred_from": f"{pack.gpu}/{pack.stem}"}
     return Pack(dst_gpu, pack.model, pack.tp, pack.csv_path, meta, ops)
 
 
 def transfer_source(gpu: str, model: str, tp: int) -> str | None:
-    """A measured GPU of ``gpu``'s class with a pack of (model, tp), or None. Prefers measured
+    """A measured GPU of ``gpu``'s class with a pack of (model, tp), or None (``model``: a pack
+    name, so a precision's pack transfers only to the same precision). Prefers measured
     packs over imported or derived ones, then the GPU nearest in memory bandwidth."""
     arch = GPUS[gpu].arch
     cands = [g for g, m, t in available_packs() if m == model and t == tp and g != gpu and GPUS[g].arch == arch]
