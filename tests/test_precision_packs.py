@@ -252,3 +252,18 @@ def test_validation_rows_are_predicted_in_their_precision(root, tmp_path_factory
     (val / "bad.csv").write_text(f"{head},quantization\nllama-3-8b,1,true,1,64,0,0,0,1.0,0.01,fp9\n")
     with pytest.raises(PackError, match="quantization 'fp9' is unknown"):
         read_validation(val)
+
+
+def test_efficiency_counts_the_packs_own_bytes(root):
+    """An FP8 KV cache is read at 1 byte per value and FP8 weights at 1 byte per weight, so the
+    achieved bandwidth the floors hold a pack to is not doubled by counting bf16 bytes."""
+    from servesim.perf.efficiency import decode_bandwidth, pack_efficiency
+
+    write(root, DENSE)
+    write(root, with_precision(DENSE, "fp8", "fp8"))
+    bf, f8 = load_pack("h200", "llama-3-8b"), load_pack("h200", "llama-3-8b-fp8-kvfp8")
+    assert np.allclose(decode_bandwidth(f8)["bytes"], 0.5 * decode_bandwidth(bf)["bytes"])
+    b = 64 * 2049 * 2 * DENSE.num_kv_heads * DENSE.head_dim * 1  # batch 64, context 2048, 1 byte
+    assert b in decode_bandwidth(f8)["bytes"]
+    small = "gemm_tokens_le_16_TBps"
+    assert pack_efficiency(f8)[small]["median"] < pack_efficiency(bf)[small]["median"]  # same times, fewer bytes
