@@ -267,3 +267,28 @@ def test_efficiency_counts_the_packs_own_bytes(root):
     assert b in decode_bandwidth(f8)["bytes"]
     small = "gemm_tokens_le_16_TBps"
     assert pack_efficiency(f8)[small]["median"] < pack_efficiency(bf)[small]["median"]  # same times, fewer bytes
+
+
+def test_a_roofline_fits_to_a_precision_pack_by_its_stem(root):
+    from servesim.perf.rooflinefit import fit_roofline
+
+    write(root, with_precision(DENSE, "fp8"), scale=0.5)
+    fit_roofline.cache_clear()  # fits are cached by reference: this root's pack, not another's
+    sc = servesim.scenario_from_dict({"model": FP8, "hardware": {"gpu": "h200"}, "engine": {"max_model_len": 8192},
+                                      "step_time": {"model": "roofline", "fit": "h200/llama-3-8b-fp8"}}, "t")
+    assert choose(sc).pack == "h200/llama-3-8b-fp8"
+    f = fit_roofline("h200/llama-3-8b-fp8")
+    assert f.pack == "h200/llama-3-8b-fp8" and f.points > 10 and 0 < f.mfu <= 1
+    fit_roofline.cache_clear()
+
+
+def test_a_sweep_digests_the_pack_a_replica_runs(root):
+    """The sweep's input digests (servesim/sweep/spec.py) cover the pack of the model's precision,
+    and the source pack of a transferred one."""
+    from servesim.perf.pack import pack_path as path_of
+    from servesim.sweep.spec import _pack_files
+
+    csv = write(root, with_precision(DENSE, "fp8"))
+    assert _pack_files(scenario(FP8)) == [csv, csv.with_suffix(".yaml")]
+    assert _pack_files(scenario(FP8, gpu="h100-80g")) == [csv, csv.with_suffix(".yaml")]  # transferred from it
+    assert path_of("h200", with_precision(DENSE, "fp8")) == csv

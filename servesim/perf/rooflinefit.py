@@ -27,7 +27,6 @@ import numpy as np
 
 from servesim.errors import PackError
 from servesim.hardware import GPUS
-from servesim.models import MODELS
 
 
 @dataclass(frozen=True)
@@ -81,8 +80,10 @@ def fit_roofline(ref: str) -> RooflineFit:
     """Fit (mfu, mbu, overhead_s) to the pack named by ``ref`` (cached: immutable)."""
     from servesim.perf.packmodel import load_pack_model
 
+    from servesim.perf.pack import pack_shape
+
     gpu, model, tp = parse_pack_ref(ref)
-    shape = MODELS[model]
+    shape = pack_shape(model)  # a pack name of another precision fits the roofline in that precision
     pm = load_pack_model(gpu, model, tp=tp, cuda_graph=True, graph_scope="all")
     comps = design(shape.max_model_len)
     y = np.array([pm.predict(n, c) for n, c in comps]) * 1e3

@@ -136,7 +136,9 @@ def _pack_files(sc: Scenario) -> list[Path]:
         st = g.step_time
         try:
             if isinstance(st, PackStepConfig) or (isinstance(st, AutoStepConfig) and choose(g).model == "pack"):
-                csv = pack_path(g.hardware.gpu, g.model_shape.name, g.tp)
+                # the pack of the model's precision (<gpu>/<stem>), or the one transferred from
+                src = choose(g).pack.split("/")[0]
+                csv = pack_path(src, g.model_shape, g.tp)
             elif isinstance(st, RooflineStepConfig) and st.fit is not None:
                 csv = pack_path(*pack_ref_parts(st.fit))
             else:
