@@ -83,6 +83,15 @@ SHAPES: dict[str, dict] = {
     "qwen3-14b": dict(num_layers=40, hidden_size=5120, num_heads=40, num_kv_heads=8, head_dim=128,
                       intermediate_size=17408, vocab_size=151936, max_model_len=32768,
                       tie_word_embeddings=False),
+    # the 128K-context Llama (same layer shapes as llama-3-8b): long-context attention rows
+    "llama-3.1-8b": dict(num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
+                         intermediate_size=14336, vocab_size=128256, max_model_len=131072,
+                         tie_word_embeddings=False),
+    # mixture of experts: every layer sparse, 128 experts, top-8 renormalized (Qwen3-MoE)
+    "qwen3-30b-a3b": dict(num_layers=48, hidden_size=2048, num_heads=32, num_kv_heads=4, head_dim=128,
+                          intermediate_size=6144, vocab_size=151936, max_model_len=32768,
+                          tie_word_embeddings=False, num_experts=128, num_experts_per_tok=8,
+                          moe_intermediate_size=768),
 }
 #: Tiny shapes for logic tests on CPU (not servesim models; never written as real packs).
 TEST_SHAPES: dict[str, dict] = {
@@ -92,7 +101,12 @@ TEST_SHAPES: dict[str, dict] = {
     "tiny-tied": dict(num_layers=3, hidden_size=128, num_heads=4, num_kv_heads=4, head_dim=32,
                       intermediate_size=256, vocab_size=777, max_model_len=1024,
                       tie_word_embeddings=True),
+    "tiny-moe": dict(num_layers=2, hidden_size=256, num_heads=4, num_kv_heads=2, head_dim=64,
+                     intermediate_size=512, vocab_size=1000, max_model_len=2048,
+                     tie_word_embeddings=False, num_experts=8, num_experts_per_tok=2,
+                     moe_intermediate_size=64),
 }
+MOE_KEYS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size")
 SHAPE_KEYS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
               "intermediate_size", "vocab_size")
 ALL_SHAPES = {**SHAPES, **TEST_SHAPES}
@@ -150,11 +164,24 @@ DENSE_PREFILL_CHUNKS = _steps((16, 16, 1), (64, 1024, 64), (1024, 2048, 128), (2
                               (4096, 8192, 512))
 DENSE_PREFILL_CTX = [0, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576]
 
+# --- the long-context extension (`--grid long`, 2026-12-05) --------------------------------------
+# Points beyond the dense grid only (rows to append to a dense pack: `combine --add-from`): token
+# ops to 64K tokens (a 32K prompt prefilled whole, or a few long prompts batched), prefill chunks to
+# 32K and contexts to 128K, decode contexts to 128K. Decode batches are the dense rows, cut by the
+# memory cap (one layer's KV <= 48 GiB: batch 96 at 128K); 512 x 128K would need 256 GiB for ONE
+# layer's KV, which no GPU holds, so no deployment reaches it.
+LONG_TOKENS = [18432, 20480, 24576, 28672, 32768, 40960, 49152, 65536]
+LONG_CHUNKS = [256, 1024, 2048, 4096, 8192, 10240, 12288, 16384, 20480, 24576, 32768]
+LONG_PREFILL_CTX = [0, 4096, 8192, 16384, 24576, 32768, 49152, 65536, 98304, 114688]
+LONG_DECODE_CTX = [40960, 49152, 65536, 81920, 98304, 114688]
+
 GRIDS = {
     "sparse": dict(tokens=TOKENS, chunks=PREFILL_CHUNKS, prefill_ctx=PREFILL_CTX,
                    decode_batch=DECODE_BATCH, decode_ctx=DECODE_CTX),
     "dense": dict(tokens=DENSE_TOKENS, chunks=DENSE_PREFILL_CHUNKS, prefill_ctx=DENSE_PREFILL_CTX,
                   decode_batch=DENSE_DECODE_BATCH, decode_ctx=DENSE_DECODE_CTX),
+    "long": dict(tokens=LONG_TOKENS, chunks=LONG_CHUNKS, prefill_ctx=LONG_PREFILL_CTX,
+                 decode_batch=DENSE_DECODE_BATCH, decode_ctx=LONG_DECODE_CTX),
 }
 
 QUICK_TOKENS = [1, 8, 32, 128, 1024]
@@ -195,28 +222,66 @@ class RankShape:
     V: int
     max_len: int
     tied: bool
+    weights: str = "bf16"  # weight format of the four projection GEMMs (variants.WEIGHT_FORMATS)
+    E: int = 0  # experts (0: dense MLP)
+    K: int = 0  # experts per token
+    MI: int = 0  # per-expert intermediate size, per rank (experts tensor-sharded, no EP)
 
     @classmethod
-    def of(cls, model: str, tp: int) -> "RankShape":
+    def of(cls, model: str, tp: int, weights: str = "bf16") -> "RankShape":
         s = ALL_SHAPES[model]
-        if s["num_heads"] % tp or s["intermediate_size"] % tp:
+        if s["num_heads"] % tp or s["intermediate_size"] % tp or s.get("moe_intermediate_size", 0) % tp:
             raise SystemExit(f"tp={tp} does not divide the heads/intermediate size of {model}")
+        if weights not in PACK_WEIGHTS:
+            raise SystemExit(f"--weights {weights}: packs are measured for {PACK_WEIGHTS}; time other "
+                             f"formats with the `survey` mode")
+        if weights != "bf16" and s.get("num_experts"):
+            raise SystemExit(f"--weights {weights} with {model}: quantized experts are not measured "
+                             f"(the experts' grouped GEMMs run bf16); use --weights bf16")
         return cls(model=model, tp=tp, L=s["num_layers"], h=s["hidden_size"], H=s["num_heads"] // tp,
                    KVH=max(1, s["num_kv_heads"] // tp), D=s["head_dim"],
                    I=s["intermediate_size"] // tp, V=-(-s["vocab_size"] // tp),
-                   max_len=s["max_model_len"], tied=bool(s["tie_word_embeddings"]))
+                   max_len=s["max_model_len"], tied=bool(s["tie_word_embeddings"]), weights=weights,
+                   E=s.get("num_experts", 0), K=s.get("num_experts_per_tok", 0),
+                   MI=s.get("moe_intermediate_size", 0) // tp)
+
+    @property
+    def moe(self) -> bool:
+        return self.E > 0
+
+    @property
+    def stem(self) -> str:
+        return pack_stem(self.model, self.tp, self.weights)
+
+    def moe_shape(self):
+        return MoEShape(self.E, self.K, self.MI, self.h)
+
+    def linear(self, w):
+        """A projection weight as the forward multiplies it: the bf16 tensor itself, or a
+        quantized linear (variants.QLinear) for --weights fp8."""
+        return w if self.weights == "bf16" else QLinear(w, self.weights)
 
     @property
     def qkv_out(self) -> int:
         return (self.H + 2 * self.KVH) * self.D
 
     def as_dict(self) -> dict:
-        return dict(num_layers=self.L, hidden_size=self.h, num_heads=self.H, num_kv_heads=self.KVH,
-                    head_dim=self.D, intermediate_size=self.I, vocab_size=self.V)
+        d = dict(num_layers=self.L, hidden_size=self.h, num_heads=self.H, num_kv_heads=self.KVH,
+                 head_dim=self.D, intermediate_size=self.I, vocab_size=self.V)
+        if self.moe:
+            d.update(num_experts=self.E, num_experts_per_tok=self.K, moe_intermediate_size=self.MI)
+        return d
 
 
-def pack_stem(model: str, tp: int) -> str:
-    return model if tp == 1 else f"{model}-tp{tp}"
+#: weight formats a pack can be measured in (the stem's quantization suffix: servesim's
+#: ``model.quantization`` name); other formats are timed by ``survey`` only
+PACK_WEIGHTS = ("bf16", "fp8")
+
+
+def pack_stem(model: str, tp: int, weights: str = "bf16") -> str:
+    """``<model>[-<quantization>][-tp<N>]`` (calibration/PACK_FORMAT.md)."""
+    q = "" if weights == "bf16" else f"-{weights}"
+    return f"{model}{q}" if tp == 1 else f"{model}{q}-tp{tp}"
 
 
 def stem_tp(stem: str) -> int:
@@ -475,6 +540,7 @@ class Timer:
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from attn_backends import (KINDS, QUICK_SURVEY, SURVEY, BackendChooser, BackendSwitch,  # noqa: E402
                            KindSurvey, Sdpa, kind_of, math_fits, only)
+from variants import FORMAT_DTYPE, MoE, MoEShape, QLinear  # noqa: E402
 
 
 # ============================================================================== the ops
@@ -486,7 +552,8 @@ def rms_norm_op(x, w):
 
 
 def linear_op(x, w):
-    return F.linear(x, w)
+    """``x @ w.T``: ``w`` a bf16 tensor, or a quantized linear (variants.QLinear) that is called."""
+    return F.linear(x, w) if isinstance(w, torch.Tensor) else w(x)
 
 
 def rope_op(qkv, positions, cos_sin, H: int, KVH: int, D: int):
@@ -599,11 +666,15 @@ class OpBench:
         of its inputs (weights included). Two ops with equal signatures run the same kernels on
         equally shaped random tensors, so one measurement serves both."""
         rs = self.rs
+        wf = rs.weights
         return {
             "input_norm": ("rms_norm", rs.h), "post_attn_norm": ("rms_norm", rs.h),
             "final_norm": ("rms_norm", rs.h), "residual_add": ("add", rs.h),
-            "qkv_proj": ("linear", rs.qkv_out, rs.h), "o_proj": ("linear", rs.h, rs.H * rs.D),
-            "gate_up_proj": ("linear", 2 * rs.I, rs.h), "down_proj": ("linear", rs.h, rs.I),
+            "qkv_proj": ("linear", wf, rs.qkv_out, rs.h), "o_proj": ("linear", wf, rs.h, rs.H * rs.D),
+            "gate_up_proj": ("linear", wf, 2 * rs.I, rs.h), "down_proj": ("linear", wf, rs.h, rs.I),
+            "moe_gate": ("moe_gate", rs.E, rs.K, rs.h),
+            "moe_experts": ("moe_experts", rs.E, rs.K, rs.MI, rs.h),
+            "moe_combine": ("moe_combine", rs.E, rs.K, rs.h),
             "lm_head": ("linear", rs.V, rs.h), "embed": ("embed", rs.V, rs.h),
             "rope": ("rope", rs.H, rs.KVH, rs.D, rs.max_len), "kv_write": ("kv_write", rs.KVH, rs.D),
             "act": ("act", rs.I),
@@ -654,12 +725,16 @@ class OpBench:
     def prefill_grid(self):
         chunks, ctxs = self.grid["chunks"], self.grid["prefill_ctx"]
         pts = [(t, c) for t in chunks for c in ctxs if t + c <= self.rs.max_len]
+        if self.grid is GRIDS["long"]:  # only what the dense grid lacks
+            dense = set(DENSE_PREFILL_CHUNKS), set(DENSE_PREFILL_CTX)
+            pts = [(t, c) for t, c in pts if not (t in dense[0] and c in dense[1])]
         return sorted(pts, key=lambda p: p[0] * (p[1] + p[0] / 2))  # cheap first
 
     def decode_grid(self):
         batches = self.grid["decode_batch"]
         ctxs = [c for c in self.grid["decode_ctx"] if c + 1 <= self.rs.max_len]
-        if not self.quick and (self.rs.max_len - 1) not in ctxs:
+        long_ok = self.grid is not GRIDS["long"] or self.rs.max_len - 1 > max(DENSE_DECODE_CTX)
+        if not self.quick and long_ok and (self.rs.max_len - 1) not in ctxs:
             ctxs.append(self.rs.max_len - 1)  # the longest context the model allows
         per_tok = 2 * self.rs.KVH * self.rs.D * 2
         pts = [(b, c) for b in batches for c in ctxs if b * (c + 1) * per_tok <= self.kv_cap]
@@ -674,12 +749,16 @@ class OpBench:
 
         def weights(out_f, in_f):
             n = self.copies(out_f * in_f * 2)
-            return [r(out_f, in_f, scale=in_f ** -0.5) for _ in range(n)]
+            return [rs.linear(r(out_f, in_f, scale=in_f ** -0.5)) for _ in range(n)]
 
         w_qkv = weights(rs.qkv_out, h)
         w_o = weights(h, H * D)
-        w_gu = weights(2 * I, h)
-        w_down = weights(h, I)
+        moe = MoE(rs.moe_shape(), self.device, self.gen) if rs.moe else None
+        self.moe_backend = moe.backend if moe is not None else None
+        w_gu = [] if rs.moe else weights(2 * I, h)
+        w_down = [] if rs.moe else weights(h, I)
+        self.gemm_backend = (w_qkv[0].backend if not isinstance(w_qkv[0], torch.Tensor)
+                             else "torch.nn.functional.linear (bf16, cuBLAS)")
         emb = r(rs.V, h, scale=0.02)
         w_lm = emb if rs.tied else r(rs.V, h, scale=h ** -0.5)
         log(f"  weight copies rotated: qkv {len(w_qkv)}, o {len(w_o)}, gate_up {len(w_gu)}, "
@@ -706,13 +785,16 @@ class OpBench:
             self.point("o_proj", [lambda w=w: linear_op(a, w) for w in w_o], tokens=T)
             del a
             self.point("post_attn_norm", [lambda: rms_norm_op(x, w_norm)], tokens=T)
-            self.point("gate_up_proj", [lambda w=w: linear_op(x, w) for w in w_gu], tokens=T)
-            gu = r(T, 2 * I)
-            self.point("act", [lambda: act_op(gu, I)], tokens=T)
-            del gu
-            m = r(T, I)
-            self.point("down_proj", [lambda w=w: linear_op(m, w) for w in w_down], tokens=T)
-            del m
+            if moe is not None:
+                self.moe_points(moe, x, T)
+            else:
+                self.point("gate_up_proj", [lambda w=w: linear_op(x, w) for w in w_gu], tokens=T)
+                gu = r(T, 2 * I)
+                self.point("act", [lambda: act_op(gu, I)], tokens=T)
+                del gu
+                m = r(T, I)
+                self.point("down_proj", [lambda w=w: linear_op(m, w) for w in w_down], tokens=T)
+                del m
             y = r(T, h)
             self.point("residual_add", [lambda: x + y], tokens=T)
             del y
@@ -722,8 +804,18 @@ class OpBench:
                 self.point("final_norm", [lambda: rms_norm_op(x, w_norm)], tokens=T)
                 self.point("lm_head", [lambda: linear_op(x, w_lm)], tokens=T)
             del x
-        del w_qkv, w_o, w_gu, w_down, emb, w_lm
+        del w_qkv, w_o, w_gu, w_down, emb, w_lm, moe
         self._free()
+
+    def moe_points(self, moe: "MoE", x, T: int) -> None:
+        """moe_gate, moe_experts, moe_combine at T tokens, each on the previous op's real output
+        (random router weights: near-uniform routing over the experts)."""
+        self.point("moe_gate", [lambda: moe.gate(x)], tokens=T)
+        w, idx = moe.gate(x)
+        self.point("moe_experts", [lambda: moe.experts(x, idx)], tokens=T)
+        y, order = moe.experts(x, idx)
+        self.point("moe_combine", [lambda: moe.combine(y, order, w, T)], tokens=T)
+        del w, idx, y, order
 
     # --- attention: every passing backend considered, the fastest kept -----------------------
     def _attn_fits(self, kind: str, a: int, ctx: int) -> bool:
@@ -885,14 +977,19 @@ class OpBench:
         def t(op, tokens=0, batch=0, context=0):
             m = self.table.get((op, tokens, batch, context))
             return None if m is None else m.median_ms
-        per_layer = [t(op, B) for op in ("input_norm", "qkv_proj", "rope", "kv_write", "o_proj",
-                                         "post_attn_norm", "gate_up_proj", "act", "down_proj",
-                                         "residual_add", "residual_add")]
+        per_layer = [t(op, B) for op in layer_ops(self.rs) + ("residual_add",)]
         per_layer.append(t("attn_decode", B, B, ctx))
         once = [t("embed", B), t("final_norm", B), t("lm_head", B)]
         if any(p is None for p in per_layer + once):
             return None
         return self.rs.L * sum(per_layer) + sum(once)
+
+
+def layer_ops(rs: RankShape) -> tuple:
+    """The per-layer token ops of a forward, in order (PACK_FORMAT.md; MoE packs replace the MLP's
+    three ops by the experts' three)."""
+    mlp = ("moe_gate", "moe_experts", "moe_combine") if rs.moe else ("gate_up_proj", "act", "down_proj")
+    return ("input_norm", "qkv_proj", "rope", "kv_write", "o_proj", "post_attn_norm") + mlp + ("residual_add",)
 
 
 # ============================================================================== whole forwards
@@ -936,7 +1033,8 @@ class Model:
         def r(*shape, scale=1.0):
             return torch.randn(*shape, generator=g, device=device, dtype=dt) * scale
         h, I = rs.h, rs.I
-        layer_bytes = 2 * (rs.qkv_out * h + h * rs.H * rs.D + 2 * I * h + h * I + 2 * h)
+        mlp_params = 3 * rs.E * rs.MI * h + rs.E * h if rs.moe else 3 * I * h
+        layer_bytes = 2 * (rs.qkv_out * h + h * rs.H * rs.D + mlp_params + 2 * h)
         if share_layers is None:
             share_layers = False
             if device.type == "cuda":
@@ -946,10 +1044,14 @@ class Model:
         n_sets = 1 if share_layers else rs.L
         sets = []
         for _ in range(n_sets):
-            sets.append(dict(in_norm=1.0 + 0.1 * r(h), qkv=r(rs.qkv_out, h, scale=h ** -0.5),
-                             o=r(h, rs.H * rs.D, scale=(rs.H * rs.D) ** -0.5),
-                             post_norm=1.0 + 0.1 * r(h), gu=r(2 * I, h, scale=h ** -0.5),
-                             down=r(h, I, scale=I ** -0.5)))
+            lw = dict(in_norm=1.0 + 0.1 * r(h), qkv=rs.linear(r(rs.qkv_out, h, scale=h ** -0.5)),
+                      o=rs.linear(r(h, rs.H * rs.D, scale=(rs.H * rs.D) ** -0.5)),
+                      post_norm=1.0 + 0.1 * r(h))
+            if rs.moe:
+                lw["moe"] = MoE(rs.moe_shape(), device, g)
+            else:
+                lw.update(gu=rs.linear(r(2 * I, h, scale=h ** -0.5)), down=rs.linear(r(h, I, scale=I ** -0.5)))
+            sets.append(lw)
         self.layers = [sets[i % n_sets] for i in range(rs.L)]
         self.embed = r(rs.V, h, scale=0.02)
         self.lm_head = self.embed if rs.tied else r(rs.V, h, scale=h ** -0.5)
@@ -1037,7 +1139,10 @@ def forward(m: Model, b: Batch, all_reduce: Optional[Callable] = None):
                 all_reduce(o)
             residual = residual + o
             hn = rms_norm_op(residual, lw["post_norm"])
-            d = linear_op(act_op(linear_op(hn, lw["gu"]), rs.I), lw["down"])
+            if rs.moe:
+                d = lw["moe"](hn)
+            else:
+                d = linear_op(act_op(linear_op(hn, lw["gu"]), rs.I), lw["down"])
             if all_reduce is not None:
                 all_reduce(d)
             residual = residual + d
@@ -1244,8 +1349,14 @@ def read_yaml(path: Path) -> dict:
 
 def base_meta(gpu: str, model: str, tp: int, info: dict, rs: RankShape) -> dict:
     s = ALL_SHAPES[model]
-    return dict(gpu=gpu, model=model, tp=tp, dtype="bf16",
-                shape={k: s[k] for k in SHAPE_KEYS},
+    extra = {}
+    if rs.weights != "bf16":
+        extra.update(quantization=rs.weights, kv_cache_dtype="auto")
+    if rs.moe:
+        extra.update(routing="uniform (random router weights and inputs: every expert about equally "
+                             "loaded; real routers are skewed)")
+    return dict(gpu=gpu, model=model, tp=tp, dtype=FORMAT_DTYPE[rs.weights], **extra,
+                shape={k: s[k] for k in SHAPE_KEYS + (MOE_KEYS if rs.moe else ())},
                 source="measured",
                 origin=f"calibration/profile_gpu.py on {info.get('gpu_name')}",
                 date=datetime.date.today().isoformat(),
@@ -1350,7 +1461,7 @@ def cmd_ops(args) -> int:
 
 def ops_one(args, device, budget, info, model: str, tp: int, stages: list, memo: dict) -> None:
     gpu = gpu_key(info, args.gpu_key)
-    rs = RankShape.of(model, tp)
+    rs = RankShape.of(model, tp, args.weights)
     out = Path(args.out)
     grid = "quick" if args.quick else args.grid
     log(f"ops: model={model} tp={tp} grid={grid} stages={stages} rank shape={rs.as_dict()} on "
@@ -1366,13 +1477,24 @@ def ops_one(args, device, budget, info, model: str, tp: int, stages: list, memo:
     l2 = int(info.get("l2_bytes") or 0) or 50 * 2 ** 20
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
-        kv_cap = int(min(16 * 2 ** 30, 0.25 * free))
+        kv_cap = int(min((48 if args.grid == "long" else 16) * 2 ** 30, 0.25 * free))
     else:
         kv_cap = 64 * 2 ** 20
     bench = OpBench(rs, device, timer, sdpa, args.quick, kv_cap_bytes=kv_cap, rot_bytes=4 * l2,
                     grid=args.grid, memo=memo)
     bench.prefill_max_rep = getattr(args, "prefill_max_rep", None)
-    stem = pack_stem(model, tp)
+    stem = rs.stem
+    attention_from = None
+    if args.attention_from:  # attention does not depend on the weights' format: reuse a bf16 pack's
+        attention_from = Path(args.attention_from) / f"{pack_stem(model, tp)}.csv"
+        src_meta = read_yaml(attention_from.with_suffix(".yaml"))
+        for r in read_rows(attention_from):
+            if r[0] in ("attn_prefill", "attn_decode"):
+                m = Meas(float(r[5]), float(r[6] or 0), 0, "from pack")
+                bench.table[(r[0], int(r[1]), int(r[2]), int(r[3]))] = m
+                bench.rows.append((r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), m.median_ms, m.std_ms))
+        bench.external_chooser = BackendChooser.from_meta(src_meta)
+        stages = [x for x in stages if x not in ("attn_decode", "attn_prefill")]
     tables_from = None
     if args.tables_from:  # overhead-only runs: the op sums come from a pack measured earlier
         tables_from = Path(args.tables_from) / f"{stem}.csv"
@@ -1439,6 +1561,18 @@ def ops_one(args, device, budget, info, model: str, tp: int, stages: list, memo:
     )
     if tables_from is not None:
         meta["tables_from"] = str(tables_from)
+    if rs.weights != "bf16" or rs.moe:
+        meta["gemm_backend"] = getattr(bench, "gemm_backend", None) or "see tables_from"
+    if rs.moe:
+        meta["moe_backend"] = getattr(bench, "moe_backend", None) or "see tables_from"
+    if attention_from is not None:
+        meta["attention_from"] = (f"{attention_from}: attn_prefill / attn_decode rows and their SDPA "
+                                  f"choice copied from the bf16 pack (measured {src_meta.get('date')} on "
+                                  f"{src_meta.get('device')}); attention reads bf16 Q/K/V whatever the "
+                                  f"weights' format")
+        for k in ("sdpa_backend", "sdpa"):
+            if k in src_meta:
+                meta[k] = src_meta[k]
     if rows or overhead_notes.get("points"):  # an overhead run's points matter even if none is > 0
         write_yaml(csv_path.with_suffix(".yaml"), meta)
     log(f"wrote {csv_path} ({len(rows)} rows, {bench.reused} reused) in {time.time() - t0:.0f}s; "
@@ -1533,6 +1667,50 @@ def overhead_rows(bench: OpBench, timer: Timer, device, args, notes: dict) -> No
     bench._free()
 
 
+# ============================================================================== mode: survey
+def cmd_survey(args) -> int:
+    """Op surveys beyond the packs (calibration/surveys.py): GEMMs in every weight format, MoE
+    layers, decode attention over bf16/fp8 KV to 128K, MLA decode. One CSV + YAML per survey."""
+    from surveys import SURVEY_COLUMNS, SURVEYS, Survey
+
+    device, budget, info = setup(args)
+    gpu = gpu_key(info, args.gpu_key)
+    which = _csv_list(args.which) if args.which else list(SURVEYS)
+    bad = [w for w in which if w not in SURVEYS]
+    if bad:
+        raise SystemExit(f"unknown survey(s) {bad}; known: {SURVEYS}")
+    timer = Timer(device, budget, quick=args.quick, max_rep=args.max_rep or 10)
+    kv_cap = (int(min(32 * 2 ** 30, 0.3 * torch.cuda.mem_get_info(device)[0])) if device.type == "cuda"
+              else 64 * 2 ** 20)
+    sv = Survey(timer, device, quick=args.quick, kv_cap_bytes=kv_cap, log=log)
+    with torch.inference_mode():
+        sv.run(which)
+    out = Path(args.out) / "surveys" / gpu
+    out.mkdir(parents=True, exist_ok=True)
+    for name in which:
+        rows = [r for r in sv.rows if r[0] == name]
+        if not rows:
+            continue
+        path = out / f"{name}.csv"
+        with path.open("w", newline="") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(SURVEY_COLUMNS)
+            for r in rows:
+                _check_time(float(r[10]), str(r))
+                w.writerow(r)
+        meta = dict(gpu=gpu, survey=name, date=datetime.date.today().isoformat(), device=device_string(info),
+                    method=method_text(timer), command=args.parent_command or this_command(),
+                    kind="op survey (not a pack: no servesim run reads it)", rows=len(rows),
+                    seconds=sv.meta.get("seconds", {}).get(name), skipped=[x for x in sv.skipped if x.startswith(name)],
+                    dropped=[x for x in timer.dropped if x.startswith(name)], environment=info,
+                    **{k: v for k, v in sv.meta.items() if k == name})
+        write_yaml(path.with_suffix(".yaml"), meta)
+        log(f"wrote {path} ({len(rows)} rows)")
+    if sv.skipped:
+        log(f"survey: {len(sv.skipped)} skipped: {sv.skipped[:20]}")
+    return 0
+
+
 # ============================================================================== mode: iterations
 def load_chooser(args, gpu: str, sdpa: Sdpa, tp: int) -> tuple[BackendChooser, str]:
     """The attention backend choice of the (model, tp) pack under ``--backends-from`` (a pack
@@ -1541,9 +1719,10 @@ def load_chooser(args, gpu: str, sdpa: Sdpa, tp: int) -> tuple[BackendChooser, s
     if not args.backends_from:
         return (BackendChooser.constant(sdpa.passing),
                 "first backend passing the float64 check per kind (no --backends-from)")
-    ymeta = Path(args.backends_from) / f"{pack_stem(args.model, tp)}.yaml"
+    stem = pack_stem(args.model, tp, getattr(args, "weights", "bf16"))
+    ymeta = Path(args.backends_from) / f"{stem}.yaml"
     if not ymeta.is_file():  # a packs/ root: the GPU's folder below it
-        ymeta = Path(args.backends_from) / gpu / f"{pack_stem(args.model, tp)}.yaml"
+        ymeta = Path(args.backends_from) / gpu / f"{stem}.yaml"
     if not ymeta.is_file():
         raise SystemExit(f"--backends-from: {ymeta} not found")
     chooser = BackendChooser.from_meta(read_yaml(ymeta))
@@ -1568,7 +1747,7 @@ def cmd_iterations(args) -> int:
         return cmd_iterations_tp(args)
     device, budget, info = setup(args)
     gpu = gpu_key(info, args.gpu_key)
-    rs = RankShape.of(args.model, 1)
+    rs = RankShape.of(args.model, 1, args.weights)
     timer = Timer(device, budget, quick=args.quick)
     if args.fwd_max_rep:
         timer.fwd_max_rep = max(timer.min_rep, args.fwd_max_rep)
@@ -1635,15 +1814,16 @@ def cmd_iterations(args) -> int:
                 torch.cuda.empty_cache()
         shared = model.shared_layers
         del model
-    path = Path(args.out) / "validation" / gpu / f"{args.model}.csv"
+    path = Path(args.out) / "validation" / gpu / f"{rs.stem}.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
+    quant = [] if rs.weights == "bf16" else [rs.weights, "auto"]  # PACK_FORMAT.md's optional columns
     with path.open("w", newline="") as fh:
         w = csv.writer(fh, lineterminator="\n")
-        w.writerow(VAL_COLUMNS)
+        w.writerow(VAL_COLUMNS + (("quantization", "kv_cache_dtype") if quant else ()))
         for r in rows:
             _check_time(float(r[8]), str(r))
             w.writerow([r[0], r[1], "true" if r[2] else "false", *r[3:8], f"{r[8]:.6g}",
-                        f"{max(r[9], 0.0):.6g}"])
+                        f"{max(r[9], 0.0):.6g}"] + quant)
     meta = base_meta(gpu, args.model, 1, info, rs)
     meta.pop("source")
     meta.update(
@@ -2451,7 +2631,7 @@ def _main_one(argv: list) -> int:
         sp.add_argument("--parent-command", default=None, help=argparse.SUPPRESS)
 
     def add_grid_args(sp):
-        sp.add_argument("--grid", choices=["dense", "sparse"], default="dense",
+        sp.add_argument("--grid", choices=["dense", "sparse", "long"], default="dense",
                         help="op grid: dense (default; see DENSE_* in this file) or sparse (the "
                              "powers-of-two grid of the first H200 packs)")
         sp.add_argument("--max-rep", type=int, default=None,
@@ -2472,10 +2652,17 @@ def _main_one(argv: list) -> int:
                     help="most timed replays per prefill attention point (default: --max-rep)")
     sp.add_argument("--calib-batches", default=None,
                     help=f"comma list: overhead calibration batches to measure (default {CALIB_BATCHES})")
+    sp.add_argument("--weights", choices=PACK_WEIGHTS, default="bf16",
+                    help="weight format of the projection GEMMs (fp8: e4m3 per-tensor, calibration/variants.py)")
+    sp.add_argument("--attention-from", default=None,
+                    help="packs/<gpu> folder of bf16 packs whose attention rows (and SDPA choice) to "
+                         "reuse instead of measuring attention (for --weights fp8)")
     add_grid_args(sp)
     common(sp)
     sp = sub.add_parser("iterations", help="whole-forward validation data for one model (TP 1, or --tp N)")
     sp.add_argument("--model", required=True, choices=models)
+    sp.add_argument("--weights", choices=PACK_WEIGHTS, default="bf16",
+                    help="weight format of the projection GEMMs (as the pack's ops run)")
     sp.add_argument("--max-compositions", type=int, default=None)
     sp.add_argument("--every", type=int, default=1,
                     help="measure every k-th composition only (a stratified subset, e.g. for "
@@ -2494,6 +2681,11 @@ def _main_one(argv: list) -> int:
     sp.add_argument("--fwd-budget-ms", type=float, default=None,
                     help="GPU time spent on one composition's timed forwards per mode (400)")
     common(sp)
+    sp = sub.add_parser("survey", help="op surveys: GEMM formats, MoE, fp8-KV and MLA decode attention")
+    common(sp)
+    sp.add_argument("--which", default=None, help="comma list of surveys (default all): gemm, moe, decode_kv, mla")
+    sp.add_argument("--max-rep", type=int, default=None, help="most timed replays per point (10)")
+
     sp = sub.add_parser("allreduce", help="NCCL all_reduce over N GPUs and send_recv between 2")
     sp.add_argument("--gpus", type=int, default=2)
     sp.add_argument("--eager-collectives", action="store_true",
@@ -2526,7 +2718,7 @@ def _main_one(argv: list) -> int:
     sp.add_argument("--note", default=None, help="provenance text stored in each YAML (combined.note)")
     args = p.parse_args(argv)
     try:
-        return {"ops": cmd_ops, "iterations": cmd_iterations, "allreduce": cmd_allreduce,
+        return {"ops": cmd_ops, "iterations": cmd_iterations, "survey": cmd_survey, "allreduce": cmd_allreduce,
                 "all": cmd_all, "merge": cmd_merge, "backends": cmd_backends,
                 "combine": cmd_combine}[args.mode](args)
     except SystemExit:

@@ -227,7 +227,9 @@ class MoE:
         order = torch.argsort(flat, stable=True)
         xs = x.index_select(0, order // s.top_k)
         if self.grouped:
-            counts = torch.bincount(flat, minlength=s.experts)
+            # counts without a host sync (bincount reads its maximum back): capturable in a graph
+            counts = torch.zeros(s.experts, dtype=torch.int64, device=x.device).index_add_(
+                0, flat, torch.ones_like(flat))
             offs = torch.cumsum(counts, 0).to(torch.int32)
             h1 = torch._grouped_mm(xs, self.w13.transpose(-2, -1), offs=offs)
             a = F.silu(h1[:, :s.inter]) * h1[:, s.inter:]
@@ -274,7 +276,7 @@ if triton is not None:
                        stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
                        H: tl.constexpr, GROUP: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
                        BLOCK_H: tl.constexpr, D: tl.constexpr, DPE: tl.constexpr, DV: tl.constexpr,
-                       BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, HAS_PE: tl.constexpr):
+                       SPLITS, BLOCK_N: tl.constexpr, HAS_PE: tl.constexpr):
         b = tl.program_id(0)
         hb = tl.program_id(1)
         sp = tl.program_id(2)
@@ -326,7 +328,7 @@ if triton is not None:
     @triton.jit
     def _decode_stage2(Mid_O, Mid_LSE, O, kv_len, v_scale,
                        stride_ob, stride_oh, stride_os, stride_lb, stride_lh, stride_fb, stride_fh,
-                       DV: tl.constexpr, SPLITS: tl.constexpr):
+                       SPLITS, DV: tl.constexpr):
         b = tl.program_id(0)
         h = tl.program_id(1)
         offs_dv = tl.arange(0, DV)
@@ -384,11 +386,11 @@ class TritonDecode:
                              mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_l.stride(0), mid_l.stride(1),
                              H=self.H, GROUP=self.group, HEADS_PER_PROG=self.heads_per_prog,
                              BLOCK_H=self.block_h, D=self.D, DPE=max(self.DPE, 16), DV=self.DV,
-                             BLOCK_N=self.block_n, SPLITS=S, HAS_PE=self.DPE > 0)
+                             SPLITS=S, BLOCK_N=self.block_n, HAS_PE=self.DPE > 0)
         _decode_stage2[(B, self.H)](mid_o, mid_l, out, L, v_scale,
                                     mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
                                     mid_l.stride(0), mid_l.stride(1), out.stride(0), out.stride(1),
-                                    DV=self.DV, SPLITS=S)
+                                    SPLITS=S, DV=self.DV)
         return out
 
 
