@@ -2336,6 +2336,11 @@ def cmd_combine(args) -> int:
       whose rank shape gives that op the same kernel and input shapes (``OpBench.sig``: e.g.
       attention of llama-3-8b = qwen3-8b), keeping the points within its max_model_len: the
       measurement ``ops`` would have shared within one process.
+    * ``--add-from DIR [--add-ops a,b] [--add-alias target:source,...]``: rows of DIR's pack of
+      the same name (or of the aliased source pack, e.g. qwen3-4b:qwen3-8b for attention, whose
+      kernels and input shapes are the same) are appended where the pack has no row at that point
+      (op, tokens, batch, context, bytes) -- the ``--grid long`` extension of a dense pack. Only
+      points within this model's max_model_len are taken; the YAML lists what came from where.
     * ``--overheads-from D1,D2``: overhead rows measured again in other processes (``ops --stages
       overhead --tables-from``, same tables) are combined with the pack's own by the median, per op
       and batch, of forward - tables over all processes; every process's value is kept in the YAML.
@@ -2348,10 +2353,13 @@ def cmd_combine(args) -> int:
     keep_ops = _csv_list(args.keep_ops or "")
     replace_ops = _csv_list(getattr(args, "replace_ops", None) or "")
     others = [Path(x) for x in _csv_list(args.overheads_from or "")]
+    alias = dict(x.split(":", 1) for x in _csv_list(getattr(args, "add_alias", None) or ""))
     for gpu_dir in sorted(p for p in (out / "packs").glob("*") if p.is_dir()):
         for pack in sorted(gpu_dir.glob("*.csv")):
             rows = read_rows(pack)
             meta = read_yaml(pack.with_suffix(".yaml"))
+            if getattr(args, "add_from", None):
+                rows = _add_rows(rows, meta, pack, Path(args.add_from), _csv_list(args.add_ops or ""), alias)
             if replace_ops:
                 rows, meta["replaced_rows"] = _replace_rows(rows, pack, Path(args.replace_from),
                                                             replace_ops)
@@ -2424,6 +2432,35 @@ def cmd_combine(args) -> int:
             write_yaml(pack.with_suffix(".yaml"), meta)
             log(f"combined {pack}: {len(rows)} rows")
     return 0
+
+
+def _add_rows(rows: list, meta: dict, pack: Path, src_dir: Path, ops: list, alias: dict) -> list:
+    """``combine --add-from``: append the source pack's rows at points this pack lacks."""
+    name = alias.get(pack.stem, pack.stem)
+    src = src_dir / f"{name}.csv"
+    if not src.is_file():
+        log(f"  {src} missing: nothing added to {pack.name}")
+        return rows
+    max_len = int((ALL_SHAPES.get(meta.get("model")) or {}).get("max_model_len", 1 << 62))
+    have = {(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows}
+    added: dict = {}
+    for r in read_rows(src):
+        key = (r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]))
+        if (ops and r[0] not in ops) or key in have or r[0] in OVERHEAD_OPS:
+            continue
+        if r[0] == "attn_prefill" and key[1] + key[3] > max_len:
+            continue
+        if r[0] == "attn_decode" and key[3] + 1 > max_len:
+            continue
+        rows.append(r)
+        added[r[0]] = added.get(r[0], 0) + 1
+    sm = read_yaml(src.with_suffix(".yaml"))
+    meta.setdefault("added_rows", []).append(dict(
+        from_pack=str(src), rows_per_op=added, measured=sm.get("date"), device=sm.get("device"),
+        command=sm.get("command"), grid=sm.get("grid"), sdpa_backend=sm.get("sdpa_backend"),
+        rule="appended at points this pack lacked (same op, kernel and input shapes)"))
+    log(f"  {pack.name}: added {added} from {src}")
+    return rows
 
 
 def _attn_sig(meta: dict, op: str) -> tuple:
@@ -2716,6 +2753,10 @@ def _main_one(argv: list) -> int:
     sp.add_argument("--overheads-from", default=None,
                     help="comma list of --out folders of `ops --stages overhead --tables-from` runs")
     sp.add_argument("--note", default=None, help="provenance text stored in each YAML (combined.note)")
+    sp.add_argument("--add-from", default=None, help="folder of packs whose rows at new points to append")
+    sp.add_argument("--add-ops", default=None, help="comma list: only these ops' rows (default all but overheads)")
+    sp.add_argument("--add-alias", default=None,
+                    help="comma list target:source, e.g. qwen3-4b:qwen3-8b (source pack for a target)")
     args = p.parse_args(argv)
     try:
         return {"ops": cmd_ops, "iterations": cmd_iterations, "survey": cmd_survey, "allreduce": cmd_allreduce,
