@@ -19,7 +19,10 @@ if [ -d $M/d/packs/h200 ]; then
   cp $H/qwen3-8b.csv $H/qwen3-8b.yaml $S/
   cp $H/llama-3-8b.csv $S/llama-3.1-8b.csv
   sed -e 's/^model: llama-3-8b$/model: llama-3.1-8b/' $H/llama-3-8b.yaml > $S/llama-3.1-8b.yaml
-  echo "composed_from: 'calibration/packs/h200/llama-3-8b (dense grid; same layer shapes, the rope table aside) + the --grid long run of llama-3.1-8b (contexts to 128K), see added_rows'" >> $S/llama-3.1-8b.yaml
+  echo "composed_from: 'calibration/packs/h200/llama-3-8b (dense grid; same layer shapes, the rope table aside) + qwen3-8b''s dense attention rows to 32K (same attention kernels and shapes) + the --grid long run of llama-3.1-8b (contexts to 128K), see added_rows'" >> $S/llama-3.1-8b.yaml
+  mkdir -p $W/stage31/packs/h200; mv $S/llama-3.1-8b.* $W/stage31/packs/h200/
+  $PY calibration/profile_gpu.py combine --out $W/stage31 --add-from $H --add-alias llama-3.1-8b:qwen3-8b --add-ops attn_prefill,attn_decode --note "qwen3-8b's attention rows beyond llama-3-8b's 8K context"
+  mv $W/stage31/packs/h200/llama-3.1-8b.* $S/
   $PY calibration/profile_gpu.py combine --out $W/stage --add-from $M/d/packs/h200 --note "long-context rows appended (2026-12-05 H200 run, --grid long)"
   # qwen3-4b takes only attention from qwen3-8b (its GEMMs have other shapes)
   mkdir -p $W/stage4/packs/h200; cp $H/qwen3-4b.csv $H/qwen3-4b.yaml $W/stage4/packs/h200/
