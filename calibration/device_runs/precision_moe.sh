@@ -19,7 +19,7 @@ python3 $P ops --model qwen3-30b-a3b --deadline-epoch $((T0+560)) --soft-deadlin
 IT="--fwd-max-rep 8 --fwd-budget-ms 250 --eager-every 3"
 python3 $P iterations --model llama-3-8b --weights fp8 --backends-from $R/b/packs/h200 $IT --deadline-epoch $((T0+690)) --out $R/v > $R/f1.log 2>&1; st F1 $?
 python3 $P iterations --model qwen3-30b-a3b --backends-from $R/c/packs/h200 $IT --deadline-epoch $((T0+830)) --out $R/v > $R/f2.log 2>&1; st F2 $?
-python3 $P ops --model qwen3-8b,llama-3.1-8b --grid long --stages "token ops,attn_decode,attn_prefill" --prefill-max-rep 5 --deadline-epoch $((T0+900)) --soft-deadline-epoch $((T0+860)) --out $R/d > $R/d.log 2>&1; st D $?
-python3 $P survey --deadline-epoch $((T0+1010)) --soft-deadline-epoch $((T0+980)) --out $R/e > $R/e.log 2>&1; st E $?
+python3 $P ops --model qwen3-8b,llama-3.1-8b --grid long --stages "token ops,attn_decode,attn_prefill" --prefill-max-rep 5 --deadline-epoch $((T0+960)) --soft-deadline-epoch $((T0+930)) --out $R/d > $R/d.log 2>&1; st D $?
+python3 $P survey --deadline-epoch $((T0+1080)) --soft-deadline-epoch $((T0+1050)) --out $R/e > $R/e.log 2>&1; st E $?
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.draw --format=csv,noheader > $R/smi_end.txt
 touch $R/DONE
