@@ -238,7 +238,7 @@ def pack_ref_parts(ref: str) -> tuple[str, str, int]:
         model, tp = head, int(tail)
     if gpu not in GPUS:
         raise ValueError(f"pack reference {ref!r}: unknown GPU '{gpu}'; allowed: {', '.join(sorted(GPUS))}")
-    from servesim.perf.pack import split_pack_name  # <model>[-<quantization>][-kv<dtype>]
+    from servesim.models.precision import split_pack_name  # <model>[-<quantization>][-kv<dtype>]
 
     if split_pack_name(model)[0] not in MODELS:
         raise ValueError(f"pack reference {ref!r}: unknown model '{model}'; allowed: {', '.join(sorted(MODELS))}")

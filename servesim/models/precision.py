@@ -61,3 +61,18 @@ def kv_dtype_bytes(name: str, model_dtype_bytes: int) -> int:
         raise ValueError(f"kv_cache_dtype {name!r}: unknown; allowed: {', '.join(KV_CACHE_DTYPES)}")
     b = KV_CACHE_DTYPES[name]
     return model_dtype_bytes if b is None else b
+
+
+def split_pack_name(name: str) -> tuple[str, str, str]:
+    """A pack name ``<model>[-<quantization>][-kv<dtype>]`` -> (model, quantization, kv_cache_dtype);
+    here, below the configs, so that a pack reference is checked without importing perf."""
+    model, quant, kv = name, "none", "auto"
+    for d in sorted((k for k in KV_CACHE_DTYPES if k != "auto"), key=len, reverse=True):
+        if model.endswith(f"-kv{d}"):
+            model, kv = model[: -len(f"-kv{d}")], d
+            break
+    for q in sorted((k for k in WEIGHT_FORMATS if k != "none"), key=len, reverse=True):
+        if model.endswith(f"-{q}"):
+            model, quant = model[: -len(f"-{q}")], q
+            break
+    return model, quant, kv

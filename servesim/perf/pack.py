@@ -27,6 +27,7 @@ import yaml
 from servesim.errors import PackError
 from servesim.hardware import GPUS
 from servesim.models import KV_CACHE_DTYPES, MODELS, WEIGHT_FORMATS, ModelShape, with_precision
+from servesim.models.precision import split_pack_name  # (re-exported: configs below perf read it)
 
 COLUMNS: tuple[str, ...] = ("op", "tokens", "batch", "context", "bytes", "time_ms", "std_ms")
 
@@ -186,20 +187,6 @@ def pack_name(model: str | ModelShape, quantization: str = "none", kv_cache_dtyp
         model, quantization, kv_cache_dtype = model.name, model.quantization, model.kv_cache_dtype
     return (model + (f"-{quantization}" if quantization != "none" else "")
             + (f"-kv{kv_cache_dtype}" if kv_cache_dtype != "auto" else ""))
-
-
-def split_pack_name(name: str) -> tuple[str, str, str]:
-    """``<model>[-<quantization>][-kv<dtype>]`` -> (model, quantization, kv_cache_dtype)."""
-    model, quant, kv = name, "none", "auto"
-    for d in sorted((k for k in KV_CACHE_DTYPES if k != "auto"), key=len, reverse=True):
-        if model.endswith(f"-kv{d}"):
-            model, kv = model[: -len(f"-kv{d}")], d
-            break
-    for q in sorted((k for k in WEIGHT_FORMATS if k != "none"), key=len, reverse=True):
-        if model.endswith(f"-{q}"):
-            model, quant = model[: -len(f"-{q}")], q
-            break
-    return model, quant, kv
 
 
 def pack_stem(model: str | ModelShape, tp: int, quantization: str = "none", kv_cache_dtype: str = "auto") -> str:
