@@ -35,11 +35,11 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from servesim.models import MODELS  # noqa: E402
-from servesim.perf.calibrate_cli import error_table, markdown_table, read_validation, validate_frame  # noqa: E402
+from servesim.tools.calibrate_cli import error_table, markdown_table, read_validation, validate_frame  # noqa: E402
 from servesim.perf.pack import LAYER_TOKEN_OPS, available_packs, load_pack  # noqa: E402
 from servesim.perf.packmodel import (Curve, DecodeAttention, PrefillAttention, isotonic,  # noqa: E402
                                      load_pack_model)
-from servesim.perf.vidur import TOKEN_OPS, HeadShape, transfer_attention  # noqa: E402
+from servesim.tools.vidur import TOKEN_OPS, HeadShape, transfer_attention  # noqa: E402
 
 #: ../shared beside the checkout (SERVESIM_SHARED overrides it, e.g. from a git worktree)
 VIDUR = Path(os.environ.get("SERVESIM_SHARED", REPO.parent / "shared")) / "calibration" / "vidur_profiles"
@@ -226,7 +226,7 @@ def holdout_prefill_chunks(gpu: str, model: str, tp: int) -> list[dict]:
 
 def vidur_attention_structure() -> dict:
     """Decode transfer premise on A100: (b, 2c) and (2b, c) read the same KV bytes."""
-    from servesim.perf.vidur import read_attention
+    from servesim.tools.vidur import read_attention
 
     dec, _ = read_attention(VIDUR / "profiling_legacy_acb95f6/a100/attention.csv")
     table = dec.unstack()

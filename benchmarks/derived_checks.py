@@ -21,8 +21,8 @@ sys.path.insert(0, str(REPO))
 
 from servesim.hardware import GPUS  # noqa: E402
 from servesim.models import MODELS  # noqa: E402
-from servesim.perf.calibrate_cli import predict_frame, read_validation  # noqa: E402
-from servesim.perf.derived_packs import (compare_with_pack, from_measured_pack,  # noqa: E402
+from servesim.tools.calibrate_cli import predict_frame, read_validation  # noqa: E402
+from servesim.tools.derived_packs import (compare_with_pack, from_measured_pack,  # noqa: E402
                                          leave_one_out)
 from servesim.perf.efficiency import DECODE_FLOOR, decode_floor_points, pack_efficiency  # noqa: E402
 from servesim.perf.pack import available_packs, load_pack, read_pack, write_pack  # noqa: E402

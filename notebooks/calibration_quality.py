@@ -31,7 +31,7 @@ from pathlib import Path
 import altair as alt
 import numpy as np
 
-from servesim.perf import error_table, read_validation, validate_frame
+from servesim.tools import error_table, read_validation, validate_frame
 from servesim.report import offline_charts
 
 offline_charts()  # Vega inlined from vl-convert: every chart draws offline (no CDN)

@@ -551,16 +551,28 @@ def _probe_printer():
     return say
 
 
-def _mount_optional() -> None:
-    """Sub-commands that live with their own concern (calibration verbs)."""
-    try:
-        from servesim.perf.calibrate_cli import app as calibrate_app
-    except ImportError:  # pragma: no cover - during development of that module
-        return
-    app.add_typer(calibrate_app, name="calibrate", help="Calibration packs: predict, validate, import.")
+class _Commands(typer.core.TyperGroup):
+    """The command group, with verbs that live in servesim.tools loaded when named: the offline
+    tools (pandas, typer sub-apps) are the top floor, and a ``servesim run`` should not import
+    them (tests/test_layering.py checks that importing this module leaves them out)."""
+
+    LAZY = {"calibrate": ("servesim.tools.calibrate_cli", "Calibration packs: predict, validate, import.")}
+
+    def list_commands(self, ctx):
+        return sorted({*super().list_commands(ctx), *self.LAZY})
+
+    def get_command(self, ctx, name):
+        if name in self.LAZY and name not in self.commands:
+            import importlib
+
+            where, help_text = self.LAZY[name]
+            command = typer.main.get_command(importlib.import_module(where).app)
+            command.name, command.help = name, help_text
+            self.add_command(command, name)
+        return super().get_command(ctx, name)
 
 
-_mount_optional()
+app.info.cls = _Commands
 
 
 def _is_usage_error(exc: BaseException) -> bool:

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from servesim.perf.calibrate_cli import BEGIN, END, app, batch_kind, read_batches
+from servesim.tools.calibrate_cli import BEGIN, END, app, batch_kind, read_batches
 from servesim.perf.packmodel import load_pack_model
 
 runner = CliRunner()

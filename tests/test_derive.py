@@ -1,4 +1,4 @@
-"""Derived packs (servesim/perf/derive.py, derived_packs.py) and the roofline fitted to a pack
+"""Derived packs (servesim/tools/derive.py, derived_packs.py) and the roofline fitted to a pack
 (servesim/perf/rooflinefit.py): exactness where the target equals a source, the rules' held-out
 errors within the bounds VALIDATION.md reports, shipped derived packs that load and say what they
 are derived from, and the fitted roofline as a scenario's step time."""
@@ -12,8 +12,8 @@ import pytest
 
 from servesim.errors import PackError
 from servesim.models import MODELS
-from servesim.perf.derive import GEMM_OPS, OpTransfer, RankDims, sources_from_pack
-from servesim.perf.derived_packs import compare_with_pack, from_measured_pack, leave_one_out
+from servesim.tools.derive import GEMM_OPS, OpTransfer, RankDims, sources_from_pack
+from servesim.tools.derived_packs import compare_with_pack, from_measured_pack, leave_one_out
 from servesim.perf.pack import available_packs, load_pack
 from servesim.perf.packmodel import load_pack_model
 from servesim.perf.rooflinefit import fit_roofline, parse_pack_ref
@@ -107,7 +107,7 @@ def test_roofline_fit_as_step_time(tmp_path):
 @pytest.mark.needs_shared
 @pytest.mark.skipif(not VIDUR.is_dir(), reason="../shared is not present")
 def test_shipped_derived_packs_equal_a_fresh_derivation(tmp_path):
-    from servesim.perf.derived_packs import write_a100_packs
+    from servesim.tools.derived_packs import write_a100_packs
     from servesim.perf.pack import pack_root
 
     for path in write_a100_packs(VIDUR, tmp_path, ["qwen3-4b", "qwen3-14b"], [1, 8]):

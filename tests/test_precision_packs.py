@@ -233,7 +233,7 @@ def test_a_precision_pack_transfers_within_its_class_and_an_moe_pack_does_not(ro
 
 
 def test_validation_rows_are_predicted_in_their_precision(root, tmp_path_factory):
-    from servesim.perf.calibrate_cli import error_table, read_validation, validate_frame
+    from servesim.tools.calibrate_cli import error_table, read_validation, validate_frame
     from servesim.perf.packmodel import load_pack_model
 
     write(root, DENSE)

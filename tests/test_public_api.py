@@ -70,7 +70,7 @@ def test_the_check_itself(module, names, bad):
 
 def test_every_public_name_resolves():
     for module in ("servesim", "servesim.report", "servesim.sweep", "servesim.testing", "servesim.workload",
-                   "servesim.kv", "servesim.perf", "servesim.request"):
+                   "servesim.kv", "servesim.perf", "servesim.tools", "servesim.request"):
         mod = importlib.import_module(module)
         for name in mod.__all__:
             assert getattr(mod, name) is not None, (module, name)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import re
 
-from servesim.report.scenario_reference import field_type, model_order, reference
+from servesim.tools.scenario_reference import field_type, model_order, reference
 from servesim.scenario import Scenario
 from tests.conftest import REPO
 
 DOC = REPO / "docs" / "scenario-reference.md"
-REGENERATE = "python -m servesim.report.scenario_reference > docs/scenario-reference.md"
+REGENERATE = "python -m servesim.tools.scenario_reference > docs/scenario-reference.md"
 
 
 def test_reference_is_up_to_date():

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from servesim.perf.calibrate_cli import read_validation, validate_frame
+from servesim.tools.calibrate_cli import read_validation, validate_frame
 
 ROOT = Path(__file__).resolve().parents[1] / "calibration"
 VAL = ROOT / "validation" / "h200"

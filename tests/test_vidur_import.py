@@ -16,7 +16,7 @@ from servesim.errors import PackError
 from servesim.models import MODELS
 from servesim.perf.pack import pack_root, read_pack
 from servesim.perf.packmodel import PackStepModel
-from servesim.perf.vidur import (SOURCE_HEADS, TOKEN_OPS, HeadShape, import_vidur, source_files,
+from servesim.tools.vidur import (SOURCE_HEADS, TOKEN_OPS, HeadShape, import_vidur, source_files,
                                  transfer_attention)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"

@@ -5,7 +5,4 @@ from servesim.exports import exports
 __all__, __getattr__ = exports(__name__, {
     "StepTimeModel": "servesim.perf.base",
     "load_pack_model": "servesim.perf.packmodel",
-    "read_validation": "servesim.perf.calibrate_cli",
-    "validate_frame": "servesim.perf.calibrate_cli",
-    "error_table": "servesim.perf.calibrate_cli",
 })

@@ -27,6 +27,7 @@ import numpy as np
 
 from servesim.hardware import GPUS, GPUSpec
 from servesim.models import ModelShape, weight_format
+from servesim.perf.dims import RankDims
 from servesim.perf.pack import Pack, available_packs, load_pack
 
 GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
@@ -42,8 +43,6 @@ def _gemm_ideal(g: GPUSpec, M: np.ndarray, K: int, N: int, kind: str = "bf16") -
 
 def op_factor(op: str, rows, shape: ModelShape, tp: int, src: GPUSpec, dst: GPUSpec) -> np.ndarray:
     """``t_dst / t_src`` of each row of ``op`` (module doc)."""
-    from servesim.perf.derive import RankDims
-
     n = len(rows.time_ms)
     if op in GEMMS:
         K, N = RankDims.of_shape(shape, tp).gemm(op)
