@@ -9,13 +9,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from servesim.request import Request, Workload
-from servesim.workload.sessions import (
-    chain_hashes,
-    expand_prefix_blocks,
-    is_prefix_closed,
-    session_chains,
-    synthesize_sessions,
-)
+from servesim.workload.chains import chain_hashes, expand_prefix_blocks, is_prefix_closed, session_chains
+from servesim.workload.sessions import synthesize_sessions
 from servesim.config.traces import SessionsConfig
 
 

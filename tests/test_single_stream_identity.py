@@ -94,10 +94,10 @@ def _run_frame(file, overrides):
 def test_single_stream_results_unchanged(case, file, overrides, monkeypatch):
     expected = json.loads((HERE / "expected" / f"{case}.json").read_text())
     if case in ROWS_FIX:
-        import servesim.workload.generate as generate
+        import servesim.workload.closed as closed
 
         now = _run_frame(file, overrides)
-        monkeypatch.setattr(generate, "closed_loop_capacity", _old_closed_capacity)
+        monkeypatch.setattr(closed, "closed_loop_capacity", _old_closed_capacity)
         before = _run_frame(file, overrides)
         # since 2026-12-05 requests a closed loop never sent are not rows (issue 26 item 6): the sent
         # rows must not depend on how many were drawn ahead

@@ -15,7 +15,8 @@ import yaml
 
 from servesim.request import Workload
 from servesim.workload.servegen import client_files, read_client_fits, servegen_arrivals
-from servesim.workload.sessions import expand_prefix_blocks, is_prefix_closed, synthesize_sessions
+from servesim.workload.chains import expand_prefix_blocks, is_prefix_closed
+from servesim.workload.sessions import synthesize_sessions
 from servesim.config.traces import (
     ClassAssignmentConfig,
     LengthsConfig,

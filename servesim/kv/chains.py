@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from servesim.request import Workload
-from servesim.workload.sessions import expand_prefix_blocks
+from servesim.workload.chains import expand_prefix_blocks
 
 
 def engine_chains(workload: Workload, block_size: int, hash_outputs: bool = True

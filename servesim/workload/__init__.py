@@ -8,7 +8,7 @@ __all__, __getattr__ = exports(__name__, {
     "load_length_pairs": "servesim.workload.traces",
     "sample_length_pairs": "servesim.workload.traces",
     "assign_classes": "servesim.workload.traces",
-    "expand_prefix_blocks": "servesim.workload.sessions",
+    "expand_prefix_blocks": "servesim.workload.chains",
     "synthesize_sessions": "servesim.workload.sessions",
     "servegen_arrivals": "servesim.workload.servegen",
 })

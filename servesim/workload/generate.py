@@ -13,88 +13,20 @@ from pathlib import Path
 
 import numpy as np
 
-from servesim.errors import ScenarioError
 from servesim.request import ClosedGroup, Workload
 from servesim.config.arrivals import ClosedArrival, GammaArrival, scaled
 from servesim.workload.arrivals import sample_arrivals
+from servesim.workload.closed import FASTEST_REQUEST_S, closed_rows, ramp_starts, think_times
 from servesim.workload.contaminate import contaminate
+from servesim.workload.cut import cut
 from servesim.workload.dists import sample_lengths
+from servesim.workload.mix import generate_streams
 from servesim.workload.servegen import servegen_arrivals, servegen_notes
-from servesim.workload.sessions import synthesize_sessions
+from servesim.workload.sessions import topped_up_sessions
 from servesim.config.streams import ClassMix, WorkloadConfig
 from servesim.workload.streams import stream
 from servesim.config.traces import ServeGenArrivalConfig
 from servesim.workload.traces import assign_classes, load_trace, sample_length_pairs
-
-
-FASTEST_REQUEST_S = 0.005  # a request's shortest service when the caller knows none (see below)
-MAX_CLOSED_ROWS = 20_000_000  # requests a closed loop stopped by duration alone may pre-draw
-
-
-def closed_loop_capacity(a: ClosedArrival, duration_s: float, fastest_s: float = FASTEST_REQUEST_S) -> int:
-    """How many requests to pre-draw in a closed loop stopped by duration only: more than its
-    clients can send. A client's requests follow one another, each taking at least ``fastest_s``
-    (one iteration: the simulation passes its step-time model's cheapest) plus a think time of
-    mean ``think_s``; a renewal count's spread (6 sigma) covers exponential think times. Too many
-    to draw: a one-line error (running dry would end the load early without a word)."""
-    per_client = duration_s / (a.think_s + fastest_s)
-    n = int(a.clients * (per_client + 6.0 * per_client ** 0.5 + 2.0))
-    if n > MAX_CLOSED_ROWS:
-        raise ScenarioError(
-            f"workload.arrival: a closed loop of {a.clients:,} clients over stop.duration_s {duration_s:g} s could "
-            f"send about {n:,} requests (think_s {a.think_s:g}, the fastest request {fastest_s * 1e3:.3g} ms), more "
-            f"than the {MAX_CLOSED_ROWS:,} servesim draws up front; set stop.requests (the run ends at whichever "
-            f"limit comes first) or a shorter stop.duration_s")
-    return n
-
-
-def closed_rows(a: ClosedArrival, max_requests: int | None, duration_s: float | None,
-                fastest_s: float = FASTEST_REQUEST_S) -> int:
-    if max_requests is not None:
-        return max_requests
-    return closed_loop_capacity(a, duration_s, fastest_s)  # type: ignore[arg-type]
-
-
-def think_times(a: ClosedArrival, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Think time after each of ``n`` requests (drawn up front, as the engine's inbox does)."""
-    if a.think_dist == "exponential" and a.think_s > 0:
-        return rng.exponential(a.think_s, n)
-    return np.full(n, float(a.think_s))
-
-
-def ramp_starts(a: ClosedArrival) -> np.ndarray:
-    """Client ``c`` sends its first request at ``c * ramp_up_s / clients``."""
-    return np.arange(a.clients, dtype=np.float64) * (a.ramp_up_s / a.clients)
-
-
-def cut(w: Workload, n: int | None, duration_s: float | None) -> Workload:
-    """The first ``n`` requests arriving before ``duration_s`` (arrivals are sorted)."""
-    keep = len(w)
-    if duration_s is not None:
-        keep = int(np.searchsorted(w.arrival_s, duration_s, side="left"))
-    short: tuple[str, ...] = ()
-    if n is not None:
-        if keep < n:  # the data ends (or the stop time comes) first: say so, never silently
-            short = (f"run: the workload gives {keep:,} requests"
-                     + (" before stop.duration_s" if keep < len(w) else "")
-                     + f", fewer than stop.requests {n:,}; all of them run",)
-        keep = min(keep, n)
-    if keep == len(w):
-        return dataclasses.replace(w, notes=w.notes + short) if short else w
-    return dataclasses.replace(
-        take_rows(w, slice(0, keep)),
-        notes=w.notes + short + (f"run: first {keep:,} of {len(w):,} requests (stop condition)",))
-
-
-def take_rows(w: Workload, rows: slice) -> Workload:
-    """Rows ``rows`` (a slice from 0) of every column, prefix chains included."""
-    keep = rows.stop
-    off = w.prefix_offsets
-    return dataclasses.replace(
-        w, arrival_s=w.arrival_s[:keep], prompt_tokens=w.prompt_tokens[:keep], output_tokens=w.output_tokens[:keep],
-        klass=w.klass[:keep], session=None if w.session is None else w.session[:keep], stream=w.stream[:keep],
-        prefix_offsets=None if off is None else off[: keep + 1],
-        prefix_hashes=None if off is None else w.prefix_hashes[: off[keep]])
 
 
 def generate_workload(wc: WorkloadConfig, *, seed: int, base_dir: str | Path = ".",
@@ -103,10 +35,8 @@ def generate_workload(wc: WorkloadConfig, *, seed: int, base_dir: str | Path = "
     """Draw (or load) the requests of one simulation: at most ``max_requests`` arriving before
     ``duration_s`` (the scenario's stop condition; relative file paths resolve against
     ``base_dir``). ``fastest_request_s``: the shortest time a request can take (closed loops
-    stopped by duration alone draw enough requests for it: :func:`closed_loop_capacity`)."""
+    stopped by duration alone draw enough requests for it: :func:`servesim.workload.closed.closed_loop_capacity`)."""
     if wc.streams is not None:
-        from servesim.workload.mix import generate_streams
-
         return generate_streams(wc, seed=seed, base_dir=Path(base_dir), max_requests=max_requests,
                                 duration_s=duration_s, fastest_s=fastest_request_s)
     w = _single_stream(wc, seed, Path(base_dir), max_requests, duration_s, fastest_request_s)
@@ -192,10 +122,6 @@ def realised_rate_note(arrival, arrivals: np.ndarray) -> tuple[str, ...]:
             f"{min(100 * arrival.cv ** 2, 1e12):,.0f} requests; a run's rate here is set by a few long gaps)",)
 
 
-SESSION_TOP_UPS = 6  # rounds of drawing more sessions to reach stop.requests
-SESSIONS_PER_REQUEST = 64  # at most this many sessions drawn per requested request
-
-
 def _sessions(w: WorkloadConfig, arrival, seed: int, base: Path, n_stop: int | None, t_stop: float | None,
               scale_note: tuple[str, ...]) -> Workload:
     """Multi-turn sessions started by the (open-loop) arrival process, until ``stop.requests``
@@ -207,33 +133,6 @@ def _sessions(w: WorkloadConfig, arrival, seed: int, base: Path, n_stop: int | N
     wl, notes = topped_up_sessions(w.sessions, lambda m: _open_arrivals(arrival, seed, base, m, t_stop),
                                    lambda: stream(seed, "sessions"), base, n_stop, t_stop, "workload.sessions")
     return dataclasses.replace(wl, notes=notes + scale_note + wl.notes)
-
-
-def topped_up_sessions(cfg, draw_starts, rng, base: Path, n_stop: int | None, t_stop: float | None,
-                       where: str) -> tuple[Workload, tuple[str, ...]]:
-    """Sessions (``cfg``) started at ``draw_starts(m)`` (``m`` starts: ``(times, notes)``) until
-    they give ``n_stop`` turns, drawing more starts while they give fewer (see :func:`_sessions`);
-    ``rng()`` restarts the sessions' random stream. The workload and the starts' notes."""
-    m = n_stop
-    cap_m = None if n_stop is None else SESSIONS_PER_REQUEST * n_stop
-    for _ in range(SESSION_TOP_UPS):
-        arrivals, notes = draw_starts(m)
-        wl = synthesize_sessions(cfg, arrivals, rng(), base, max_requests=n_stop, until_s=t_stop)
-        # enough; or the session starts ran out (a duration or the data's end binds, not the count)
-        if n_stop is None or len(wl) >= n_stop or len(arrivals) < m:
-            return wl, tuple(notes)
-        if m >= cap_m:
-            break
-        # draw enough sessions for the observed yield of requests per session, with a margin
-        m = min(cap_m, 16 * m if len(wl) == 0 else int(m * n_stop / len(wl) * 1.2) + 16)
-    cap = cfg.max_context_tokens
-    why = (f"sessions.max_context_tokens {cap:,} drops most turns" if cap is not None
-           else "the sessions are too short")
-    raise ScenarioError(
-        f"{where}: {len(arrivals):,} sessions gave only {len(wl):,} of the {n_stop:,} requests "
-        f"stop.requests asks for ({why}; raise it, shorten new_input/output/system_prompt_tokens, "
-        f"or ask for fewer requests)"
-    )
 
 
 def class_mix(mix: ClassMix, n: int, seed: int) -> np.ndarray:

@@ -31,10 +31,11 @@ from servesim.config.arrivals import ClosedArrival, scaled
 from servesim.workload.arrivals import sample_arrivals
 from servesim.workload.contaminate import contaminate
 from servesim.workload.dists import sample_lengths
-from servesim.workload.generate import (FASTEST_REQUEST_S, closed_rows, cut, ramp_starts, think_times,
-                                        topped_up_sessions)
+from servesim.workload.chains import expand_prefix_blocks, mix
+from servesim.workload.closed import FASTEST_REQUEST_S, closed_rows, ramp_starts, think_times
+from servesim.workload.cut import cut
 from servesim.workload.servegen import servegen_arrivals, servegen_notes
-from servesim.workload.sessions import expand_prefix_blocks, mix
+from servesim.workload.sessions import synthesize_sessions, topped_up_sessions
 from servesim.config.streams import StreamConfig, StreamSpec, WorkloadConfig
 from servesim.workload.streams import stream
 from servesim.config.traces import ServeGenArrivalConfig
@@ -149,8 +150,6 @@ def _open_part(s: StreamConfig, i: int, times: np.ndarray, seed: int, base_dir: 
 
 
 def _sessions(s: StreamConfig, times, seed, base_dir, n_stop, t_stop) -> Workload:
-    from servesim.workload.sessions import synthesize_sessions
-
     w = synthesize_sessions(s.sessions, times, stream(seed, f"{s.name}/sessions"), base_dir,
                             max_requests=n_stop, until_s=t_stop)
     return dataclasses.replace(w, notes=tuple(f"stream {s.name}: {x}" for x in w.notes))

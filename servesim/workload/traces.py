@@ -31,7 +31,7 @@ import numpy as np
 from servesim.diskmemo import code_stamp, disk_memo
 from servesim.errors import TraceError
 from servesim.request import Workload
-from servesim.workload.sessions import chain_hashes, expand_prefix_blocks, session_chains
+from servesim.workload.chains import chain_hashes, expand_prefix_blocks, session_chains
 from servesim.workload.trace_readers import READERS, BadRows, read_pairs, resolve_path
 from servesim.config.traces import ClassAssignmentConfig, LengthFilter, LengthsConfig, TraceConfig
 
