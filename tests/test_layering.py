@@ -24,7 +24,7 @@ def test_imports_point_down_the_floors():
 
 def test_the_cli_loads_the_offline_tools_only_when_a_tool_verb_is_named():
     """servesim/tools is the top floor (pandas, the calibration verbs): ``servesim run`` must not
-    import it; ``servesim calibrate ...`` loads it through cli._Commands."""
+    import it; ``servesim calibrate ...`` loads it through cli/commands.py _Commands."""
     code = ("import sys, servesim.cli as c; before = sorted(m for m in sys.modules if m.startswith('servesim.tools'));"
             "c.app(args=['calibrate', '--help'], standalone_mode=False);"
             "print(before, 'servesim.tools.calibrate_cli' in sys.modules)")

@@ -23,14 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servesim.testing.checker import (
-    CheckStats,
-    Checker,
-    check_counts,
-    check_fragmentation,
-    check_percentiles,
-    check_tiers,
-)
+from servesim.testing.checker import CheckStats, Checker
+from servesim.testing.result_checks import check_counts, check_fragmentation, check_percentiles, check_tiers
 from servesim.testing.fairness import check_bounded_wait, waits_by_class
 from servesim.testing.invariants import INVARIANTS, InvariantViolation
 from servesim.testing.pairs import (

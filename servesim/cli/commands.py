@@ -1,4 +1,4 @@
-"""Command line: parse, call the library, print. Nothing here computes results.
+"""The ``servesim`` verbs: parse, call the library, print. Nothing here computes results.
 
 Bad input of any kind (scenario, override, trace, pack) prints one line starting with ``error:``
 and exits with status 2, never a traceback. Ctrl-C during ``run`` stops the simulation at the
@@ -8,66 +8,18 @@ line saying so (status 130); before the run or at a second Ctrl-C nothing is wri
 
 from __future__ import annotations
 
-import functools
-import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import List, Optional
 
 import typer
 
+from servesim.cli.output import console, error_line, fail, print_folder, run_writer, written_line
 from servesim.errors import ServesimError
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="servesim: simulate LLM serving schedulers on calibrated GPU models.")
 INTERRUPTED = 130  # the shell's status for a run ended by SIGINT (128 + 2)
-
-
-@functools.cache
-def _console(stderr: bool = False) -> Console:
-    """rich's console on stdout (stderr), made on first use: ``servesim run -q`` prints one plain
-    line and so never imports rich (~30 ms of a 10k-request run's start-up)."""
-    from rich.console import Console
-
-    stream = sys.stderr if stderr else sys.stdout
-    if _is_terminal(stream) or os.environ.get("COLUMNS"):
-        return Console(stderr=stderr)
-    # a pipe or a file: rich would wrap and cut every line and table at 80 columns; a log keeps
-    # whole lines (a table is as wide as its columns, never padded to this width)
-    return Console(stderr=stderr, width=NO_TERMINAL_WIDTH)
-
-
-NO_TERMINAL_WIDTH = 400  # columns of the console without a terminal
-
-
-def _is_terminal(stream) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def _print_folder(path: Path) -> None:
-    """The quiet commands' one line: the output folder, plain (never wrapped at a terminal's
-    width or styled, so a script can read it)."""
-    print(path, flush=True)
-
-
-def _fail(message: str, code: int = 2) -> None:
-    _error_line(message)
-    raise typer.Exit(code)
-
-
-def _error_line(message: str) -> None:
-    """``error: <message>`` on stderr, on one line (a newline inside a message from a library
-    becomes a space); plain text, never rich markup (a value such as ``[foo]`` must survive)."""
-    from rich.text import Text
-
-    message = " ".join(str(message).split())
-    _console(stderr=True).print(Text("error:", style="bold red"), Text(message), highlight=False, soft_wrap=True)
 
 
 def _place(check, *args, **kw):
@@ -77,14 +29,14 @@ def _place(check, *args, **kw):
     try:
         return getattr(places, check)(*args, **kw)
     except ServesimError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def _check_seed(seed: Optional[int]) -> None:
     from servesim.fields import MAX_SEED
 
     if seed is not None and not 0 <= seed <= MAX_SEED:
-        _fail(f"--seed {seed}: a seed is an integer in 0..{MAX_SEED}")
+        fail(f"--seed {seed}: a seed is an integer in 0..{MAX_SEED}")
 
 
 @app.command()
@@ -112,7 +64,7 @@ def run(
     _check_seed(seed)
     out = _place("out_path", out)
     if format_ and not report:
-        _fail("--format applies to the report; add --report (or run servesim report DIR --format ...)")
+        fail("--format applies to the report; add --report (or run servesim report DIR --format ...)")
     if report:
         _check_formats(format_)
     try:
@@ -123,30 +75,30 @@ def run(
         from servesim.scenario import MAX_REPLICATIONS
 
         if not 1 <= n <= MAX_REPLICATIONS:  # (stop.replications' own bound)
-            _fail(f"--seeds {n}: allowed 1 to {MAX_REPLICATIONS:,} replications")
+            fail(f"--seeds {n}: allowed 1 to {MAX_REPLICATIONS:,} replications")
         if n > 1:
             _run_replicated(sc, seed, n, out_dir, quiet, workers, (format_ or ["html"]) if report else None)
             return
-        reporter = ProgressReporter(None if quiet else _console(), total=None)
+        reporter = ProgressReporter(None if quiet else console(), total=None)
         built = build(sc, seed=seed, progress=reporter.update, cold="auto")
         built.replica.stop_on_interrupt = True  # Ctrl-C: stop at the next boundary, keep what ran
         reporter.total = len(built.workload)
         if not quiet:
             from servesim.report.console import print_header
 
-            print_header(_console(), built)
+            print_header(console(), built)
             _say_if_compiling(built)
         with reporter:
             res = run_built(built, seed)
     except ServesimError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
     except MemoryError:
-        _fail(f"{scenario}: out of memory building or running the simulation; ask for fewer requests "
+        fail(f"{scenario}: out of memory building or running the simulation; ask for fewer requests "
               f"(stop.requests) or a shorter run")
         return
     except KeyboardInterrupt:
-        _fail("interrupted (Ctrl-C) before the run had results to keep; nothing written", INTERRUPTED)
+        fail("interrupted (Ctrl-C) before the run had results to keep; nothing written", INTERRUPTED)
         return
     except Exception as exc:
         from servesim.errors import kernel_typing_line
@@ -154,7 +106,7 @@ def run(
         why = kernel_typing_line(exc)
         if why is None:
             raise
-        _fail(why)
+        fail(why)
         return
     partial = built.replica.interrupted
     if partial:
@@ -165,28 +117,28 @@ def run(
         with HeldInterrupt() as held:  # a Ctrl-C now waits: the folder gets every file, or none new
             out_dir = res.write(out_dir)
     except OSError as exc:
-        _fail(f"--out {out_dir}: writing the results failed ({exc.strerror or exc})")
+        fail(f"--out {out_dir}: writing the results failed ({exc.strerror or exc})")
         return
     written = []
     if report:
         from servesim.report.build import write_run_report
 
-        written = _write_report(lambda: write_run_report(out_dir, format_ or ["html"]))
+        written = run_writer(lambda: write_run_report(out_dir, format_ or ["html"]))
     if quiet:
-        _print_folder(out_dir)
+        print_folder(out_dir)
     else:
         from servesim.report.console import print_summary
 
-        print_summary(_console(), res)
-        _console().print(f"wrote {out_dir}/requests.parquet, timeseries.parquet, summary.json, scenario.resolved.yaml",
+        print_summary(console(), res)
+        console().print(f"wrote {out_dir}/requests.parquet, timeseries.parquet, summary.json, scenario.resolved.yaml",
                          markup=False)
         if written:
-            _console().print(_written_line(written), markup=False)
+            console().print(written_line(written), markup=False)
     if partial:
         r = res.summary["requests"]
         from rich.text import Text
 
-        _console(stderr=True).print(
+        console(stderr=True).print(
             Text(f"interrupted (Ctrl-C) at simulated time {res.summary['sim_time_s']:,.3f} s: partial results, "
                  f"{r['completed'] + r['rejected']:,} of {len(built.workload):,} requests ended, "
                  f"{r['in_flight']:,} in flight; summary.json says \"partial\": true"), highlight=False, soft_wrap=True)
@@ -194,7 +146,7 @@ def run(
     if held.hit:
         from rich.text import Text
 
-        _console(stderr=True).print(Text("interrupted (Ctrl-C) while writing; the results were written whole"), highlight=False)
+        console(stderr=True).print(Text("interrupted (Ctrl-C) while writing; the results were written whole"), highlight=False)
         raise typer.Exit(INTERRUPTED)
 
 
@@ -204,25 +156,7 @@ def _check_formats(formats: Optional[List[str]]) -> None:
     try:
         parse_formats(formats)
     except ServesimError as exc:
-        _fail(str(exc))
-
-
-def _write_report(write) -> list:
-    """Run a report writer; bad input is one line and exit 2, a file system error too."""
-    try:
-        return write()
-    except ServesimError as exc:
-        _fail(str(exc))
-    except OSError as exc:
-        _fail(f"writing the report failed: {exc.strerror or exc} ({getattr(exc, 'filename', '') or ''})")
-    return []
-
-
-def _written_line(paths: list) -> str:
-    html = [str(p) for p in paths if p.suffix == ".html"]
-    static = [p for p in paths if p.suffix != ".html"]
-    parts = html + ([f"{len(static)} chart files in {static[0].parent}"] if static else [])
-    return "wrote " + ", ".join(parts)
+        fail(str(exc))
 
 
 @app.command("report")
@@ -240,9 +174,9 @@ def report_cmd(
     from servesim.report.build import write_report
 
     out = _place("out_path", out)
-    written = _write_report(lambda: write_report(path, format_ or ["html"], metrics=metric, x=x, y=y,
+    written = run_writer(lambda: write_report(path, format_ or ["html"], metrics=metric, x=x, y=y,
                                                  pareto=pareto, out=out))
-    _console().print(_written_line(written), markup=False)
+    console().print(written_line(written), markup=False)
 
 
 @app.command()
@@ -256,8 +190,8 @@ def compare(
     from servesim.report.build import write_compare_report
 
     out = _place("out_path", out)
-    written = _write_report(lambda: write_compare_report(runs, out, format_ or ["html"], label))
-    _console().print(_written_line(written), markup=False)
+    written = run_writer(lambda: write_compare_report(runs, out, format_ or ["html"], label))
+    console().print(written_line(written), markup=False)
 
 
 REPORT_SEEDS = 12  # --report with --seeds overlays this many seeds' runs at most (a chart stays legible)
@@ -275,9 +209,9 @@ def _run_replicated(sc, seed: Optional[int], n: int, out_dir: Path, quiet: bool,
 
     seeds = replication_seeds(sc.seed if seed is None else seed, n)
     if not quiet:
-        print_header(_console(), build(sc, seed=seeds[0], cold="python"))  # a header: nothing to compile for
+        print_header(console(), build(sc, seed=seeds[0], cold="python"))  # a header: nothing to compile for
     with make_executor(workers) as ex, \
-            PointsProgress(None if quiet else _console(), "replications", "runs") as bar:
+            PointsProgress(None if quiet else console(), "replications", "runs") as bar:
         rep = replicate(sc, seeds, executor=ex, out_dir=out_dir / "seeds", progress=bar)
     rep.write(out_dir)
     written, note = [], ""
@@ -285,18 +219,18 @@ def _run_replicated(sc, seed: Optional[int], n: int, out_dir: Path, quiet: bool,
         from servesim.report.build import write_compare_report
 
         shown = seeds[:REPORT_SEEDS]
-        written = _write_report(lambda: write_compare_report(
+        written = run_writer(lambda: write_compare_report(
             [out_dir / "seeds" / f"seed-{s}" for s in shown], out_dir, report or ["html"], [f"seed {s}" for s in shown]))
         note = (f" (the seeds' runs overlaid{'' if n <= REPORT_SEEDS else f', the first {REPORT_SEEDS} of {n}'}; "
                 f"one seed alone: servesim report {out_dir}/seeds/seed-{seeds[0]})")
     if quiet:
-        _print_folder(out_dir)
+        print_folder(out_dir)
         return
-    print_replicated_summary(_console(), rep.summary)
-    _console().print(f"wrote {out_dir}/summary.json (intervals), replications.parquet, "
+    print_replicated_summary(console(), rep.summary)
+    console().print(f"wrote {out_dir}/summary.json (intervals), replications.parquet, "
                      f"seeds/seed-<seed>/ (each run's files)", markup=False)
     if written:
-        _console().print(_written_line(written) + note, markup=False, soft_wrap=True)
+        console().print(written_line(written) + note, markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -311,12 +245,12 @@ def check(
 
     try:
         sc = load_scenario(scenario, set_ or [])
-        print_header(_console(), build(sc, cold="auto"))  # (it says which engine a run would take)
+        print_header(console(), build(sc, cold="auto"))  # (it says which engine a run would take)
     except ServesimError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except MemoryError:
-        _fail(f"{scenario}: out of memory building the simulation; ask for fewer requests")
-    _console().print("[green]ok[/]")
+        fail(f"{scenario}: out of memory building the simulation; ask for fewer requests")
+    console().print("[green]ok[/]")
 
 
 def _say_if_compiling(built) -> None:
@@ -325,7 +259,7 @@ def _say_if_compiling(built) -> None:
     from servesim.jit import compiled_ready
 
     if built.replica.path == "compiled" and not compiled_ready():
-        _console().print("compiling the engine with numba: once per kernel version on this machine, 1-2 min on "
+        console().print("compiling the engine with numba: once per kernel version on this machine, 1-2 min on "
                          "two cores (later runs load it in about a second)...", markup=False)
 
 
@@ -346,15 +280,15 @@ def warm() -> None:
     from servesim.jit import compiled_ready
 
     if compiled_ready():
-        _console().print("the compiled engine is already built on this machine", markup=False)
+        console().print("the compiled engine is already built on this machine", markup=False)
         return
     from servesim.scenario import scenario_from_dict
     from servesim.simulate import simulate
 
-    _console().print("compiling the engine with numba (1-2 min on two cores, once)...", markup=False)
+    console().print("compiling the engine with numba (1-2 min on two cores, once)...", markup=False)
     t0 = time.perf_counter()
     simulate(scenario_from_dict(WARM_SCENARIO, "warm"))
-    _console().print(f"done in {time.perf_counter() - t0:.0f} s", markup=False)
+    console().print(f"done in {time.perf_counter() - t0:.0f} s", markup=False)
 
 
 @app.command()
@@ -378,34 +312,34 @@ def sweep(
     try:
         sp = load_spec(spec)
         if not sp.points:  # every point set aside by invalid: skip -- not "every run is stored already"
-            _fail(f"{spec}: all {len(sp.invalid_points):,} points of the design are invalid, nothing to run; "
+            fail(f"{spec}: all {len(sp.invalid_points):,} points of the design are invalid, nothing to run; "
                   f"the first: {sp.invalid_points[0][2]}")
         tasks = sum(len(sp.seeds_of(p)) for p in sp.points)
         if not quiet:
             extra = "".join([f", {sp.duplicates} repeated configurations run once" if sp.duplicates else "",
                              f", {len(sp.invalid_points)} invalid points skipped (see invalid.csv)"
                              if sp.invalid_points else ""])
-            _console().print(f"sweep {sp.name}: {len(sp.points):,} points ({sp.design}) x seeds = {tasks:,} runs{extra}")
+            console().print(f"sweep {sp.name}: {len(sp.points):,} points ({sp.design}) x seeds = {tasks:,} runs{extra}")
         todo = pending_tasks(sp, out)
         with make_executor(workers if todo else 1, scheduler if todo else None) as ex:
             if not quiet:
-                _console().print(f"{todo:,} to run on {ex.description}" if todo else "every run is stored already")
-            with PointsProgress(None if quiet else _console(), "sweep", "runs") as bar:
+                console().print(f"{todo:,} to run on {ex.description}" if todo else "every run is stored already")
+            with PointsProgress(None if quiet else console(), "sweep", "runs") as bar:
                 try:
                     res = run_sweep(sp, out, ex, progress=bar, spec_text=spec.read_text())
                 except KeyboardInterrupt:
-                    _console(stderr=True).print(f"interrupted: finished runs are stored in {out}; "
+                    console(stderr=True).print(f"interrupted: finished runs are stored in {out}; "
                                                 f"run the same command again to resume")
                     raise typer.Exit(130)
         raise_errors(res.report)
     except ServesimError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
     r = res.report
     if quiet:
-        _print_folder(out)
+        print_folder(out)
         return
-    _console().print(f"{r.ran:,} runs now, {r.skipped:,} already stored; {len(res.frame):,} rows "
+    console().print(f"{r.ran:,} runs now, {r.skipped:,} already stored; {len(res.frame):,} rows "
                      f"in {out}/rows (servesim.sweep.load_results('{out}'))")
 
 
@@ -473,19 +407,19 @@ def capacity(
                 res = find_min_replicas(sc, slos, budget, executor=ex, progress=say, store=probes,
                                         start=int(start) if start is not None else 1)
     except ServesimError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
-    print_capacity(_console(), res)
+    print_capacity(console(), res)
     if find == "max-rate" and res.scaled is not None:  # the scale moves no request rate stated exactly
         at = f"; the answer, x{res.best.x:.4g}, is {scaled_of(sc, res.best.x)}" if res.answered else ""
-        _console().print(f"req/s are measured (requests arriving per second after the warm-up, mean over a "
+        console().print(f"req/s are measured (requests arriving per second after the warm-up, mean over a "
                          f"probe's runs); the scale x1 is {res.scaled}{at}", soft_wrap=True, markup=False)
     if out is not None:
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(res.to_dict(), indent=2) + "\n")
         except OSError as exc:
-            _fail(f"--out {out}: writing the search failed ({exc.strerror or exc})")
+            fail(f"--out {out}: writing the search failed ({exc.strerror or exc})")
     if not res.answered:
         raise typer.Exit(3)
 
@@ -530,14 +464,14 @@ def plan(
         with make_executor(workers, scheduler) as ex:
             res = run_plan(spec, executor=ex, out=out, progress=_probe_printer())
     except ServesimError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
-    print_plan(_console(), res)
+    print_plan(console(), res)
     if out is not None:
         d = res.to_dict()
         (out / "plan.json").write_text(json.dumps(d, indent=2, default=str) + "\n")
         for p in write_plan_report(d, out, fmts):
-            _console().print(f"wrote {p}", markup=False)
+            console().print(f"wrote {p}", markup=False)
     if res.best is None:
         raise typer.Exit(3)
 
@@ -587,7 +521,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     try:
         code = app(args=argv, standalone_mode=False)
     except ServesimError as exc:  # raised outside a command's own handling
-        _error_line(str(exc))
+        error_line(str(exc))
         sys.exit(2)
     except Exception as exc:
         if not _is_usage_error(exc):
@@ -598,13 +532,9 @@ def main(argv: Optional[List[str]] = None) -> None:
             while ctx is not None and ctx.parent is not None:  # the sub-command path, not the program
                 names.insert(0, ctx.info_name)
                 ctx = ctx.parent
-            _error_line(f"{message} (see {' '.join(['servesim', *names, '--help'])})")
+            error_line(f"{message} (see {' '.join(['servesim', *names, '--help'])})")
         sys.exit(2)
     except KeyboardInterrupt:
-        _error_line("interrupted (Ctrl-C)")
+        error_line("interrupted (Ctrl-C)")
         sys.exit(INTERRUPTED)
     sys.exit(code if isinstance(code, int) else 0)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
