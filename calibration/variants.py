@@ -298,7 +298,7 @@ if triton is not None:
         m_i = tl.zeros([BLOCK_H], dtype=tl.float32) - float("inf")
         l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
         acc = tl.zeros([BLOCK_H, DV], dtype=tl.float32)
-        base = b * kv_len
+        base = b.to(tl.int64) * kv_len  # B * L * stride passes 2**31 at 32 x 64K
         for n0 in range(start, end, BLOCK_N):
             offs_n = n0 + tl.arange(0, BLOCK_N)
             mask_n = offs_n < end
@@ -329,7 +329,7 @@ if triton is not None:
     def _decode_stage2(Mid_O, Mid_LSE, O, kv_len, v_scale,
                        stride_ob, stride_oh, stride_os, stride_lb, stride_lh, stride_fb, stride_fh,
                        SPLITS, DV: tl.constexpr):
-        b = tl.program_id(0)
+        b = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1)
         offs_dv = tl.arange(0, DV)
         per_split = tl.cdiv(kv_len, SPLITS)
