@@ -39,12 +39,16 @@ from servesim.diskmemo import cache_bases
 # modules that define kernels, relative to the package folder; their sources key the cache
 KERNEL_MODULES = (
     "jit.py",
+    "kv/pool.py",
+    "kv/extents.py",
     "kv/kernels.py",
     "kv/runs.py",
     "kv/dlist.py",
     "kv/ptiers.py",
     "kv/pqueue.py",
     "kv/pcache.py",
+    "perf/arith_kernels.py",
+    "perf/lattice_kernels.py",
     "perf/kernels.py",
     "perf/roofline_kernels.py",
     "sched/state.py",

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from servesim.kv.kernels import PAGED, PSCALARS, KVState, scalars
+from servesim.kv.pool import PAGED, PSCALARS, KVState, scalars
 from servesim.kv.pqueue import EVICTIONS, LRU, NC, q_push
 from servesim.jit import pure
 
