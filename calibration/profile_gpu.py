@@ -810,12 +810,13 @@ class OpBench:
     def moe_points(self, moe: "MoE", x, T: int) -> None:
         """moe_gate, moe_experts, moe_combine at T tokens, each on the previous op's real output
         (random router weights: near-uniform routing over the experts)."""
-        self.point("moe_gate", [lambda: moe.gate(x)], tokens=T)
-        w, idx = moe.gate(x)
+        bias = route_bias(T, self.rs.E, self.device, self.gen)
+        self.point("moe_gate", [lambda: moe.gate(x, bias)], tokens=T)
+        w, idx = moe.gate(x, bias)
         self.point("moe_experts", [lambda: moe.experts(x, idx)], tokens=T)
         y, order = moe.experts(x, idx)
         self.point("moe_combine", [lambda: moe.combine(y, order, w, T)], tokens=T)
-        del w, idx, y, order
+        del w, idx, y, order, bias
 
     # --- attention: every passing backend considered, the fastest kept -----------------------
     def _attn_fits(self, kind: str, a: int, ctx: int) -> bool:
@@ -985,6 +986,12 @@ class OpBench:
         return self.rs.L * sum(per_layer) + sum(once)
 
 
+def route_bias(T: int, E: int, device, gen) -> torch.Tensor:
+    """Per-token random router-logit offsets (std 4 against the logits' ~1): routing uniform at
+    random per token, in the op tables and in the forwards alike (variants.MoE.gate says why)."""
+    return torch.randn(T, E, generator=gen, device=device, dtype=torch.bfloat16) * 4.0
+
+
 def layer_ops(rs: RankShape) -> tuple:
     """The per-layer token ops of a forward, in order (PACK_FORMAT.md; MoE packs replace the MLP's
     three ops by the experts' three)."""
@@ -1103,6 +1110,7 @@ class Batch:
         self.sample_idx = torch.tensor(sample, dtype=torch.long, device=device)
         self.ids = torch.randint(0, rs.V, (T,), generator=g, device=device)
         S = c.kv_slots
+        self.route_bias = route_bias(T, rs.E, device, g) if rs.moe else None
         self.k_cache = torch.randn(S, rs.KVH, rs.D, generator=g, device=device, dtype=torch.bfloat16)
         self.v_cache = torch.randn(S, rs.KVH, rs.D, generator=g, device=device, dtype=torch.bfloat16)
 
@@ -1140,7 +1148,7 @@ def forward(m: Model, b: Batch, all_reduce: Optional[Callable] = None):
             residual = residual + o
             hn = rms_norm_op(residual, lw["post_norm"])
             if rs.moe:
-                d = lw["moe"](hn)
+                d = lw["moe"](hn, b.route_bias)
             else:
                 d = linear_op(act_op(linear_op(hn, lw["gu"]), rs.I), lw["down"])
             if all_reduce is not None:
@@ -1353,8 +1361,9 @@ def base_meta(gpu: str, model: str, tp: int, info: dict, rs: RankShape) -> dict:
     if rs.weights != "bf16":
         extra.update(quantization=rs.weights, kv_cache_dtype="auto")
     if rs.moe:
-        extra.update(routing="uniform (random router weights and inputs: every expert about equally "
-                             "loaded; real routers are skewed)")
+        extra.update(routing="uniform at random per token (router logits + a per-token random offset, "
+                             "std 4, in the op tables and the forwards: every expert about equally loaded; "
+                             "real routers are skewed)")
     return dict(gpu=gpu, model=model, tp=tp, dtype=FORMAT_DTYPE[rs.weights], **extra,
                 shape={k: s[k] for k in SHAPE_KEYS + (MOE_KEYS if rs.moe else ())},
                 source="measured",

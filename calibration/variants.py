@@ -212,8 +212,14 @@ class MoE:
         self.backend = ("torch._grouped_mm (CUTLASS grouped GEMM), sort-by-expert permutation, index_add combine"
                         if self.grouped else "per-expert F.linear loop (host-synchronizing), index_add combine")
 
-    def gate(self, x):
+    def gate(self, x, bias=None):
+        """Router logits, softmax, top-k. ``bias`` ([T, E], optional) is added to the logits: the
+        profiler's forwards pass a per-token random one so that routing stays uniform at random
+        per token (random weights otherwise route the tokens of one prompt, whose hidden states the
+        attention of random weights makes nearly equal, to the same few experts)."""
         logits = F.linear(x, self.router)
+        if bias is not None:
+            logits = logits + bias
         probs = torch.softmax(logits.float(), dim=-1)
         w, idx = torch.topk(probs, self.s.top_k, dim=-1)
         if self.s.norm_topk:
@@ -249,14 +255,14 @@ class MoE:
         out.index_add_(0, order // self.s.top_k, y_sorted * wts[:, None])
         return out
 
-    def __call__(self, x):
-        w, idx = self.gate(x)
+    def __call__(self, x, bias=None):
+        w, idx = self.gate(x, bias)
         y, order = self.experts(x, idx)
         return self.combine(y, order, w, x.shape[0])
 
-    def reference(self, x):
+    def reference(self, x, bias=None):
         """float64 loop over tokens (accuracy check)."""
-        w, idx = self.gate(x)
+        w, idx = self.gate(x, bias)
         out = torch.zeros(x.shape[0], self.s.hidden, dtype=torch.float64, device=x.device)
         xd = x.double()
         for t in range(x.shape[0]):

@@ -1,0 +1,10 @@
+# Device call of 2026-12-05 (issue #34), after the first run: the MoE pack and its forwards again,
+# with routing uniform at random per token in both (profile_gpu.route_bias): in the first run the
+# validation prefills of one prompt routed its tokens to a few experts (the attention of random
+# weights makes a prompt's hidden states nearly equal), 2x faster than the op table's uniform routing.
+export PYTHONUNBUFFERED=1; set -o pipefail
+P=calibration/profile_gpu.py; R=/tmp/m; mkdir -p $R; T0=$(date +%s)
+python3 $P ops --model qwen3-30b-a3b --deadline-epoch $((T0+330)) --soft-deadline-epoch $((T0+290)) --prefill-max-rep 5 --out $R/c > $R/c.log 2>&1; echo "C rc=$? t=$(( $(date +%s)-T0 ))s"
+python3 $P iterations --model qwen3-30b-a3b --backends-from $R/c/packs/h200 --fwd-max-rep 8 --fwd-budget-ms 250 --eager-every 3 --deadline-epoch $((T0+520)) --out $R/v > $R/f2.log 2>&1; echo "F2 rc=$? t=$(( $(date +%s)-T0 ))s"
+grep -E "wrote|SKIP|DROP|rror" $R/c.log $R/f2.log | tail -12
+cd /tmp && tar czf $OUT/moe.tar.gz m; ls -la $OUT
