@@ -172,7 +172,7 @@ DENSE_PREFILL_CTX = [0, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 2
 # layer's KV, which no GPU holds, so no deployment reaches it.
 LONG_TOKENS = [18432, 20480, 24576, 28672, 32768, 40960, 49152, 65536]
 LONG_CHUNKS = [256, 1024, 2048, 4096, 8192, 10240, 12288, 16384, 20480, 24576, 32768]
-LONG_PREFILL_CTX = [0, 4096, 8192, 16384, 24576, 32768, 49152, 65536, 98304, 114688]
+LONG_PREFILL_CTX = [0, 4096, 8192, 16384, 24576, 28672, 32768, 49152, 65536, 98304, 114688]
 LONG_DECODE_CTX = [40960, 49152, 65536, 81920, 98304, 114688]
 
 GRIDS = {
@@ -725,8 +725,11 @@ class OpBench:
     def prefill_grid(self):
         chunks, ctxs = self.grid["chunks"], self.grid["prefill_ctx"]
         pts = [(t, c) for t in chunks for c in ctxs if t + c <= self.rs.max_len]
-        if self.grid is GRIDS["long"]:  # only what the dense grid lacks
+        if self.grid is GRIDS["long"]:  # only what the dense grid lacks, and each chunk's longest context
             dense = set(DENSE_PREFILL_CHUNKS), set(DENSE_PREFILL_CTX)
+            edge = [(t, self.rs.max_len - t) for t in sorted(dense[0] | set(chunks))
+                    if self.rs.max_len - t > max(DENSE_PREFILL_CTX)]
+            pts = sorted(set(pts) | set(edge), key=lambda p: p[0] * (p[1] + p[0] / 2))
             pts = [(t, c) for t, c in pts if not (t in dense[0] and c in dense[1])]
         return sorted(pts, key=lambda p: p[0] * (p[1] + p[0] / 2))  # cheap first
 
