@@ -1,4 +1,4 @@
-"""Convert Vidur's public A100 profiles into servesim packs (thin wrapper; logic in servesim.perf.vidur).
+"""Convert Vidur's public A100 profiles into servesim packs (thin wrapper; logic in servesim.tools.vidur).
 
     python calibration/import_vidur.py [--src ../shared/calibration/vidur_profiles] [--out calibration/packs]
 
@@ -7,7 +7,7 @@ Same as ``servesim calibrate import-vidur``.
 
 from __future__ import annotations
 
-from servesim.perf.calibrate_cli import app
+from servesim.tools.calibrate_cli import app
 
 if __name__ == "__main__":
     app(["import-vidur", *__import__("sys").argv[1:]])
