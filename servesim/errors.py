@@ -37,6 +37,12 @@ class ReportError(ServesimError):
     unreadable, or a chart option names something the results do not hold."""
 
 
+class PolicyBug(ServesimError, AssertionError):
+    """An invariant the engine checks (``sim.check_invariants``) broken by the policy's decisions,
+    such as admitting a request past the KV pool: one line from the CLI, not a traceback, since a
+    user's policy part is input to the run; still an AssertionError, as every engine check raises."""
+
+
 def kernel_typing_line(exc: BaseException) -> str | None:
     """One line for numba's TypingError (pages of text) when a Python part of a user's policy
     called a compiled servesim kernel with the Python engine's state, which numba cannot type;

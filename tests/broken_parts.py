@@ -21,6 +21,7 @@ from servesim.kv import kernels as kvk
 from servesim.perf import kernels as pk
 from servesim.request import REJECTED, Reject
 from servesim.sched import parts, policies, queues
+from servesim.sched.state import need_of as _need_of
 
 schedule = pure(policies.schedule)  # the built-in batch rule, uncompiled (compiled KV state)
 admit_head = pure(parts.admit_head)
@@ -28,6 +29,7 @@ admit_one = pure(parts.admit_one)
 kv_allocate = pure(kvk.kv_allocate)
 q_take = pure(queues.q_take)
 q_push_back = pure(queues.q_push_back)
+need_of = pure(_need_of)
 
 
 class Faithful:
@@ -161,6 +163,26 @@ def admit_past_the_cap(cfg, st, kv, now):
 class IgnoresBatchCap:
     base = "vllm"
     parts = {"schedule": admit_past_the_cap}
+
+
+def admit_without_kv(cfg, st, kv, now):
+    """schedule, then admit the waiting head the built-in left waiting while a batch slot and
+    budget remain (for want of KV), without allocating it any block: a policy that reads a
+    full pool as room."""
+    schedule(cfg, st, kv, now)
+    if 0 < st.s.run_len < cfg.max_seqs and st.q_len[0] > 0 and st.s.budget > 0:
+        rid = st.q_head[0]
+        n = min(int(need_of(st, rid)), int(st.s.budget))
+        if n > 0:
+            q_take(st, 0, rid)
+            admit_one(cfg, st, rid, n, now)
+            st.s.b_pure = 0
+            st.s.b_stable = 0
+
+
+class AdmitsPastThePool:
+    base = "vllm"
+    parts = {"schedule": admit_without_kv}
 
 
 # ------------------------------------------------------------------------ time_monotone

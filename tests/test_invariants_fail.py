@@ -263,3 +263,39 @@ def test_every_invariant_has_a_failing_test():
     src = inspect.getsource(sys.modules[__name__])
     missing = [n for n in INVARIANTS if f'"{n}"' not in src.split("def test_every_invariant")[0]]
     assert missing == []
+
+
+def test_check_invariants_alone_catches_a_grant_past_the_pool():
+    """Issue 26: a policy part that admits past the KV pool ran to completion with no word even
+    with sim.check_invariants: true (only servesim.testing caught it). The engine's own check now
+    holds every running request to the slots it holds: a kv_allocate granting without blocks and
+    a schedule admitting without allocating both stop in one line naming the request, the token
+    it computes up to and the slots it holds; the built-in parts pass, compiled and not."""
+    from servesim.errors import PolicyBug
+    from servesim.simulate import build
+
+    sc = scenario_from_dict(merge(BUSY, {"sim": {"check_invariants": True}}))
+    line = r"^request \d+ computes up to token \d+ \(\d+ computed \+ \d+ this step\) but holds 0 KV slots " \
+           r"\(0 blocks of 4\): the policy admitted it past the KV pool"
+    with pytest.raises(PolicyBug, match=line):
+        run_built(build(sc, kernel_overrides={kvk.kv_allocate: bp.grant_without_blocks}))
+    past = scenario_from_dict(policy(merge(BUSY, {"sim": {"check_invariants": True}}), "AdmitsPastThePool"))
+    with pytest.raises(AssertionError, match=line):  # (a PolicyBug is an AssertionError, as every engine check)
+        run_built(build(past))
+    for cold in ("compile", "python"):  # the built-in parts pass the check, compiled or not
+        assert run_built(build(sc, cold=cold)).summary["requests"]["completed"] == 60
+
+
+def test_a_policy_admitting_past_the_pool_is_one_line_from_the_cli(tmp_path):
+    """The same check from ``servesim run``: one error line, exit status 2, no traceback."""
+    import yaml
+
+    from tests.fuzz_inputs import run_cli
+
+    path = tmp_path / "past.yaml"
+    path.write_text(yaml.safe_dump(policy(merge(BUSY, {"sim": {"check_invariants": True}}), "AdmitsPastThePool")))
+    code, crash, out, err = run_cli(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"])
+    assert crash is None and code == 2, (crash, err)
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in err + out, err
+    assert "past the KV pool" in lines[0] and "holds 0 KV slots" in lines[0], lines[0]

@@ -35,6 +35,7 @@ from typing import Callable
 import numpy as np
 
 from servesim.engine import kernel as K
+from servesim.errors import PolicyBug
 from servesim.jit import pure
 from servesim.kv import kernels as kvk
 from servesim.perf import kernels as pk
@@ -47,6 +48,7 @@ ERRORS = {
     K.E_BUDGET: "token budget exceeded: {arg} tokens scheduled > max_num_batched_tokens",
     K.E_SEQS: "max_num_seqs exceeded: {arg} running",
     K.E_EMPTY_NEW: "a scheduled request computes no token",
+    K.E_SLOTS: "request {arg} computes past the KV slots it holds (a policy bug)",  # (Replica._slots_message)
     K.E_STALL: "scheduler returned an empty batch with work pending and nothing left to wait for (a policy bug)",
     K.E_HORIZON: "the policy asked to be woken at an instant the idle engine has already reached, so it would "
                  "wait for it forever (a policy bug: a horizon must lie ahead of the current time)",
@@ -89,6 +91,10 @@ def object_kv_overrides(kv_obj) -> dict:
         parts.kv_prefix_lookup: lookup,
         parts.kv_holds: lambda kv, rid: kv_obj.held[rid] > 0,
         parts.kv_held_blocks: lambda kv, rid: int(kv_obj.held[rid]),
+        # a prefix cache (the reference PrefixCacheKV) shares blocks: the engine's slots check
+        # is skipped there, as for the compiled prefix pool (kv/kernels.py kv_slots_held)
+        kvk.kv_slots_held: lambda kv, rid: -1 if getattr(kv_obj, "prefix_caching", True) else
+        int(kv_obj.held[rid]) * int(kv_obj.block_size),
         parts.kv_blocks_to_take: lambda kv, computed, rid, n: max(
             0, -(-(int(computed[rid]) + int(n)) // kv_obj.block_size) - int(kv_obj.held[rid])),
         reserve.kv_waiting_blocks: lambda kv, rid: int(kv_obj.held[rid]),
@@ -227,10 +233,24 @@ class Replica:
             msg = kvk.check_message(self.kv, int(st.s.error_arg)) if self.kv_object is None else \
                 f"KV invariant violated (code {int(st.s.error_arg)})"
             raise AssertionError(msg)
+        if err == K.E_SLOTS:
+            raise PolicyBug(self._slots_message(int(st.s.error_arg)))
         msg = ERRORS.get(err, f"engine error {err}").format(arg=int(st.s.error_arg))
         if err in (K.E_STALL, K.E_HORIZON):
             raise RuntimeError(msg)
         raise AssertionError(msg)
+
+    def _slots_message(self, r: int) -> str:
+        """E_SLOTS in one line: the request, the tokens it computes up to (what it computed plus
+        this step's), the slots it holds (the state is as the check left it: the step did not run)."""
+        st = self.st
+        nb = int(st.s.b_len)
+        new = int(st.b_new[:nb][st.b_ids[:nb] == r].sum())
+        bs = int(self.kv.block_size)
+        blocks = int(self.kv.held[r])
+        return (f"request {r} computes up to token {int(st.computed[r]) + new} ({int(st.computed[r])} computed + "
+                f"{new} this step) but holds {blocks * bs} KV slots ({blocks} blocks of {bs}): the policy "
+                f"admitted it past the KV pool (a policy bug; sim.check_invariants)")
 
     def _drain(self) -> None:
         st, rec, s = self.st, self.rec, self.st.s

@@ -57,6 +57,7 @@ from servesim.kv.kernels import (
     kv_commit_decodes,
     kv_decode_run,
     kv_free,
+    kv_slots_held,
     kv_step_usage,
     kv_used_blocks,
 )
@@ -70,7 +71,8 @@ from servesim.sched.state import ONE, ZERO, set_causes
 PER_STEP = np.int64(-1)  # record(): blocks in use from st.used, step by step
 
 DONE, UNTIL, FLUSH, PROGRESS, ERROR, ENDED = 0, 1, 2, 3, 4, 5  # why advance() returned
-E_KV, E_BUDGET, E_SEQS, E_EMPTY_NEW, E_STALL, E_HORIZON = 1, 2, 3, 4, 5, 6  # invariant failures (driver explains)
+E_KV, E_BUDGET, E_SEQS, E_EMPTY_NEW, E_STALL, E_HORIZON, E_SLOTS = 1, 2, 3, 4, 5, 6, 7  # invariant failures
+# (the driver explains each)
 PROGRESS_EVERY = 1 << 16  # segments between progress returns
 
 
@@ -317,12 +319,32 @@ def commit_iteration(cfg, st, kv, t1):
 # ----------------------------------------------------------------------------------- checks
 @kernel
 def check_batch(cfg, st, kv):
-    """Invariants after a scheduling decision (``sim.check_invariants``): KV accounting, token
-    budget, batch slots, every scheduled request computes a token. 0 or an E_* code."""
+    """Invariants after a scheduling decision (``sim.check_invariants``): KV accounting, every
+    running request inside the KV slots it holds, token budget, batch slots, every scheduled
+    request computes a token. 0 or an E_* code.
+
+    The slots check (E_SLOTS, ``error_arg`` the request) catches a policy part that admits past
+    the pool (an allocation that grants without blocks, an admission that skips it), which ran to
+    completion with no word before. It reads the slots through ``kv_slots_held``, bound to the
+    KV in hand (a Python reference manager binds its own); where that says -1, a prefix cache
+    whose shared blocks a per-request count cannot bound, the check is skipped for the pool
+    rather than raise a false alarm (the prefix cache's own check, in ``kv_check``, stays)."""
     c = kv_check(kv, st.computed, st.run, st.s.run_len)
     if c != 0:
         st.s.error_arg = c
         return E_KV
+    for j in range(st.s.run_len):
+        r = st.run[j]
+        slots = kv_slots_held(kv, r)
+        if slots < 0:
+            break  # the pool cannot say (a prefix cache): no check, for every request
+        need = np.int64(st.computed[r])
+        for i in range(st.s.b_len):
+            if st.b_ids[i] == r:
+                need += np.int64(st.b_new[i])
+        if slots < need:
+            st.s.error_arg = r
+            return E_SLOTS
     total = 0
     for i in range(st.s.b_len):
         total += st.b_new[i]

@@ -411,6 +411,20 @@ def kv_check(kv, computed, holders, nh):
     return OK
 
 
+@kernel(inline=True)
+def kv_slots_held(kv, rid):
+    """Token slots ``rid`` holds (its blocks x ``block_size``), for the engine's check that every
+    running request computes inside them (engine/kernel.py ``check_batch``); -1 where the pool's
+    count is not known to say it: a prefix cache shares blocks between requests, and its lookups
+    set ``computed`` to a hit before allocation places the blocks (kv/pcache.py), so a false
+    alarm there is not ruled out and the check is skipped (px_check, in :func:`kv_check`, holds
+    its own invariants). The Python reference managers bind their own (engine/driver.py
+    ``object_kv_overrides``)."""
+    if kv.prefix:
+        return np.int64(-1)
+    return np.int64(kv.held[rid]) * np.int64(kv.block_size)
+
+
 def holes(kv) -> list[tuple[int, int]]:
     """The free holes as (start, length) pairs, of a KVState (or anything with its hole_start,
     hole_len and s fields)."""
