@@ -5,9 +5,9 @@
 # Then the long grid's prefill rows with each chunk's longest context (B3 on H200 extrapolated 0.1 %).
 export PYTHONUNBUFFERED=1; set -o pipefail
 P=calibration/profile_gpu.py; R=/tmp/m; mkdir -p $R; T0=$(date +%s)
-python3 $P ops --model qwen3-30b-a3b --deadline-epoch $((T0+220)) --soft-deadline-epoch $((T0+190)) --prefill-max-rep 5 --out $R/c > $R/c.log 2>&1; echo "C rc=$? t=$(( $(date +%s)-T0 ))s"
-python3 $P iterations --model qwen3-30b-a3b --backends-from $R/c/packs/h200 --fwd-max-rep 8 --fwd-budget-ms 250 --eager-every 3 --deadline-epoch $((T0+350)) --out $R/v > $R/f2.log 2>&1; echo "F2 rc=$? t=$(( $(date +%s)-T0 ))s"
+python3 $P ops --model qwen3-30b-a3b --deadline-epoch $((T0+165)) --soft-deadline-epoch $((T0+140)) --prefill-max-rep 5 --out $R/c > $R/c.log 2>&1; echo "C rc=$? t=$(( $(date +%s)-T0 ))s"
+python3 $P iterations --model qwen3-30b-a3b --backends-from $R/c/packs/h200 --fwd-max-rep 8 --fwd-budget-ms 250 --eager-every 3 --deadline-epoch $((T0+270)) --out $R/v > $R/f2.log 2>&1; echo "F2 rc=$? t=$(( $(date +%s)-T0 ))s"
 # the long grid's prefill rows again, now with each chunk's longest context (max_model_len - chunk)
-python3 $P ops --model qwen3-8b,llama-3.1-8b --grid long --stages attn_prefill --prefill-max-rep 5 --deadline-epoch $((T0+480)) --soft-deadline-epoch $((T0+450)) --out $R/d2 > $R/d2.log 2>&1; echo "D2 rc=$? t=$(( $(date +%s)-T0 ))s"
+[ $(( $(date +%s)-T0 )) -lt 255 ] && python3 $P ops --model qwen3-8b --grid long --stages attn_prefill --prefill-max-rep 5 --deadline-epoch $((T0+325)) --soft-deadline-epoch $((T0+310)) --out $R/d2 > $R/d2.log 2>&1; echo "D2 rc=$? t=$(( $(date +%s)-T0 ))s"
 grep -E "wrote|SKIP|DROP|rror" $R/c.log $R/f2.log $R/d2.log | tail -14
 cd /tmp && tar czf $OUT/moe.tar.gz m; ls -la $OUT
