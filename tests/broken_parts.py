@@ -185,6 +185,18 @@ class AdmitsPastThePool:
     parts = {"schedule": admit_without_kv}
 
 
+# ------------------------------------------------------------- a compiled kernel called raw
+def admit_head_calling_the_kernel(cfg, st, kv, rid, queue, now, cap, hybrid):
+    """Calls the built-in compiled kernel itself, not ``servesim.jit.pure`` of it: numba cannot
+    type the Python state it is handed (docs/testing.md, "Calling a built-in part")."""
+    return parts.admit_head(cfg, st, kv, rid, queue, now, cap, hybrid)
+
+
+class CallsTheKernel:
+    base = "vllm"
+    parts = {"admit_head": admit_head_calling_the_kernel}
+
+
 # ------------------------------------------------------------------------ time_monotone
 def negative_step(tab, new, ctx, nb):
     """A step-time model that returns a negative time for a batch of two or more."""

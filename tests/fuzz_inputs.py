@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,6 +76,10 @@ class FuzzInput:
     args: tuple[str, ...] = ()  # extra command-line arguments
     raw: dict | None = None  # the mapping the text was dumped from, when undamaged as text
     command: tuple[str, ...] = ()  # another command line than ``run SCENARIO`` ("{dir}": the input's folder)
+    before: tuple[tuple[str, ...], ...] = ()  # command lines run first, each to exit 0 (a folder to write over)
+    says: tuple[str, ...] = ()  # words a refusal must hold (a misleading message's fix)
+    check: Callable[[Path, str], str | None] | None = None  # after exit 0: what is wrong in the input's folder
+    # (given the command's stdout), None when the results are right
 
 
 # ------------------------------------------------------------------------------ data files
@@ -335,11 +340,131 @@ def _yaml(raw: dict) -> bytes:
 _BIG = "1" * 5000  # over Python's 4,300-digit int <-> str limit
 _MOON = (json.dumps({"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [0]}) + "\n").encode()
 _SPEC = b"name: sw\nbase: scenario.yaml\naxes:\n  engine.max_num_seqs: [2, 4]\n"
+_RUN = ("run", "{dir}/scenario.yaml", "--out", "{dir}/out", "-q")
+_SWEEP = ("sweep", "{dir}/sw.yaml", "--out", "{dir}/o", "--workers", "1", "-q")
+
+
+# what issue 26's wrong results broke, read back from an input's folder ({dir}/out unless named):
+# each returns what is wrong, None when right (FuzzInput.check)
+def _summary(d: Path) -> dict:
+    return json.loads((d / "summary.json").read_text())
+
+
+def _all_served(work: Path, stdout: str) -> str | None:
+    r = _summary(work / "out")["requests"]
+    return None if r["in_flight"] == 0 and r["completed"] + r["rejected"] == r["arrived"] else f"requests {r}"
+
+
+def _waiting_is_queueing(work: Path, stdout: str, bin_s: float = 1.0) -> str | None:
+    """Little's law on the run's own files (no preemption): the integral of waiting requests is
+    the sum of their queueing times; the long iteration's arrivals count from their arrival."""
+    import numpy as np
+    import pandas as pd
+
+    out = work / "out"
+    ts, req = pd.read_parquet(out / "timeseries.parquet"), pd.read_parquet(out / "requests.parquet")
+    t = ts["t_s"].to_numpy()
+    width = np.minimum(bin_s, np.maximum(_summary(out)["sim_time_s"] - t, 0.0))
+    area, queued = float(np.nansum(ts["waiting_mean"].to_numpy() * width)), float(req["queue_s"].sum())
+    return None if abs(area - queued) <= 1e-9 * max(1.0, queued) else f"waiting integral {area} != sum queue_s {queued}"
+
+
+def _classes_average_every_seed(work: Path, stdout: str) -> str | None:
+    """A class absent from a seed counts 0 there; the classes sum to the run's arrivals."""
+    out = work / "out"
+    s = _summary(out)
+    seeds = [_summary(d) for d in sorted((out / "seeds").iterdir())]
+    for label, c in s["by_class"].items():
+        each = [x["by_class"].get(label, {}).get("requests", {}).get("arrived", 0) for x in seeds]
+        if abs(c["requests"]["arrived"] - sum(each) / len(each)) > 1e-9:
+            return f"{label} arrived {c['requests']['arrived']} for per-seed {each}"
+    total = sum(c["requests"]["arrived"] for c in s["by_class"].values())
+    return None if abs(total - s["requests"]["arrived"]) < 1e-9 else f"classes sum to {total} of {s['requests']['arrived']}"
+
+
+def _holds(*names: str, seeds: tuple[str, ...] = ()) -> Callable[[Path, str], str | None]:
+    """The run folder holds exactly these files (and these seed folders): --force replaced the
+    earlier run as a set."""
+    def check(work: Path, stdout: str) -> str | None:
+        out = work / "out"
+        files = {p.name for p in out.iterdir()}
+        got = {p.name for p in (out / "seeds").iterdir()} if (out / "seeds").is_dir() else set()
+        return None if files == set(names) and got == set(seeds) else f"files {sorted(files)}, seeds {sorted(got)}"
+    return check
+
+
+def _seed_files_run_one_seed(work: Path, stdout: str) -> str | None:
+    for d in sorted((work / "out" / "seeds").iterdir()):
+        stop = yaml.safe_load((d / "scenario.resolved.yaml").read_text()).get("stop", {})
+        if stop.get("replications", 1) != 1:
+            return f"{d.name}/scenario.resolved.yaml keeps replications {stop['replications']}"
+    return None
+
+
+def _rows_are_arrivals(work: Path, stdout: str) -> str | None:
+    """Closed loop stopped by duration: a row per request that arrived, none after the end."""
+    import pandas as pd
+
+    s, req = _summary(work / "out"), pd.read_parquet(work / "out" / "requests.parquet")
+    if len(req) != s["requests"]["arrived"] or (req["arrival_s"] > s["sim_time_s"]).any() or \
+            (req["status"] == "pending").any():
+        return f"{len(req)} rows for {s['requests']['arrived']} arrived, statuses {sorted(set(req['status']))}"
+    return None
+
+
+def _ttft_exact(work: Path, stdout: str) -> str | None:
+    """Requests alone on an idle engine of constant 10 ms steps: TTFT is 10 ms, wherever in time."""
+    import pandas as pd
+
+    ttft = pd.read_parquet(work / "out" / "requests.parquet")["ttft_s"].dropna()
+    return None if (abs(ttft - 0.01) < 1e-8).all() else f"ttft {ttft.tolist()[:5]} for 0.01"
+
+
+BLOCKED = [f"blocked_{c}_s" for c in ("kv_blocks", "token_budget", "batch_slots", "higher_class", "static_batch",
+                                      "tier_transfer", "preempted", "iteration")]
+
+
+def _waits_add_up(work: Path, stdout: str) -> str | None:
+    """A request never admitted by a duration stop was blocked from its arrival to the end."""
+    import pandas as pd
+
+    end, req = _summary(work / "out")["sim_time_s"], pd.read_parquet(work / "out" / "requests.parquet")
+    fresh = req[(req["status"] == "waiting") & (req["preemptions"] == 0)]
+    if fresh.empty:
+        return "no request left waiting: the input no longer tests the stop"
+    gap = (fresh[BLOCKED].sum(axis=1) - (end - fresh["arrival_s"])).abs()
+    return None if fresh[BLOCKED].notna().all().all() and (gap < 1e-9).all() else f"blocked - waited: {gap.tolist()[:5]}"
+
+
+def _wrote(*names: str, folder: str = "out") -> Callable[[Path, str], str | None]:
+    def check(work: Path, stdout: str) -> str | None:
+        missing = [n for n in names if not (work / folder / n).is_file()]
+        return f"{missing} not written" if missing else None
+    return check
+
+
+def _whole_lines(work: Path, stdout: str) -> str | None:
+    """Without a terminal: the "wrote" line is whole, not cut at 80 columns."""
+    wrote = [x for x in stdout.splitlines() if x.startswith("wrote ")]
+    return None if len(wrote) == 1 and wrote[0].endswith("scenario.resolved.yaml") else f"stdout {stdout[-400:]!r}"
+
+
+def _sweep_progress_as_it_goes(work: Path, stdout: str) -> str | None:
+    return None if "sweep: 0/2 runs" in stdout and "sweep: 2/2 runs" in stdout else f"stdout {stdout[-400:]!r}"
+
+
+def _dotted_axis_escaped(work: Path, stdout: str) -> str | None:
+    """A dotted axis is a nested field to Vega-Lite (an empty chart) unless escaped."""
+    html = (work / "o" / "report.html").read_text()
+    ok = '"field":"engine\\\\.max_num_seqs"' in html and '"field":"engine.max_num_seqs"' not in html
+    return None if ok else "the axis engine.max_num_seqs is not escaped in report.html's charts"
 
 
 def known_inputs() -> list[FuzzInput]:
     """Inputs found by hand (issue 26's hostile run), kept so every later change meets them too:
-    each must run or be refused in one line (tests/test_input_defects.py checks what each says)."""
+    each must run or be refused in one line (tests/test_input_defects.py checks what each says).
+    A wrong result that once ran carries a ``check`` of its files, so it may run again only with
+    right results; a misleading message carries the words (``says``) its refusal must hold."""
     base = _known_base()
     text = _yaml(base)
     return [
@@ -359,13 +484,9 @@ def known_inputs() -> list[FuzzInput]:
         FuzzInput(text, {"sw.yaml": _SPEC}, command=("sweep", "{dir}/sw.yaml", "--out", "", "--workers", "1")),
         FuzzInput(text, {"summary.json": b'{"latency_s": {}, "requests": {}}', "requests.parquet": b"",
                          "timeseries.parquet": b""}, command=("report", "{dir}")),
-        FuzzInput(text, {"sw.yaml": _SPEC.replace(b"[2, 4]", b"[-1, 0]") + b"invalid: skip\n"},
-                  command=("sweep", "{dir}/sw.yaml", "--out", "{dir}/o", "--workers", "1", "-q")),
         *[FuzzInput(text, command=("capacity", "{dir}/scenario.yaml", "--slo", slo, "--workers", "1"))
           for slo in ("ttft_p99=0", "req_per_s>=-1", "slo_attainment>=1.5", "ttft_p99@chat=0.5")],
         FuzzInput(text, {"sw.yaml": _SPEC + b"metrics: [ttft_p99@chat]\n"},
-                  command=("sweep", "{dir}/sw.yaml", "--out", "{dir}/o", "--workers", "1", "-q")),
-        FuzzInput(text, {"sw.yaml": _SPEC + b"set: {engine.max_num_seqs: -3}\n"},
                   command=("sweep", "{dir}/sw.yaml", "--out", "{dir}/o", "--workers", "1", "-q")),
         FuzzInput(_yaml({**base, "workload": {**base["workload"], "contaminate": {
             "fraction": 0.5, "prompt": {"dist": "fixed", "value": 8}, "stream": "default"}}})),
@@ -384,6 +505,81 @@ def known_inputs() -> list[FuzzInput]:
                   args=("--set", "engine.tensor_parallel_size=2")),
         FuzzInput(_yaml({**base, "workload": {**base["workload"], "arrival": {"process": "gamma", "rate": 20.0,
                                                                             "cv": 1000.0}}})),
+        # -- issue 26's nine wrong results (tests/test_result_defects.py), read back where they ran
+        # 1: empty prompts kept by min_prompt: 0 (a length file, a trace) were never served
+        FuzzInput(_yaml(_known_base(arrival={"process": "poisson", "rate": 20.0},
+                                    lengths={"file": "l.csv", "min_prompt": 0})),
+                  {"l.csv": b"num_prefill_tokens,num_decode_tokens\n0,5\n30,4\n0,7\n"}, check=_all_served),
+        FuzzInput(_yaml(_known_base(trace={"file": "t.csv", "format": "azure", "min_prompt": 0})),
+                  {"t.csv": b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:01.5,0,5\n"
+                            b"2023-11-16 18:17:02.5,10,5\n"}, check=_all_served),
+        # 2: two requests arriving 1 and 2 ms into one 5 s iteration read 0 waiting
+        FuzzInput(_yaml({**_known_base(trace={"file": "t.jsonl", "format": "mooncake"}), "stop": {"requests": 3},
+                         "step_time": {"model": "constant", "seconds": 5.0}, "metrics": {"timeseries_bin_s": 1.0}}),
+                  {"t.jsonl": b"".join(json.dumps({"timestamp": t, "input_length": 10, "output_length": 1,
+                                                   "hash_ids": [i]}).encode() + b"\n" for i, t in enumerate((0, 1, 2)))},
+                  check=_waiting_is_queueing),
+        # 3: --seeds with a class mix averaged a class only over the seeds where it appeared
+        FuzzInput(_yaml({**base, "workload": {**base["workload"], "classes": {"weights": [0.9, 0.1]}}}),
+                  command=_RUN + ("--seeds", "3", "--workers", "1"), check=_classes_average_every_seed),
+        # 4: --force kept the other kind's files (single run <-> --seeds)
+        FuzzInput(text, before=(_RUN,), command=_RUN + ("--seeds", "2", "--workers", "1", "--force"),
+                  check=_holds("summary.json", "replications.parquet", "seeds", seeds=("seed-0", "seed-1"))),
+        FuzzInput(text, before=(_RUN + ("--seeds", "2", "--workers", "1"),), command=_RUN + ("--force",),
+                  check=_holds(*RUN_FILES)),
+        # 5: each seed's scenario.resolved.yaml kept stop.replications: N
+        FuzzInput(_yaml({**base, "stop": {"requests": 5, "replications": 2}}), command=_RUN + ("--workers", "1"),
+                  check=_seed_files_run_one_seed),
+        # 6: closed loop + stop.duration_s wrote never-sent requests, some arriving after the end
+        FuzzInput(_yaml({**base, "stop": {"duration_s": 0.3}, "workload": {
+            **base["workload"], "arrival": {"process": "closed", "clients": 2, "think_s": 0.05}}}),
+            check=_rows_are_arrivals),
+        # 7: times no float64 second resolves (rates 1e-12, 1e-14; a trace row at 1e300 ms)
+        *[FuzzInput(_yaml({**base, "stop": {"requests": 3}, "workload": {
+            **base["workload"], "arrival": {"process": "poisson", "rate": rate}}}), check=_ttft_exact)
+          for rate in (1e-12, 1e-14)],
+        FuzzInput(_yaml({**_known_base(trace={"file": "t.jsonl", "format": "mooncake"}), "stop": {"requests": 3}}),
+                  {"t.jsonl": b"".join(json.dumps({"timestamp": t, "input_length": 10, "output_length": 1,
+                                                   "hash_ids": [i]}).encode() + b"\n"
+                                       for i, t in enumerate((0, 50, 1e300)))}, check=_ttft_exact),
+        # 8: requests still waiting at a duration stop reported no blocked seconds
+        FuzzInput(_yaml({**base, "stop": {"duration_s": 0.1}, "engine": {"max_num_seqs": 1},
+                         "workload": {**base["workload"], "arrival": {"process": "poisson", "rate": 200.0}}}),
+                  check=_waits_add_up),
+        # (9, itl_mean with the BLAS thread count, is no input: this process's BLAS threads are
+        # fixed once loaded; tests/test_result_defects.py runs it in child processes)
+        # -- messages: the sweep's own file blamed; an all-invalid sweep said "stored already"
+        FuzzInput(text, {"sw.yaml": _SPEC.replace(b"engine.max_num_seqs: [2, 4]", b"engine.block_size: [16, 32]")
+                         + b"set: {engine.max_num_seqs: -3}\n"},
+                  command=("sweep", "{dir}/sw.yaml", "--out", "{dir}/o", "--workers", "1", "-q"),
+                  says=("sw.yaml: set: engine.max_num_seqs = -3",)),
+        FuzzInput(text, {"sw.yaml": _SPEC.replace(b"[2, 4]", b"[-1, 0]") + b"invalid: skip\n"},
+                  command=("sweep", "{dir}/sw.yaml", "--out", "{dir}/o", "--workers", "1", "-q"),
+                  says=("all 2 points", "invalid")),
+        # -- silent acceptances
+        FuzzInput(text, command=_RUN + ("--seeds", "2", "--workers", "1", "--report"), check=_wrote("report.html")),
+        FuzzInput(text, {"sw.yaml": _SPEC}, before=(_SWEEP,), command=("run", "{dir}/scenario.yaml", "--out", "{dir}/o",
+                                                                        "-q", "--force"), says=("holds a sweep",)),
+        FuzzInput(text, {"sw.yaml": _SPEC}, before=(_RUN,), command=_SWEEP[:3] + ("{dir}/out",) + _SWEEP[4:],
+                  says=("holds a run",)),
+        FuzzInput(_yaml(_known_base(arrival={"process": "poisson", "rate": 20.0}, lengths={"file": "l.csv"})),
+                  {"l.csv": b"num_prefill_tokens,num_decode_tokens,num_decode_tokens\n10,5,7\n"}),
+        *[FuzzInput(text, command=(*cmd, "--out", "")) for cmd in (
+            ("capacity", "{dir}/scenario.yaml", "--slo", "ttft_p99=1"), ("compare", "{dir}/a", "{dir}/b"),
+            ("report", "{dir}/a"))],
+        # -- without a terminal: whole lines, the sweep's progress as it goes; a dotted axis drawn
+        FuzzInput(text, command=("run", "{dir}/scenario.yaml", "--out", "{dir}/out"), check=_whole_lines),
+        FuzzInput(text, {"sw.yaml": _SPEC}, command=_SWEEP[:-1], check=_sweep_progress_as_it_goes),
+        FuzzInput(text, {"sw.yaml": _SPEC}, before=(_SWEEP,), command=("report", "{dir}/o", "--x", "engine.max_num_seqs"),
+                  check=_dotted_axis_escaped),
+        # -- testing your own policy: admitting past the KV pool, caught by sim.check_invariants
+        FuzzInput(_yaml({**base, "sim": {"check_invariants": True},
+                         "engine": {"scheduler": "tests.broken_parts:AdmitsPastThePool", "max_num_seqs": 4,
+                                    "num_gpu_blocks_override": 8, "block_size": 4}}),
+                  says=("past the KV pool",)),
+        # ... and a part calling a built-in compiled kernel rather than servesim.jit.pure of it
+        FuzzInput(_yaml({**base, "engine": {"scheduler": "tests.broken_parts:CallsTheKernel"}}),
+                  says=("admit_head", "servesim.jit.pure")),
     ]
 
 
@@ -481,13 +677,21 @@ def run_one(inp: FuzzInput, stats: FuzzStats, limit_s: float = 30.0) -> None:
         scen = work / "scenario.yaml"
         scen.write_bytes(inp.text)
         out = work / "out"
+        for setup in inp.before:  # e.g. the run that a --force run then writes over
+            code, crash, stdout, stderr = run_cli([a.replace("{dir}", str(work)) for a in setup])
+            if crash is not None or code != 0:
+                stats.failures.append((f"setup {setup[0]} exit {code}", f"{crash!r} {stderr[-500:]}", inp))
+                return
         argv = ([a.replace("{dir}", str(work)) for a in inp.command] if inp.command
                 else ["run", str(scen), "--out", str(out), "-q"])
         code, crash, stdout, stderr = run_cli([*argv, *inp.args])
         lines = [x for x in stderr.splitlines() if x.strip()]
+        wrong = inp.check(work, stdout) if code == 0 and crash is None and inp.check is not None else None
         if crash is not None:
             detail = "".join(traceback.format_exception(crash))[-1500:]
             stats.failures.append((type(crash).__name__, detail, inp))
+        elif wrong is not None:
+            stats.failures.append(("exit 0, wrong results", wrong, inp))
         elif code == 0 and inp.command:
             stats.ran += 1
         elif code == 0:
@@ -500,8 +704,13 @@ def run_one(inp: FuzzInput, stats: FuzzStats, limit_s: float = 30.0) -> None:
         elif code == 2 and "out of memory" in stderr:  # a tiny scenario never needs gigabytes
             stats.failures.append(("out of memory", stderr[-300:], inp))
         elif code == 2 and len(lines) == 1 and lines[0].startswith("error:") and not stdout.strip():
-            stats.refused += 1
-            stats.messages.append(lines[0].replace(str(work), "DIR"))
+            line = lines[0].replace(str(work), "DIR")
+            missing = [w for w in inp.says if w not in line]
+            if missing:
+                stats.failures.append((f"refused without {missing}", line, inp))
+            else:
+                stats.refused += 1
+                stats.messages.append(line)
         else:
             stats.failures.append((f"exit {code}, not one error line", (stdout + stderr)[-500:], inp))
     except _Timeout:

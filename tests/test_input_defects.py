@@ -1,6 +1,6 @@
 """Issue 26's crashes, silent acceptances and misleading messages on bad input (docs/reliability.md,
 "Bad input"): each test failed before its fix (a traceback, exit 0, or a line blaming the wrong
-thing). The same inputs are in the fuzzing corpus (tests/fuzz_inputs.py, ``KNOWN_INPUTS``)."""
+thing). The same inputs are in the fuzzing corpus (tests/fuzz_inputs.py, ``known_inputs()``)."""
 
 from __future__ import annotations
 
