@@ -13,7 +13,7 @@ from servesim.scenario import load_scenario, scenario_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINES = REPO / "scenarios" / "engines"
-PRESETS = ["vllm-v0", "vllm-v1", "vllm", "sglang", "tensorrt-llm", "lmdeploy"]
+PRESETS = ["vllm-v0", "vllm-v1", "vllm", "sglang", "tensorrt-llm", "lmdeploy", "vllm-v0.4", "sglang-v0.3"]
 
 
 def bare(preset: str, **over) -> dict:
@@ -151,7 +151,7 @@ def test_preset_runs(name):
     it is on, the rules' other decisions kept)."""
     from servesim import simulate
     over = ["stop.requests=60", "stop.warmup_requests=0"]
-    if name in ("vllm-v1", "sglang"):
+    if name in ("vllm-v1", "sglang", "sglang-v0.3"):
         over.append("engine.enable_prefix_caching=false")
     res = simulate(load_scenario(ENGINES / f"{name}.yaml", over))
     assert res.summary["requests"]["completed"] == 60
@@ -175,3 +175,50 @@ def test_resolved_file_reads_back_the_same_engine():
     par = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1}  # (resolved: both spellings)
     assert again.engine.model_dump() == {**sc.engine.model_dump(), **par}
     assert again.engine_notes == ()
+
+
+# The versions the field reports name (issue 33): report A's Halo is a vLLM 0.4.2 branch, report B
+# ran SGLang 0.3.2. Each value is the default read in that release's source, as the preset's
+# comment cites it (file, version); None: left to the preset's rule, checked apart below.
+CITED = {
+    "vllm-v0.4": {  # vllm/engine/arg_utils.py, vllm/config.py, vllm/core/scheduler.py (v0.4.2)
+        "scheduler": "vllm", "block_size": 16, "max_num_seqs": 256, "enable_chunked_prefill": False,
+        "max_num_batched_tokens": 8192,  # rule: max(max_model_len 8192, 2048) without chunking
+        "enable_prefix_caching": False, "gpu_memory_utilization": 0.9, "preemption": "recompute",
+        "num_scheduler_steps": 1, "options.swap_space_gib": 4,
+    },
+    "sglang-v0.3": {  # python/sglang/srt/server_args.py, managers/, global_config.py (v0.3.2)
+        "scheduler": "chunked", "block_size": 1, "enable_chunked_prefill": True, "chunked_prefill_size": 8192,
+        "max_num_batched_tokens": 16384, "max_running_requests": None, "enable_prefix_caching": True,
+        "preemption": "recompute", "options.mix": "prefill_first", "options.retract": "sglang",
+        "options.admission": "sglang", "options.schedule_conservativeness": 1.0,
+    },
+}
+
+
+@pytest.mark.parametrize("name,knobs", CITED.items(), ids=list(CITED))
+def test_report_version_presets_carry_the_cited_defaults(name, knobs):
+    sc = load_scenario(ENGINES / f"{name}.yaml")
+    assert sc.engine.preset == name and sc.name == name
+    for knob, want in knobs.items():
+        head, _, opt = knob.partition(".")
+        got = sc.engine.options.get(opt) if head == "options" else getattr(sc.engine, knob)
+        assert got == want, f"{name}: {knob} = {got!r}, cited {want!r}"
+
+
+def test_report_version_rules():
+    """vLLM 0.4.2 has no long-context rule (chunked prefill stays off on a 131,072-token model;
+    on when asked, with the 512-token budget); SGLang 0.3.2's mem_fraction_static is 0.88 at tp 1
+    and 0.87 at tp 2 whatever the GPU (v0.5 derives it from the GPU's memory): the KV pool is that
+    share of the GPU less the weights."""
+    from servesim.memory import plan_memory
+    long = scenario_from_dict(bare("vllm-v0.4", model="llama-3.1-8b"))
+    assert not long.engine.enable_chunked_prefill and long.engine.max_num_batched_tokens == 131072
+    on = scenario_from_dict(bare("vllm-v0.4", engine={"enable_chunked_prefill": True}))
+    assert on.engine.max_num_batched_tokens == 512
+    for tp, mfs, gpu in ((1, 0.88, "a100-80g"), (2, 0.87, "a100-80g"), (1, 0.88, "h200")):
+        sc = load_scenario(ENGINES / "sglang-v0.3.yaml", {"engine.tensor_parallel_size": tp, "hardware.gpu": gpu,
+                                                           "engine.max_running_requests": 512})
+        plan = plan_memory(sc)
+        assert plan.kv_bytes == pytest.approx(mfs * plan.gpu_bytes - plan.weight_bytes, rel=1e-3), (tp, gpu)
+        assert any(f"mem_fraction_static {mfs} at tp {tp}" in n for n in sc.load_notes)

@@ -62,13 +62,31 @@ def _vllm_v0(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str
         why = (f"max_model_len {mml} > 32768 but the model has a {window}-token sliding window" if mml > 32768
                and window else f"max_model_len {mml} {'>' if chunked else '<='} 32768")
         notes.append(f"chunked prefill {'on' if chunked else 'off'}: {why} (vLLM 0.6 vllm/engine/arg_utils.py)")
-    if "max_num_batched_tokens" not in given:
-        # vllm/config.py (v0.6.x), SchedulerConfig: 512 with chunked prefill ("the best balance
-        # between ITL and TTFT on A100"), else max(max_model_len, 2048)
-        budget = 512 if chunked else max(mml, 2048)
-        out["max_num_batched_tokens"] = budget
-        notes.append(f"max_num_batched_tokens {budget}: " + ("512 with chunked prefill" if chunked else
-                     f"max(max_model_len {mml}, 2048) without chunked prefill") + " (vLLM 0.6 vllm/config.py)")
+    _vllm_budget(sc, given, chunked, "0.6", out, notes)
+    return out, notes
+
+
+def _vllm_budget(sc: "Scenario", given: frozenset, chunked: bool, version: str, out: dict, notes: list) -> None:
+    """vllm/config.py SchedulerConfig (the same rule in v0.4.2 and v0.6.x): with the budget unset,
+    512 with chunked prefill ("the best balance between ITL and TTFT on A100"), else
+    max(max_model_len, 2048)."""
+    if "max_num_batched_tokens" in given:
+        return
+    mml = sc.max_model_len
+    budget = 512 if chunked else max(mml, 2048)
+    out["max_num_batched_tokens"] = budget
+    notes.append(f"max_num_batched_tokens {budget}: " + ("512 with chunked prefill" if chunked else
+                 f"max(max_model_len {mml}, 2048) without chunked prefill") + f" (vLLM {version} vllm/config.py)")
+
+
+# ------------------------------------------------------------------------------ vLLM 0.4.2
+def _vllm_v0_4(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str]]:
+    """vLLM 0.4.2 (the version report A's Halo forks): chunked prefill is a plain flag, off by
+    default (vllm/engine/arg_utils.py v0.4.2: enable_chunked_prefill False, no long-context
+    rule), so the only start-up decision is the token budget that follows from it."""
+    out: dict[str, Any] = {}
+    notes: list[str] = []
+    _vllm_budget(sc, given, bool(sc.engine.enable_chunked_prefill), "0.4.2", out, notes)
     return out, notes
 
 
@@ -146,6 +164,30 @@ def _sglang(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str]
     return out, notes
 
 
+def _sglang_v0_3(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str]]:
+    """SGLang v0.3.2 (the version report B names): a fixed 8,192-token chunk (a plain value in the
+    preset), the radix cache on, and mem_fraction_static by tensor-parallel size alone, not yet
+    by GPU memory as v0.5 does."""
+    e, out, notes = sc.engine, {}, []
+    if "enable_prefix_caching" not in given:
+        # python/sglang/srt/server_args.py (v0.3.2): disable_radix_cache = False
+        out["enable_prefix_caching"] = True
+        notes.append("prefix caching on: SGLang's radix cache is on by default (SGLang 0.3.2 server_args.py)")
+    if "gpu_memory_utilization" not in given:
+        # server_args.py (v0.3.2), ServerArgs.__post_init__: mem_fraction_static 0.88 at tp 1,
+        # 0.87 from tp 2, 0.85 from 4, 0.83 from 8, 0.79 from 16
+        tp = sc.tp
+        mfs = 0.79 if tp >= 16 else 0.83 if tp >= 8 else 0.85 if tp >= 4 else 0.87 if tp >= 2 else 0.88
+        # as _sglang: SGLang's fraction is weights + KV pool; servesim's utilization also holds
+        # the activations its memory plan reserves
+        extra = _acts(sc, e.max_num_batched_tokens, e.max_num_seqs) / GPUS[sc.hardware.gpu].memory_bytes
+        util = round(min(0.99, mfs + extra), 4)
+        out["gpu_memory_utilization"] = util
+        notes.append(f"gpu_memory_utilization {util}: mem_fraction_static {mfs} at tp {tp}, plus the activations "
+                     f"servesim plans apart (SGLang 0.3.2 server_args.py)")
+    return out, notes
+
+
 # ------------------------------------------------------------------------------ TensorRT-LLM
 def _tensorrt_llm(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str]]:
     e, out, notes = sc.engine, {}, []
@@ -183,8 +225,10 @@ def _lmdeploy(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[st
 RULES: dict[str, tuple[str, Rule]] = {
     # preset name: (what it stands for, its automatic rules)
     "vllm-v0": ("vLLM 0.6.x, the V0 engine", _vllm_v0),
+    "vllm-v0.4": ("vLLM 0.4.2 (report A's Halo base)", _vllm_v0_4),
     "vllm-v1": ("vLLM V1 (the current engine, v0.10.x)", _vllm_v1),
     "sglang": ("SGLang v0.5.x", _sglang),
+    "sglang-v0.3": ("SGLang v0.3.2 (report B's version)", _sglang_v0_3),
     "tensorrt-llm": ("TensorRT-LLM v1.0 (trtllm-serve, PyTorch backend)", _tensorrt_llm),
     "lmdeploy": ("LMDeploy v0.10.x (TurboMind)", _lmdeploy),
 }
