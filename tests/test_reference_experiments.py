@@ -354,7 +354,7 @@ def test_range_rows_in_the_doc_match_a_fresh_run(tmp_path):
 @pytest.mark.slow
 def test_range_and_claims_blocks_regenerate_exactly(tmp_path):
     """`python -m benchmarks.reference --only ranges` into a copy of the document rewrites the
-    claims table, the ranges and the tornado charts exactly as checked in (48 short runs)."""
+    claims table, the ranges and the tornado charts exactly as checked in (50 short runs)."""
     from benchmarks.reference.__main__ import main
 
     doc = tmp_path / "doc.md"

@@ -241,9 +241,9 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("A25", "A", "§6", "大促期间峰值3500QPS，P99从1.2s压到0.85s", "a Halo customer: 3,500 req/s, P99 "
           "1.2 -> 0.85 s", "-", "-", "not expressible", "its fleet and model are not given"),
     Claim("A26", "A", "§3.1", "vLLM 0.4.2分支明确锁死了torch版本", "Halo is built on a vLLM 0.4.2 branch",
-          "a_fleet_halo.yaml: vLLM's continuous batching with Halo's priority classes and chunk 512 (no vLLM "
-          "0.4 preset exists; its flags are written out in the arm)", "-", "not expressible",
-          "Halo's own flags are not public; the arm follows what §2.2 and §3.3 describe"),
+          "a_fleet_halo.yaml: vLLM's continuous batching with Halo's priority classes and chunk 512 (vLLM "
+          "0.4.2's own defaults are the vllm-v0.4 preset; the arm writes Halo's flags out instead)", "-",
+          "not expressible", "Halo's own flags are not public; the arm follows what §2.2 and §3.3 describe"),
     # ----------------------------------------------------------------------------- report B
     Claim("B1", "B", "§1, §4.2", "vLLM的P99延迟从327ms跃升至1140ms，而SGLang仅从291ms升至418ms",
           "8 -> 64 concurrent (2,048 in / 512 out): P99 vLLM 327 -> 1,140 ms, SGLang 291 -> 418 ms",
@@ -284,8 +284,8 @@ CLAIMS: tuple[Claim, ...] = (
           "-", lambda c: f"both store {c['phys']['kv14_tok']:,} B per token for 14B", "implausible",
           "both engines store the 8 KV heads of GQA; there is nothing to save"),
     Claim("B10", "B", "§2.2", "默认256token/chunk", "SGLang's default chunk is 256 tokens", "scenarios/engines/sglang.yaml",
-          "SGLang's default is by GPU memory: 8,192 on an A100-80GB (preset, v0.5.x)", "disagrees",
-          "the preset reads SGLang's server_args.py"),
+          "SGLang's default is 8,192: fixed in v0.3.2 (sglang-v0.3.yaml), by GPU memory in v0.5.x (8,192 on "
+          "an A100-80GB)", "disagrees", "both presets read SGLang's server_args.py of their version"),
     Claim("B11", "B", "§3.3", "--enable-chunked-prefill --max-num-batched-tokens 8192",
           "vLLM with chunked prefill, budget 8,192: throughput 2.1x, P99 -58 %", "H-B3 setting; B4 table",
           lambda c: f"with 10 % long prompts, vLLM/SGLang chat P99 TTFT {_rng(c, 'H-B3')}; in B4 (no long "
@@ -322,8 +322,11 @@ CLAIMS: tuple[Claim, ...] = (
           f"abnormal prompt (H-B3: {_most(c, 'H-B3')} moves it most)", "inconsistent",
           "with max_seq_len 8192, §3.4's >16K abnormal requests are rejected on arrival: the OOM of B17 "
           "cannot happen"),
-    Claim("B20", "B", "§3.1", "vLLM 0.6.3", "vLLM 0.6.3, SGLang 0.3.2", "vLLM: the V0 preset (vllm-v0.yaml); "
-          "SGLang: the preset is v0.5.x", "-", "agrees", "vLLM's version is expressed; SGLang 0.3 has no preset"),
+    Claim("B20", "B", "§3.1", "vLLM 0.6.3", "vLLM 0.6.3, SGLang 0.3.2", "vLLM: the V0 preset (vllm-v0.yaml, "
+          "0.6.x); SGLang: the arms carry v0.5.x's engine block (0.3.2's defaults are sglang-v0.3.yaml)", "-",
+          "agrees", "vLLM's version is expressed; the SGLang arms share 0.3.2's chunk (8,192), prefill cap, "
+          "page size 1 and admission, but not its CPU time: 0.3.2 has no overlap scheduler (H-B1's "
+          "'CPU overhead' setting shows what that moves)"),
     Claim("B21", "B", "§4.3 table", "HF原生	71.5	54.2	37.1%	39.8%", "HF: 71.5 GB total, 54.2 GB KV, "
           "'effective use' 39.8 %", "-", "54.2 / 71.5 = 75.8 %, not 39.8 %", "inconsistent",
           "the vLLM and SGLang rows do satisfy KV / total (77.2 %, 71.4 %); the HF row does not"),

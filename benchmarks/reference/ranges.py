@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from benchmarks.reference.plan import REF, Run, _rel
+from benchmarks.reference.tables import coverage
 from servesim import load_scenario
 
 
@@ -153,16 +154,6 @@ def pairs(h: Headline) -> list[tuple[Setting | None, Run, Run]]:
 
 def all_runs(only: list[str] | None = None) -> list[Run]:
     return [r for h in HEADLINES if not only or h.id in only for _, a, b in pairs(h) for r in (a, b)]
-
-
-def coverage(rec: dict) -> str:
-    """The share of step time extrapolated beyond the pack's measured grid (summary.json
-    'extrapolation'), or why there is no grid."""
-    ex = rec["summary"].get("extrapolation") or {}
-    if not ex.get("measured_grid"):
-        return "roofline (no grid)"
-    st = ex.get("step_time_share")
-    return "-" if st is None else f"{st:.0%}"
 
 
 def row_of(h: Headline, s: Setting | None, a: dict, b: dict) -> dict:

@@ -53,6 +53,20 @@ def lat(rec: dict, metric: str, p: str, stream: str | None = None):
     return get(s, "latency_s", metric, p)
 
 
+def coverage(rec: dict, digits: int = 0) -> str:
+    """Calibration coverage (issue 33): the share of the run's step time whose batch lay beyond
+    the pack's measured grid, extrapolated (summary.json 'extrapolation'), or why there is no
+    grid. One function for the ranges (``digits=0``) and the long tables (``digits=1``), so the
+    two cannot drift apart."""
+    ex = get(rec, "summary", "extrapolation") or {}
+    if not ex.get("measured_grid"):
+        return "roofline (no grid)"
+    return pct(ex.get("step_time_share"), digits)
+
+
+COVERAGE = "step time beyond the grid"  # the long tables' column
+
+
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "spark": "Spark", "halo": "Halo"}
 
 
@@ -111,9 +125,9 @@ def fleet_kv(recs: dict[str, dict]) -> str:
         rows.append([f"{ENGINE_NAMES[t['engine']]} {t['model']}", s["cluster"]["replicas"], m["gpus_per_replica"],
                      f"{m['kv_gib_per_replica']:.1f} GiB", num(m["tokens_per_replica"]),
                      pct(m["peak_usage_max_replica"]), pct(m["mean_usage_mean_replica"]),
-                     num(r.get("finished_per_s"), 1), pct(get(s, "engine", "busy_fraction")), beyond_grid(r)])
+                     num(r.get("finished_per_s"), 1), pct(get(s, "engine", "busy_fraction")), coverage(r, 1)])
     return table(["arm", "replicas", "GPUs each", "KV per replica", "KV tokens per replica", "KV peak (busiest)",
-                  "KV mean", "finished req/s (of 350 offered)", "busy", "step time beyond the grid"], rows)
+                  "KV mean", "finished req/s (of 350 offered)", "busy", COVERAGE], rows)
 
 
 def _bracket(d: dict, unit) -> tuple[str, str]:
@@ -190,10 +204,11 @@ def sessions(recs: dict[str, dict]) -> str:
                      sec(lat(r, "ttft", "p999")), sec(lat(r, "e2e", "p99")), pct(get(kv, "prefix_hit_rate", "tokens")),
                      pct(kv["peak_usage"]), pct(get(kv, "of_allocated", "internal_fragmentation")),
                      pct(get(kv, "of_allocated", "reservation_waste")),
-                     pct(get(kv, "external_fragmentation", "mean")), num(s["requests"].get("preemptions"))])
+                     pct(get(kv, "external_fragmentation", "mean")), num(s["requests"].get("preemptions")),
+                     coverage(r, 1)])
     return table(["arm", "completed", "TTFT P50", "TTFT P99", "TTFT P99.9", "E2E P99", "prompt tokens reused",
                   "KV peak", "internal frag. (of allocated)", "unused reservation (of allocated)",
-                  "external frag. (of pool, mean)", "preemptions"], rows)
+                  "external frag. (of pool, mean)", "preemptions", COVERAGE], rows)
 
 
 def rounds(recs: dict[str, dict]) -> str:
@@ -227,9 +242,10 @@ def tiers(recs: dict[str, dict]) -> str:
                      sec(lat(r, "ttft", "p999")), sec(lat(r, "e2e", "p99")), pct(get(kv, "prefix_hit_rate", "tokens")),
                      pct(hit["L1"]), pct(hit["L2"]), pct(hit["l3"]), sec(get(tiers, "fetch_wait_s", "mean")),
                      num(get(tiers, "L2", "preloaded", default=None)), num(s["requests"].get("preemptions")),
-                     pct(kv["peak_usage"])])
+                     pct(kv["peak_usage"]), coverage(r, 1)])
     return table(["arm", "system prompts", "TTFT P50", "TTFT P99", "TTFT P99.9", "E2E P99", "prompt tokens reused",
-                  "blocks hit in L1", "in L2", "in L3", "mean tier wait", "preloaded", "preemptions", "KV peak"], rows)
+                  "blocks hit in L1", "in L2", "in L3", "mean tier wait", "preloaded", "preemptions", "KV peak",
+                  COVERAGE], rows)
 
 
 # ------------------------------------------------------------------------------------------ B
@@ -251,15 +267,6 @@ def closed_latency(recs: dict[str, dict]) -> str:
                   "TPOT P50", "ITL P99"], rows)
 
 
-def beyond_grid(r: dict) -> str:
-    """Calibration coverage (issue 33): the share of the run's step time whose batch lay beyond the
-    pack's measured grid, extrapolated (summary.json 'extrapolation')."""
-    ex = get(r, "summary", "extrapolation") or {}
-    if not ex.get("measured_grid"):
-        return "no grid"
-    return pct(ex.get("step_time_share"))
-
-
 def closed_throughput(recs: dict[str, dict]) -> str:
     rows = []
     for r in _order(recs, "model", "clients", "engine"):
@@ -267,10 +274,10 @@ def closed_throughput(recs: dict[str, dict]) -> str:
         rows.append([t["model"], t["clients"], ENGINE_NAMES[t["engine"]], num(s["throughput"]["output_tok_per_s"]),
                      num(s["throughput"]["req_per_s"], 2), pct(s["kv"]["mean_usage"]), pct(s["kv"]["peak_usage"]),
                      pct(get(s, "kv", "of_allocated", "waste"), 2), num(s["requests"].get("preemptions")),
-                     num(get(r, "jitter", "all", "e2e"), 3), num(get(r, "jitter", "all", "ttft"), 3), beyond_grid(r)])
+                     num(get(r, "jitter", "all", "e2e"), 3), num(get(r, "jitter", "all", "ttft"), 3), coverage(r, 1)])
     return table(["model", "clients", "engine", "output tok/s", "req/s", "KV mean", "KV peak",
                   "KV waste (of allocated)", "preemptions", "jitter E2E", "jitter TTFT",
-                  "step time beyond the grid"], rows)
+                  COVERAGE], rows)
 
 
 MIX_STREAMS = ("chat", "education", "code")
@@ -295,10 +302,10 @@ def mix_run(recs: dict[str, dict]) -> str:
                      num(s["throughput"]["req_per_s"], 2), num(s["throughput"]["output_tok_per_s"]),
                      pct(s["slo"]["attainment"]), pct(s["kv"]["peak_usage"]), pct(s["kv"]["mean_usage"]),
                      pct(get(s, "kv", "of_allocated", "waste"), 2), num(s["requests"].get("preemptions")),
-                     num(get(r, "jitter", "all", "e2e"), 2), beyond_grid(r)])
+                     num(get(r, "jitter", "all", "e2e"), 2), coverage(r, 1)])
     return table(["model", "engine", "completed", "in flight at 30 min", "req/s", "output tok/s", "SLO met",
                   "KV peak", "KV mean", "KV waste (of allocated)", "preemptions", "jitter E2E",
-                  "step time beyond the grid"], rows)
+                  COVERAGE], rows)
 
 
 def abnormal(recs: dict[str, dict], base: dict[str, dict]) -> str:
@@ -351,7 +358,7 @@ def knobs(recs: dict[str, dict]) -> str:
                      sec(lat(r, "ttft", "p999")), sec(lat(r, "tpot", "p99")), sec(lat(r, "itl", "p99")),
                      sec(lat(r, "e2e", "p99")), num(s["throughput"]["req_per_s"], 2), num(s["requests"]["in_flight"]),
                      pct(get(s, "kv", "of_allocated", "waste"), 2), num(s["requests"].get("preemptions")),
-                     num(get(r, "jitter", "all", "ttft"), 2), beyond_grid(r)])
+                     num(get(r, "jitter", "all", "ttft"), 2), coverage(r, 1)])
     return table(["engine", "block", "chunk", "TTFT P50", "TTFT P99", "TTFT P99.9", "TPOT P99", "ITL P99", "E2E P99",
                   "req/s", "in flight at 30 min", "KV waste (of allocated)", "preemptions", "jitter TTFT",
-                  "step time beyond the grid"], rows)
+                  COVERAGE], rows)
