@@ -113,9 +113,9 @@ def fleet_results(recs: dict[str, dict]) -> str:
                          num(req.get("completed")), num(left), sec(get(r, "streams", stream, "oldest_in_flight_s")),
                          sec(lat(r, "ttft", "p50", stream)), sec(lat(r, "ttft", "p99", stream)),
                          sec(lat(r, "ttft", "p999", stream)), sec(lat(r, "e2e", "p99", stream)),
-                         f"{slo_name.replace('_p99', '')} P99 <= {bound:g} s: {verdict}"])
+                         f"{slo_name.replace('_p99', '')} P99 <= {bound:g} s: {verdict}", coverage(r, 1)])
     return table(["arm", "stream", "arrived", "completed", "unfinished at the end", "oldest unfinished waited",
-                  "TTFT P50", "TTFT P99", "TTFT P99.9", "E2E P99", "SLO"], rows)
+                  "TTFT P50", "TTFT P99", "TTFT P99.9", "E2E P99", "SLO", f"{COVERAGE} (the run's)"], rows)
 
 
 def fleet_kv(recs: dict[str, dict]) -> str:
@@ -262,9 +262,9 @@ def closed_latency(recs: dict[str, dict]) -> str:
         rows.append([t["model"], t["clients"], ENGINE_NAMES[t["engine"]]] +
                     [sec(lat(r, "ttft", p)) for p in ("p50", "p90", "p99")] +
                     [sec(lat(r, "e2e", p)) for p in ("p50", "p90", "p99")] +
-                    [sec(lat(r, "tpot", "p50")), sec(lat(r, "itl", "p99"))])
+                    [sec(lat(r, "tpot", "p50")), sec(lat(r, "itl", "p99")), coverage(r, 1)])
     return table(["model", "clients", "engine", "TTFT P50", "TTFT P90", "TTFT P99", "E2E P50", "E2E P90", "E2E P99",
-                  "TPOT P50", "ITL P99"], rows)
+                  "TPOT P50", "ITL P99", COVERAGE], rows)
 
 
 def closed_throughput(recs: dict[str, dict]) -> str:
@@ -289,8 +289,9 @@ def mix_latency(recs: dict[str, dict], metric: str = "ttft") -> str:
         t = r["tags"]
         for st in MIX_STREAMS:
             rows.append([t["model"], ENGINE_NAMES[t["engine"]], st] + [sec(lat(r, metric, p, st)) for p in PCTS] +
-                        [num(get(r, "jitter", st, metric), 2)])
-    return table(["model", "engine", "stream"] + [f"{metric.upper()} {PCT_NAMES[p]}" for p in PCTS] + ["jitter"], rows)
+                        [num(get(r, "jitter", st, metric), 2), coverage(r, 1)])
+    return table(["model", "engine", "stream"] + [f"{metric.upper()} {PCT_NAMES[p]}" for p in PCTS] +
+                 ["jitter", f"{COVERAGE} (the run's)"], rows)
 
 
 def mix_run(recs: dict[str, dict]) -> str:
@@ -324,12 +325,12 @@ def abnormal(recs: dict[str, dict], base: dict[str, dict]) -> str:
             cells.append(f"{sec(without)} -> {sec(with_)}")
         base_rate = f" ({num(b['summary']['throughput']['req_per_s'], 2)})" if b else ""
         cells += [num(s["throughput"]["req_per_s"], 2) + base_rate,
-                  pct(s["kv"]["peak_usage"])]
+                  pct(s["kv"]["peak_usage"]), coverage(r, 1)]
         rows.append(cells)
     return table(["model", "engine", "abnormal arrived", "completed", "rejected", "in flight at 30 min",
                   "preemptions (all)",
                   "abnormal TTFT P50", "abnormal TTFT P99", "chat TTFT P99 (without -> with)",
-                  "education TTFT P99", "code TTFT P99", "req/s (without)", "KV peak"], rows)
+                  "education TTFT P99", "code TTFT P99", "req/s (without)", "KV peak", COVERAGE], rows)
 
 
 def waits(recs: dict[str, dict]) -> str:
