@@ -297,8 +297,8 @@ CLAIMS: tuple[Claim, ...] = (
           "gpu_memory_utilization x memory whatever max_num_seqs", "disagrees",
           "vLLM pre-allocates its KV pool at start-up: memory use does not follow max_num_seqs"),
     Claim("B13", "B", "§3.3", "--chunked-prefill-size 256", "SGLang --chunked-prefill-size 256 must match the "
-          "NTK step", "H-B3 setting 'SGLang chunk 256'; B4 table", "B4: 256 gives SGLang TTFT P99 1.5 s, "
-          "512 1.2 s", "not expressible", "RoPE numerics are not modelled; the timing of 256 is"),
+          "NTK step", "H-B3 setting 'SGLang chunk 256'; B4 table", "B4: 256 gives SGLang TTFT P99 1.6 s, "
+          "512 1.3 s", "not expressible", "RoPE numerics are not modelled; the timing of 256 is"),
     Claim("B14", "B", "§3.3", "显存节省15%", "bf16 saves 15 % memory over fp16", "-", "both 2 bytes a value",
           "implausible", "bf16 and fp16 have the same width"),
     Claim("B15", "B", "§3.3, §5.1", "否则默认0.8在Qwen3.6长上下文下极易OOM", "vLLM's default "
@@ -323,10 +323,9 @@ CLAIMS: tuple[Claim, ...] = (
           "with max_seq_len 8192, §3.4's >16K abnormal requests are rejected on arrival: the OOM of B17 "
           "cannot happen"),
     Claim("B20", "B", "§3.1", "vLLM 0.6.3", "vLLM 0.6.3, SGLang 0.3.2", "vLLM: the V0 preset (vllm-v0.yaml, "
-          "0.6.x); SGLang: the arms carry v0.5.x's engine block (0.3.2's defaults are sglang-v0.3.yaml)", "-",
-          "agrees", "vLLM's version is expressed; the SGLang arms share 0.3.2's chunk (8,192), prefill cap, "
-          "page size 1 and admission, but not its CPU time: 0.3.2 has no overlap scheduler (H-B1's "
-          "'CPU overhead' setting shows what that moves)"),
+          "0.6.x); SGLang: the 0.3.2 preset (sglang-v0.3.yaml)", "-",
+          "agrees", "both versions are expressed; the arms leave out the request path (engine.api_*) and "
+          "SGLang's radix cache, which finds nothing to reuse in these prompts"),
     Claim("B21", "B", "§4.3 table", "HF原生	71.5	54.2	37.1%	39.8%", "HF: 71.5 GB total, 54.2 GB KV, "
           "'effective use' 39.8 %", "-", "54.2 / 71.5 = 75.8 %, not 39.8 %", "inconsistent",
           "the vLLM and SGLang rows do satisfy KV / total (77.2 %, 71.4 %); the HF row does not"),
