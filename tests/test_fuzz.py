@@ -14,6 +14,7 @@ from tests.fuzz_inputs import (
     _known_base,
     _yaml,
     fuzz,
+    generated,
     known_inputs,
     run_one,
 )
@@ -32,6 +33,27 @@ def test_fuzz_300_inputs():
     assert stats.inputs == 300
     assert stats.ran >= 30 and stats.refused >= 100, stats.line()  # both outcomes exercised
     print(stats.line())
+
+
+def test_the_inputs_do_not_depend_on_what_was_imported_before(tmp_path, monkeypatch):
+    """The same inputs whatever modules the process loaded first (a test session's other tests,
+    a constant added anywhere in servesim): hypothesis draws some values from the constants of
+    the local modules loaded, which made the "same" 5,000 differ between sessions. And a
+    gzipped data file's bytes do not hold the time it was made."""
+    import gzip
+    import sys
+
+    first = generated(200)
+    (tmp_path / "fuzz_pool_module.py").write_text(  # a local module with constants of its own
+        "".join(f"C{i} = {v!r}\n" for i, v in enumerate([*range(3, 400, 7), 0.25, 1e-5, 77777, "x" * 3, "fleet"])))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "fuzz_pool_module", raising=False)
+    __import__("fuzz_pool_module")
+    monkeypatch.setattr(gzip.time, "time", lambda: 1.5e9)  # another second
+    again = generated(200)
+    key = [(i.text, i.files, i.folders, i.args) for i in first]
+    assert key == [(i.text, i.files, i.folders, i.args) for i in again]
+    assert any(name.endswith(".gz") for i in first for name in i.files), "no gzipped file drawn: draw more"
 
 
 def test_known_inputs():
