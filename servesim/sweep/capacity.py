@@ -71,7 +71,8 @@ def find_max_rate(sc: Scenario, slos: list[SLO], budget: Budget, *, tol: float =
         x0 = start / base if base is not None else start
     prober = Prober(lambda x: scale_rate(sc, x), slos, budget, executor, progress, run_progress=run_progress,
                     store=store, describe=describe)
-    out = search_max_rate(prober, slos, tol=tol, describe=describe, base=base, start=x0)
+    out = search_max_rate(prober, slos, tol=tol, describe=describe, base=base, start=x0,
+                          extend=prober.extend)
     out.scaled = None if base is not None else scaled_rates(sc)
     out.step_model = provenance(sc)
     out.step_models = sorted(prober.step_models)

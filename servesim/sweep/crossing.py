@@ -67,18 +67,34 @@ def p_meets(slo: SLO, iv: Interval) -> float | None:
     return float(stats.t.cdf(z, iv.n - 1))
 
 
+def _pair(slo: SLO, points: list) -> tuple | None:
+    """The two points the crossing interpolates between: the largest x whose estimate meets the
+    bound and the smallest x above it whose estimate does not (None: no such pair). ``points``
+    are tuples whose first two items are ``x`` and its interval."""
+    pts = sorted((p for p in points if p[0] > 0 and math.isfinite(p[1].estimate)), key=lambda p: p[0])
+    below = [p for p in pts if slo.met_by(p[1].estimate)]
+    if not below:
+        return None
+    lo = max(below, key=lambda p: p[0])
+    above = [p for p in pts if p[0] > lo[0] and not slo.met_by(p[1].estimate)]
+    if not above:
+        return None
+    return lo, min(above, key=lambda p: p[0])
+
+
+def bracket(slo: SLO, probes: list) -> tuple | None:
+    """The two probes (objects with ``x`` and ``interval(slo)``) the crossing of ``slo`` uses."""
+    pair = _pair(slo, [(p.x, p.interval(slo), p) for p in probes if p.interval(slo) is not None])
+    return None if pair is None else (pair[0][2], pair[1][2])
+
+
 def crossing_of(slo: SLO, points: list[tuple[float, Interval]]) -> Crossing | None:
     """The crossing of one SLO from probes ``(x, interval)``: interpolate between the largest x
     whose estimate meets the bound and the smallest x above it whose estimate does not."""
-    pts = sorted((x, iv) for x, iv in points if x > 0 and math.isfinite(iv.estimate))
-    below = [(x, iv) for x, iv in pts if slo.met_by(iv.estimate)]
-    if not below:
+    pair = _pair(slo, points)
+    if pair is None:
         return None
-    x1, iv1 = max(below, key=lambda p: p[0])
-    above = [(x, iv) for x, iv in pts if x > x1 and not slo.met_by(iv.estimate)]
-    if not above:
-        return None
-    x2, iv2 = min(above, key=lambda p: p[0])
+    (x1, iv1), (x2, iv2) = pair
     m1, m2, b = iv1.estimate, iv2.estimate, slo.bound
     if m2 == m1:
         return None

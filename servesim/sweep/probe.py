@@ -43,6 +43,7 @@ class Probe:
     arrived: list[float] = field(default_factory=list)  # requests per second that arrived, each run
     aux: dict[str, Interval] = field(default_factory=dict)  # AUX_METRICS over the runs
     reused: int = 0  # replications read from the probe store instead of run
+    rows: list[dict] = field(default_factory=list)  # each replication's metrics, seeds in order
 
     @property
     def measured_rate(self) -> float | None:
@@ -225,34 +226,50 @@ class Prober:
         order = [s for _, s in seeds]
         return [rows[s] for s in order], [arrived[s] for s in order], len(seeds) - len(todo)
 
+    def _names(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys([*(s.metric for s in self.slos), *AUX_METRICS]))
+
+    def _add(self, x: float, sc: Scenario, rows: list[dict], arrived: list[float], reused: int,
+             add: int) -> Probe:
+        """The probe at ``x`` with replications ``len(rows) .. len(rows) + add - 1`` run (or read
+        from the store) beside those in ``rows``."""
+        key = scenario_key(sc, self._digests)
+        n = len(rows)
+        seeds = [(r, sc.seed + r) for r in range(n, n + add)]
+        got, arr, hit = self._run(key, Point(0, {}, sc, key), sc, seeds, self._names())
+        rows, arrived = rows + got, arrived + arr
+        self.runs += add - hit
+        ivs = intervals(rows, self.budget.confidence)
+        checks = [(s, ivs[s.metric], s.judge(ivs[s.metric])) for s in self.slos]
+        return Probe(x, sc, len(rows), checks, arrived, {k: ivs[k] for k in AUX_METRICS if k in ivs}, reused + hit,
+                     rows)
+
     def __call__(self, x: float) -> Probe:
         why = self.spent()
         if why is not None:
             raise BudgetSpent(why)
         self.probes += 1
         sc = self.make(x)
-        key = scenario_key(sc, self._digests)
-        point = Point(0, {}, sc, key)
-        names = tuple(dict.fromkeys([*(s.metric for s in self.slos), *AUX_METRICS]))
-        rows: list[dict] = []
-        arrived: list[float] = []
-        n = reused = 0
-        while True:
-            add = self.budget.seeds if n == 0 else min(self.budget.seeds, self.budget.max_seeds - n)
-            seeds = [(r, sc.seed + r) for r in range(n, n + add)]
-            got, arr, hit = self._run(key, point, sc, seeds, names)
-            rows += got
-            arrived += arr
-            reused += hit
-            n += add
-            self.runs += add - hit
-            ivs = intervals(rows, self.budget.confidence)
-            checks = [(s, ivs[s.metric], s.judge(ivs[s.metric])) for s in self.slos]
-            probe = Probe(x, sc, n, checks, list(arrived), {k: ivs[k] for k in AUX_METRICS if k in ivs}, reused)
-            if probe.verdict != "open" or n >= self.budget.max_seeds:
-                if self.progress:
-                    self.progress(probe_line(probe, self.probes, self.describe))
-                return probe
+        probe = self._add(x, sc, [], [], 0, self.budget.seeds)
+        while probe.verdict == "open" and probe.n < self.budget.max_seeds:
+            probe = self._add(x, sc, probe.rows, probe.arrived, probe.reused,
+                              min(self.budget.seeds, self.budget.max_seeds - probe.n))
+        if self.progress:
+            self.progress(probe_line(probe, self.probes, self.describe))
+        return probe
+
+    def extend(self, p: Probe, n: int) -> Probe:
+        """``p`` with replications added up to ``n`` on the next seeds (the same seeds as any other
+        probe with ``n``): the search measures the two probes its crossing interpolates between on
+        the same seeds (servesim/sweep/search.py, ``_pair_up``). Not a new probe for the probe
+        budget; the time budget still stops it (BudgetSpent)."""
+        b = self.budget
+        if b.max_time_s is not None and self.clock() - self.started >= b.max_time_s:
+            raise BudgetSpent(f"the time budget (--budget {b.max_time_s:g}s) is spent after "
+                              f"{self.clock() - self.started:.0f} s")
+        if n <= p.n or len(p.rows) != p.n:
+            return p
+        return self._add(p.x, p.scenario, p.rows, p.arrived, p.reused, n - p.n)
 
 
 def probe_line(p: Probe, index: int, describe: Callable[[float], str] = lambda x: f"x{x:.4g}") -> str:

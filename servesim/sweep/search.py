@@ -33,7 +33,7 @@ from typing import Callable
 
 from servesim.errors import ServesimError
 from servesim.metrics.intervals import Interval
-from servesim.sweep.crossing import Crossing, binding_crossing
+from servesim.sweep.crossing import Crossing, binding_crossing, bracket
 from servesim.sweep.probe import BudgetSpent, Probe
 from servesim.sweep.slo import SLO
 
@@ -137,7 +137,8 @@ def _zero_load_refusal(z: Probe, where: str, consequence: str) -> str | None:
 def search_max_rate(probe: Callable[[float], Probe], slos: list[SLO], *, tol: float = 0.05, grow: float = 2.0,
                     max_doublings: int = 12, max_probes: int = 40,
                     describe: Callable[[float], str] = lambda x: f"rate x{x:.4g}",
-                    base: float | None = None, start: float = 1.0, zero_load: bool = True) -> Search:
+                    base: float | None = None, start: float = 1.0, zero_load: bool = True,
+                    extend: Callable[[Probe, int], Probe] | None = None) -> Search:
     """Largest passing rate scale: bracket by doubling/halving from ``start``, then bisect (log
     scale) until a verified pass and a verified failure are within ``tol`` (relative) of each
     other; the answer is the crossing between them.
@@ -147,7 +148,11 @@ def search_max_rate(probe: Callable[[float], Probe], slos: list[SLO], *, tol: fl
     pass .. lowest open, highest open .. lowest failure), halving the wider until the answer fits
     in ``tol``. When the open probes alone span more than ``tol``, or both gaps are down to a
     quarter of ``tol`` and the answer still does not fit, the SLO is undecided over a range of
-    rates wider than the precision asked: the search refuses."""
+    rates wider than the precision asked: the search refuses.
+
+    ``extend(probe, n)``: the probe with replications added up to ``n`` (``Prober.extend``); when
+    given, the two probes the crossing interpolates between are measured on the same seeds
+    before it is computed (``_pair_up``)."""
     from servesim.sweep.slo import CapacityError
 
     if not 0 < tol < 1:
@@ -187,7 +192,7 @@ def search_max_rate(probe: Callable[[float], Probe], slos: list[SLO], *, tol: fl
             out.refused = _zero_load_refusal(z, describe(z.x), "no rate meets them (loosen the SLO, or change "
                                                                "the engine, model or GPU)")
             if out.refused:
-                return _finish(out)
+                return _finish(out, extend)
         doublings = 0
         while out.best is None or out.bound is None:
             xs = [p.x for p in out.path if p is not out.zero_load]
@@ -204,7 +209,7 @@ def search_max_rate(probe: Callable[[float], Probe], slos: list[SLO], *, tol: fl
                     out.refused = (f"no answer: {_open_reason(opens[-1], describe(opens[-1].x))}, and no rate "
                                    f"{'above' if out.bound is None else 'below'} it was decided within "
                                    f"{grow:g}^{max_doublings}; {known()}{advice}")
-                return _finish(out)
+                return _finish(out, extend)
             doublings += 1
             run(max(xs) * grow if out.bound is None else min(xs) / grow)
         while out.bound.x / out.best.x - 1 > tol:
@@ -212,7 +217,7 @@ def search_max_rate(probe: Callable[[float], Probe], slos: list[SLO], *, tol: fl
                 break
             if len(out.path) >= max_probes:
                 out.refused = f"no answer after {max_probes} probes; {known()}{advice}"
-                return _finish(out)
+                return _finish(out, extend)
             inside = [p.x for p in opens if out.best.x < p.x < out.bound.x]
             if not inside:
                 run(math.sqrt(out.best.x * out.bound.x))
@@ -229,19 +234,19 @@ def search_max_rate(probe: Callable[[float], Probe], slos: list[SLO], *, tol: fl
                             f"are {out.bound.x / out.best.x - 1:.1%} apart, wider than --tol {tol:.1%}, and the "
                             f"crossing is interpolated through the undecided probes (its interval says how sure "
                             f"it is; {advice} to narrow it)")
-                return _finish(out)
+                return _finish(out, extend)
             if lo_gap >= hi_gap:
                 run(math.sqrt(out.best.x * min(inside)))
             else:
                 run(math.sqrt(max(inside) * out.bound.x))
     except BudgetSpent as why:
         _budget_stop(out, str(why), known(), describe)
-        return _finish(out)
+        return _finish(out, extend)
     if out.best.x >= out.bound.x:
         out.refused = (f"no answer: {describe(out.best.x)} meets every SLO but {describe(out.bound.x)}, a lower "
                        f"rate, does not: the SLO metric is not monotone in the rate at this noise level; "
                        f"raise --seeds or make runs longer")
-    return _finish(out)
+    return _finish(out, extend)
 
 
 def _budget_stop(out: Search, why: str, known: str, describe) -> None:
@@ -253,8 +258,48 @@ def _budget_stop(out: Search, why: str, known: str, describe) -> None:
     out.refused = f"no answer: {why}; {known or 'nothing was decided yet; '}raise --budget or loosen --tol"
 
 
-def _finish(out: Search) -> Search:
+def _pair_up(out: Search, extend: Callable[[Probe, int], Probe]) -> None:
+    """Measure the two probes each SLO's crossing interpolates between on the same seeds.
+
+    A probe stops adding replications once its interval clears the bound. Near the crossing
+    that happens early only when its first seeds were extreme: a probe decided on 6 seeds next to
+    one that ran to 24 carries that luck in its mean (optional stopping) and shares only 6 of its
+    seeds with the other, so their difference, the crossing's slope, has the noise of 18 unpaired
+    runs. The crossing interval, computed as if the two were paired, was then far too narrow: on
+    M/M/4 (tests/test_capacity_answers.py) 9 of 123 searches ended on such a pair and 7 of those
+    9 intervals missed the exact crossing, against 10 of the 114 that ended on two probes of 24
+    seeds each (benchmarks/RESULTS.md, "capacity answers against closed forms"). So the probe with fewer
+    replications is topped up to the other's count, on the same seeds (common random numbers:
+    the pair's difference is then the configuration's, not the seeds'), and the pair is chosen
+    again, until it is measured alike. Each top-up replaces the probe in the path (its verdict
+    is then the one its interval gives with every replication)."""
+    for _ in range(4 * len(out.slos) + 4):
+        for s in out.slos:
+            pair = bracket(s, out.path)
+            if pair is not None and pair[0].n != pair[1].n:
+                short, n = min(pair, key=lambda p: p.n), max(p.n for p in pair)
+                break
+        else:
+            return
+        try:
+            longer = extend(short, n)
+        except BudgetSpent as why:
+            out.note = ((out.note + "; ") if out.note else "") + (
+                f"{why}: the crossing's two probes were not topped up to the same replications, and its "
+                f"interval may be too narrow")
+            return
+        if longer is short:
+            return
+        for name in ("best", "bound"):
+            if getattr(out, name) is short:
+                setattr(out, name, longer)
+        out.path = [longer if p is short else p for p in out.path]
+
+
+def _finish(out: Search, extend: Callable[[Probe, int], Probe] | None = None) -> Search:
     if out.kind == "max-rate" and out.answered:
+        if extend is not None:
+            _pair_up(out, extend)
         out.crossing = binding_crossing(out.slos, out.path)
     out.runs = sum(p.n - p.reused for p in out.path)
     out.reused = sum(p.reused for p in out.path)
