@@ -59,6 +59,27 @@ def test_crossing_interpolates_in_log_rate_and_carries_the_noise():
     assert crossing_of(slo, [(1.0, Interval(0.6, 0.01, 5))]) is None  # nothing below the bound
 
 
+def test_paired_crossing_interval_leans_with_the_skew_of_the_runs():
+    """Two probes on the same seeds, each seed's metric right-skewed (lognormal) and the second
+    probe 10 % above the first seed by seed: the crossing interval reaches further below the
+    estimate than above (a low mean comes with a low spread), is the same on a second call (the
+    resampling is seeded), and with fewer than BOOT_MIN_N seeds is the symmetric t interval."""
+    from servesim.metrics.intervals import t_interval
+    from servesim.sweep.crossing import BOOT_MIN_N
+
+    def crossing(n: int):
+        a = list(0.019 * np.random.default_rng(3).lognormal(0.0, 0.6, 24)[:n])
+        b = [v * 1.1 for v in a]
+        pts = [(1.0, t_interval(a), a), (1.03, t_interval(b), b)]
+        return crossing_of(SLO("m", float(np.mean(a)) * 1.04), pts), pts
+
+    c, pts = crossing(24)
+    assert c.estimate / c.lo > 1.15 * (c.hi / c.estimate)
+    assert crossing_of(c.slo, pts) == c
+    few, _ = crossing(BOOT_MIN_N - 1)
+    assert few.estimate / few.lo == pytest.approx(few.hi / few.estimate, rel=1e-9)
+
+
 def test_p_meets_reads_the_interval():
     s = SLO("m", 1.0)
     assert p_meets(s, Interval(1.0, 0.1, 5)) == pytest.approx(0.5)
