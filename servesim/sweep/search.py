@@ -266,8 +266,8 @@ def _pair_up(out: Search, extend: Callable[[Probe, int], Probe]) -> None:
     one that ran to 24 carries that luck in its mean (optional stopping) and shares only 6 of its
     seeds with the other, so their difference, the crossing's slope, has the noise of 18 unpaired
     runs. The crossing interval, computed as if the two were paired, was then far too narrow: on
-    M/M/4 (tests/test_capacity_answers.py) 9 of 123 searches ended on such a pair and 7 of those
-    9 intervals missed the exact crossing, against 10 of the 114 that ended on two probes of 24
+    M/M/4 (tests/test_capacity_answers.py) 10 of 130 searches ended on such a pair and 8 of those
+    10 intervals missed the exact crossing, against 11 of the 120 that ended on two probes of 24
     seeds each (benchmarks/RESULTS.md, "capacity answers against closed forms"). So the probe with fewer
     replications is topped up to the other's count, on the same seeds (common random numbers:
     the pair's difference is then the configuration's, not the seeds'), and the pair is chosen
