@@ -652,6 +652,9 @@ class OpBench:
         self.survey_rep = 3 if quick else 5
         self.external_chooser: Optional[BackendChooser] = None
         self.prefill_max_rep: Optional[int] = None
+        #: the kernels the token ops ran (set by run_token_ops; the pack YAML names them)
+        self.gemm_backend: Optional[str] = None
+        self.moe_backend: Optional[str] = None
 
     # --- helpers -------------------------------------------------------------------------
     def rnd(self, *shape, scale: float = 1.0):
@@ -1574,9 +1577,9 @@ def ops_one(args, device, budget, info, model: str, tp: int, stages: list, memo:
     if tables_from is not None:
         meta["tables_from"] = str(tables_from)
     if rs.weights != "bf16" or rs.moe:
-        meta["gemm_backend"] = getattr(bench, "gemm_backend", None) or "see tables_from"
+        meta["gemm_backend"] = bench.gemm_backend or "see tables_from"
     if rs.moe:
-        meta["moe_backend"] = getattr(bench, "moe_backend", None) or "see tables_from"
+        meta["moe_backend"] = bench.moe_backend or "see tables_from"
     if attention_from is not None:
         meta["attention_from"] = (f"{attention_from}: attn_prefill / attn_decode rows and their SDPA "
                                   f"choice copied from the bf16 pack (measured {src_meta.get('date')} on "

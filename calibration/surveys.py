@@ -16,8 +16,8 @@ from typing import Callable
 
 import torch
 
-from variants import (FP8, WEIGHT_FORMATS, MoE, MoEShape, QLinear, TritonDecode, decode_reference,
-                      rel_err, triton)
+from triton_decode import TritonDecode, decode_reference, triton
+from variants import FP8, WEIGHT_FORMATS, MoE, MoEShape, QLinear, rel_err
 
 SURVEY_COLUMNS = ("survey", "variant", "tokens", "batch", "context", "n", "k", "experts", "top_k",
                   "inter", "time_ms", "std_ms")

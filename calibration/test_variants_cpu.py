@@ -23,6 +23,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import profile_gpu as pg  # noqa: E402
+import triton_decode as TD  # noqa: E402
 import variants as V  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -69,7 +70,7 @@ def test_moe_routes_top_k_with_renormalized_weights():
     assert all(len(set(r.tolist())) == 4 for r in idx)  # k distinct experts per token
 
 
-@pytest.mark.skipif(V.triton is None, reason="triton not installed")
+@pytest.mark.skipif(TD.triton is None, reason="triton not installed")
 @pytest.mark.parametrize("H,KVH,D,DPE,B,L", [(8, 2, 64, 0, 3, 100), (16, 1, 64, 16, 2, 40)])
 def test_triton_decode_equals_float64_in_the_interpreter(H, KVH, D, DPE, B, L):
     if os.environ.get("TRITON_INTERPRET") != "1":
@@ -78,8 +79,8 @@ def test_triton_decode_equals_float64_in_the_interpreter(H, KVH, D, DPE, B, L):
     k = torch.randn(B * L, KVH, D + DPE)
     v = k[..., :D] if DPE else torch.randn(B * L, KVH, D)
     out = torch.empty(B, H, D)
-    V.TritonDecode(H, KVH, D, D, DPE)(q, k, v, out, B, L, k_scale=0.5, v_scale=2.0)
-    assert V.rel_err(out, V.decode_reference(q, k, v, B, L, D, DPE, 0.5, 2.0)) < 1e-5
+    TD.TritonDecode(H, KVH, D, D, DPE)(q, k, v, out, B, L, k_scale=0.5, v_scale=2.0)
+    assert V.rel_err(out, TD.decode_reference(q, k, v, B, L, D, DPE, 0.5, 2.0)) < 1e-5
 
 
 def test_new_shapes_match_the_model_library():
