@@ -13,7 +13,8 @@ from servesim.scenario import load_scenario, scenario_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINES = REPO / "scenarios" / "engines"
-PRESETS = ["vllm-v0", "vllm-v1", "vllm", "sglang", "tensorrt-llm", "lmdeploy", "vllm-v0.4", "sglang-v0.3"]
+PRESETS = ["vllm-v0", "vllm-v1", "vllm", "sglang", "tensorrt-llm", "lmdeploy", "vllm-v0.4", "sglang-v0.3",
+           "lmdeploy-v0.2"]
 
 
 def bare(preset: str, **over) -> dict:
@@ -193,6 +194,14 @@ CITED = {
         "preemption": "recompute", "options.mix": "prefill_first", "options.retract": "sglang",
         "options.admission": "sglang", "options.schedule_conservativeness": 1.0,
     },
+    # the version of LMDeploy's A100 benchmark page (benchmarks/published): TurbomindModelConfig
+    # (lmdeploy/turbomind/deploy/target_model/base.py), LlamaTritonModel.cc, LlamaBatch.cc,
+    # SequenceManager.cc, BlockManager.cc (v0.2.0)
+    "lmdeploy-v0.2": {
+        "scheduler": "vllm", "block_size": 128, "max_num_seqs": 64, "enable_chunked_prefill": True,
+        "max_num_batched_tokens": 4104,  # rule: session_len = llama2's 4096 + 8
+        "enable_prefix_caching": False, "preemption": "recompute",
+    },
 }
 
 
@@ -222,3 +231,24 @@ def test_report_version_rules():
         plan = plan_memory(sc)
         assert plan.kv_bytes == pytest.approx(mfs * plan.gpu_bytes - plan.weight_bytes, rel=1e-3), (tp, gpu)
         assert any(f"mem_fraction_static {mfs} at tp {tp}" in n for n in sc.load_notes)
+
+
+def test_lmdeploy_v0_2_rules():
+    """TurboMind v0.2.0: the step budget is session_len (the model's context + 8), and
+    cache_max_entry_count 0.5 is a share of the GPU's total memory (BlockManager.cc GetBlockCount),
+    not of what the weights leave as in v0.10; a block count (>= 1) replaces it, and a given budget
+    is kept."""
+    from servesim.memory import plan_memory
+    for gpu in ("a100-80g", "h200"):
+        sc = scenario_from_dict(bare("lmdeploy-v0.2", gpu=gpu, model="llama-2-7b", engine={"block_size": 128}))
+        assert sc.engine.max_num_batched_tokens == 4104
+        plan = plan_memory(sc)
+        assert plan.kv_bytes == pytest.approx(0.5 * plan.gpu_bytes, rel=2e-3), gpu
+        assert any("KV = 0.5 of the GPU's total memory" in n for n in sc.load_notes)
+    l3 = scenario_from_dict(bare("lmdeploy-v0.2", model="llama-3-8b"))
+    assert l3.engine.max_num_batched_tokens == 8192 + 8
+    given = scenario_from_dict(bare("lmdeploy-v0.2", engine={"max_num_batched_tokens": 2048,
+                                                             "num_gpu_blocks_override": 1000}))
+    assert given.engine.max_num_batched_tokens == 2048
+    assert not any("gpu_memory_utilization" in n for n in given.load_notes)
+    assert plan_memory(given).num_blocks == 1000

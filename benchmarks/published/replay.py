@@ -78,8 +78,10 @@ def scenario_of(row: dict, source: dict):
         f"workload={{arrival: {{process: closed, clients: {s['batch']}, think_s: 0}}, "
         f"prompt: {{dist: fixed, value: {s['prompt']}}}, output: {{dist: fixed, value: {s['output']}}}}}",
         f"engine.max_num_seqs={s['batch']}",
-        f"engine.max_num_batched_tokens={max(8192, s['batch'])}",
     ]
+    # the source's own settings, as its methodology states them (e.g. a benchmark config's KV
+    # block count), given like --set so the preset's rules leave them alone
+    over += [f"{k}={v}" for k, v in (source.get("set") or {}).items()]
     sc = servesim.load_scenario(str(preset), over)
     extra = {}  # offline benchmarks (no HTTP server): no request-path time, where the engine models one
     for field in ("api_request_s", "api_token_s"):

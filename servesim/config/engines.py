@@ -222,6 +222,49 @@ def _lmdeploy(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[st
     return out, notes
 
 
+
+# ------------------------------------------------------------------------------ LMDeploy v0.2.0
+def _lmdeploy_v0_2(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str]]:
+    """TurboMind as LMDeploy v0.2.0 ran it (the version of its A100 benchmark page): a model
+    converted by `lmdeploy convert` carries TurbomindModelConfig's defaults in its config.ini
+    (lmdeploy/turbomind/deploy/target_model/base.py, v0.2.0), and LlamaTritonModel fills the
+    rest at start-up (src/turbomind/triton_backend/llama/LlamaTritonModel.cc handleMissingParams,
+    v0.2.0). Two of those decisions depend on the model and GPU: the per-step token budget and
+    the KV pool."""
+    e, out, notes = sc.engine, {}, []
+    # converter: session_len = the chat template's session_len + 8 (target_model/base.py,
+    # get_config; llama2's template: 4096, lmdeploy/model.py v0.2.0). servesim takes the model's
+    # context length for the template's.
+    session_len = sc.max_model_len + 8
+    if "enable_chunked_prefill" not in given:
+        # no flag in v0.2.0: the request that crosses the step budget always runs a part of its
+        # prompt (SequenceManager.cc Transaction::Commit, v0.2.0)
+        out["enable_chunked_prefill"] = True
+        notes.append("chunked prefill on: TurboMind v0.2.0 always splits the prompt that crosses the step "
+                     "budget (LMDeploy v0.2.0 SequenceManager.cc)")
+    if "max_num_batched_tokens" not in given:
+        # max_context_token_num 1 in config.ini is <= max_batch_size, so handleMissingParams makes
+        # it 1 x session_len; num_tokens_per_iter 0 -> max_context_token_num; with max_prefill_iters
+        # 1, LlamaBatch::AdjustMaxInputCount (src/turbomind/models/llama/LlamaBatch.cc v0.2.0) caps
+        # the tokens of one step (a decode counts 1) at max_context_token_num
+        out["max_num_batched_tokens"] = session_len
+        notes.append(f"max_num_batched_tokens {session_len}: max_context_token_num = session_len "
+                     f"(max_model_len {sc.max_model_len} + 8) (LMDeploy v0.2.0 LlamaTritonModel.cc "
+                     f"handleMissingParams, LlamaBatch.cc AdjustMaxInputCount)")
+    if "gpu_memory_utilization" not in given and e.num_gpu_blocks_override is None:
+        # cache_max_entry_count 0.5 (target_model/base.py v0.2.0); a value below 1 is a share of
+        # the GPU's TOTAL memory (BlockManager::GetBlockCount: total * ratio / block_size,
+        # src/turbomind/models/llama/BlockManager.cc v0.2.0), not of what the weights leave
+        total = GPUS[sc.hardware.gpu].memory_bytes
+        used = sc.model_shape.weight_bytes(sc.tp, sc.pp) + _acts(sc, e.max_num_batched_tokens
+                                                                  if "max_num_batched_tokens" in given
+                                                                  else session_len, e.max_num_seqs)
+        util = round(min(0.99, 0.5 + used / total), 4)
+        out["gpu_memory_utilization"] = util
+        notes.append(f"gpu_memory_utilization {util}: KV = 0.5 of the GPU's total memory (LMDeploy v0.2.0 "
+                     f"cache_max_entry_count, BlockManager.cc GetBlockCount)")
+    return out, notes
+
 RULES: dict[str, tuple[str, Rule]] = {
     # preset name: (what it stands for, its automatic rules)
     "vllm-v0": ("vLLM 0.6.x, the V0 engine", _vllm_v0),
@@ -231,6 +274,7 @@ RULES: dict[str, tuple[str, Rule]] = {
     "sglang-v0.3": ("SGLang v0.3.2 (report B's version)", _sglang_v0_3),
     "tensorrt-llm": ("TensorRT-LLM v1.0 (trtllm-serve, PyTorch backend)", _tensorrt_llm),
     "lmdeploy": ("LMDeploy v0.10.x (TurboMind)", _lmdeploy),
+    "lmdeploy-v0.2": ("LMDeploy v0.2.0 (TurboMind; its A100 benchmark page's version)", _lmdeploy_v0_2),
 }
 PRESET_NAMES = tuple(RULES) + tuple(ALIASES)
 
