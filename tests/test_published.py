@@ -8,7 +8,8 @@ import statistics
 
 import pytest
 
-from benchmarks.published.replay import METRICS, SECTION, load_rows, replay, scenario_of, table, write_results
+from benchmarks.published.replay import (METRICS, SECTION, Scored, load_rows, replay, scenario_of, table,
+                                         unexplained, write_results)
 
 DATA = load_rows()
 
@@ -52,3 +53,17 @@ def test_a_cheap_subset_replays_into_a_consistent_table(tmp_path):
     write_results(text, results)  # replaces its own section, keeps the rest
     body = results.read_text()
     assert body.count(SECTION) == 1 and "## other\nkept" in body
+
+
+def test_a_miss_without_a_why_is_named_not_hidden():
+    """The headline claims every miss over 25% is explained only when each has a why-text; a miss
+    without one is named in the headline."""
+    def sc(row, sim, why=""):
+        return Scored(row, "lmdeploy-a100", "out_tok_s", 100.0, sim, "pack x", 0.0, why)
+    fine = [sc("a", 105), sc("b", 140, why="because")]
+    assert unexplained(fine) == []
+    assert "every value off by more than 25% says why" in table(fine, DATA)
+    bad = fine + [sc("c", 60)]
+    assert [x.row for x in unexplained(bad)] == ["c"]
+    text = table(bad, DATA)
+    assert "NOT explained (no why in rows.yaml): c output tok/s." in text and "every value off" not in text
