@@ -189,8 +189,29 @@ def test_derive_any_dense_library_model_on_the_measured_h200(tmp_path):
     assert 0 < small < big
 
 
-@pytest.mark.parametrize("model", ["deepseek-v3", "mixtral-8x7b"])
-def test_derive_refuses_moe_and_mla_in_one_line(tmp_path, model):
-    res = runner.invoke(app, ["derive", "--gpu", "h200", "--model", model, "--out", str(tmp_path)])
-    assert res.exit_code != 0 and "cannot be derived" in res.output and "roofline" in res.output
-    assert not (tmp_path / "h200").exists()
+def test_derive_any_shape_and_precision_on_the_h200(tmp_path):
+    """derive --gpu h200 accepts MoE + MLA models (DeepSeek-V2-Lite) and another precision: the
+    pack records the expert and latent shape, names its sources and surveys, and prices runs."""
+    from servesim.models import MODELS, with_precision
+    from servesim.perf.pack import read_pack
+    from servesim.perf.packmodel import PackStepModel
+
+    res = runner.invoke(app, ["derive", "--gpu", "h200", "--model", "deepseek-v2-lite", "--tp", "1",
+                              "--kv-cache-dtype", "fp8", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    pack = read_pack(tmp_path / "h200" / "deepseek-v2-lite-kvfp8.csv")
+    assert pack.is_moe and pack.is_mla and pack.meta["shape"]["num_dense_layers"] == 1
+    assert "surveys h200/{mla,moe}" in pack.meta["origin"] and pack.kv_cache_dtype == "fp8"
+    m = PackStepModel(pack, with_precision(MODELS["deepseek-v2-lite"], "none", "fp8"), cuda_graph=True)
+    assert "derived from h200/llama-3-8b" in m.describe()
+    assert 0 < m.predict(np.ones(8, np.int64), np.full(8, 1024)) < m.predict(np.ones(256, np.int64), np.full(256, 1024))
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--gpu", "a100-80g", "--model", "mixtral-8x7b"], "no op surveys"),
+    (["--gpu", "h200", "--model", "llama-3-8b", "--quantization", "int8"], "--quantization int8"),
+])
+def test_derive_refuses_what_it_has_no_measurements_for_in_one_line(tmp_path, args, needle):
+    res = runner.invoke(app, ["derive", *args, "--out", str(tmp_path)])
+    assert needle in assert_one_line_exit_2(res)
+    assert not (tmp_path / "h200").exists() and not (tmp_path / "a100-80g").exists()

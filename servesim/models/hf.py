@@ -124,7 +124,8 @@ def shape_from_config(cfg: dict[str, Any], name: str, source: str = "", *,
     )
     if cfg.get("kv_lora_rank"):  # MLA
         nope, rope = _int(cfg, "qk_nope_head_dim", where), _int(cfg, "qk_rope_head_dim", where)
-        shape.update(q_lora_rank=_int(cfg, "q_lora_rank", where, 0), kv_lora_rank=_int(cfg, "kv_lora_rank", where),
+        # DeepSeek-V2-Lite writes "q_lora_rank": null (no low-rank query): read as 0
+        shape.update(q_lora_rank=_int({**cfg, "q_lora_rank": cfg.get("q_lora_rank") or 0}, "q_lora_rank", where), kv_lora_rank=_int(cfg, "kv_lora_rank", where),
                      qk_nope_head_dim=nope, qk_rope_head_dim=rope, v_head_dim=_int(cfg, "v_head_dim", where),
                      head_dim=nope + rope, num_kv_heads=heads)
     else:

@@ -57,6 +57,9 @@ SHAPE_KEYS: tuple[str, ...] = ("num_layers", "hidden_size", "num_heads", "num_kv
                                "intermediate_size", "vocab_size")
 #: an MoE pack's ``shape`` records these too (its expert GEMMs are timed for them)
 MOE_SHAPE_KEYS: tuple[str, ...] = ("num_experts", "num_experts_per_tok", "moe_intermediate_size")
+#: a latent-attention (MLA) pack's ``shape`` records these too (derived packs only so far)
+MLA_SHAPE_KEYS: tuple[str, ...] = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                   "v_head_dim")
 #: the weight dtype (``dtype`` in a pack's YAML) each quantization's packs are measured in
 WEIGHT_DTYPES: dict[str, str] = {"none": "bf16", "fp8": "fp8", "int8": "int8", "awq": "int4", "gptq": "int4",
                                  "nvfp4": "fp4", "mxfp4": "fp4"}
@@ -151,6 +154,11 @@ class Pack:
         if "num_experts" in shape:
             return int(shape["num_experts"]) > 0
         return any(op in self.ops for op in MOE_OPS)
+
+    @property
+    def is_mla(self) -> bool:
+        """A latent-attention pack: its shape records a KV latent."""
+        return int((self.meta.get("shape") or {}).get("kv_lora_rank", 0) or 0) > 0
 
     @property
     def layer_token_ops(self) -> tuple[str, ...]:
@@ -334,18 +342,26 @@ def check_shape(pack: Pack, shape: ModelShape) -> None:
     and dense first layers have no pack format."""
     recorded = pack.meta.get("shape") or {}
     where = pack.csv_path.with_suffix(".yaml")
-    if shape.is_mla:
-        raise PackError(f"{where}: model '{shape.name}' uses latent attention (MLA), which no pack "
-                        f"format holds yet; allowed: GQA/MHA models")
-    if shape.is_moe and shape.num_dense_layers:
+    if shape.is_mla and "kv_lora_rank" not in recorded:
+        raise PackError(f"{where}: model '{shape.name}' uses latent attention (MLA) but the pack records no "
+                        f"shape.kv_lora_rank; allowed: a pack timed for latent attention "
+                        f"(servesim calibrate derive, servesim/tools/derive_variants.py)")
+    if shape.is_moe and shape.num_dense_layers and "num_dense_layers" not in recorded:
         raise PackError(f"{where}: model '{shape.name}' has {shape.num_dense_layers} dense first layers, "
-                        f"which an expert pack cannot price (every layer is timed as MoE)")
+                        f"which this expert pack does not price (no shape.num_dense_layers: every layer "
+                        f"is timed as MoE)")
     if shape.is_moe and not pack.is_moe:
         raise PackError(f"{where}: model '{shape.name}' is a mixture of experts but the pack holds dense-MLP "
                         f"timings (no shape.num_experts, no moe_* ops)")
     if pack.is_moe and not shape.is_moe:
         raise PackError(f"{where}: the pack holds mixture-of-experts timings but model '{shape.name}' is dense")
     keys = SHAPE_KEYS + (MOE_SHAPE_KEYS + ("shared_expert_intermediate_size",) if shape.is_moe else ())
+    # a derived pack folds dense first layers into its expert ops, and a latent-attention pack is
+    # timed for its latent shape: both record those keys (servesim/tools/derive_variants.py)
+    keys += tuple(k for k in ("num_dense_layers",) + MLA_SHAPE_KEYS if k in recorded)
+    if pack.is_mla and not shape.is_mla:
+        raise PackError(f"{where}: the pack holds latent-attention (MLA) timings but model '{shape.name}' "
+                        f"uses grouped-query attention")
     for key in keys:
         if key in MOE_SHAPE_KEYS and key not in recorded:
             raise PackError(f"{where}: shape.{key} is missing; an expert pack records "

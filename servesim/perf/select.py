@@ -94,12 +94,10 @@ def pack_problem(gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> str | N
     GPU, the model in its precision (``<model>[-<quantization>][-kv<dtype>][-tp<N>]``) and the TP
     exists, was measured for this shape (experts included), weight dtype, quantization and KV
     dtype, and holds every op the parallelism and launch mode need (send/recv for pipelines,
-    all-reduce for TP). Latent attention (MLA) has no pack format yet."""
+    all-reduce for TP). A latent-attention (MLA) model needs a pack timed for its latent shape (a
+    derived one: servesim/tools/derive_variants.py)."""
     from servesim.perf.pack import available_packs, load_pack, pack_name, pack_path, required_ops
 
-    if getattr(shape, "is_mla", False):
-        return (f"no calibration pack format for latent attention (MLA) yet; model {shape.name} runs on "
-                f"the roofline (docs/models.md)")
     try:
         path = pack_path(gpu, shape, tp)
     except (ValueError, ServesimError) as exc:  # a name no pack can have (an inline shape)
@@ -119,13 +117,11 @@ def pack_problem(gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> str | N
 
 
 def _transfer_source(gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> str | None:
-    """A GPU of ``gpu``'s class whose pack of (model, tp) fits, to transfer from; None if none.
-    Expert packs are not transferred (servesim/perf/transfer.py has no rule for their ops)."""
+    """A GPU of ``gpu``'s class whose pack of (model, tp) fits, to transfer from; None if none
+    (expert and latent-attention packs too: servesim/perf/transfer.py has rules for their ops)."""
     from servesim.perf.pack import pack_name, pack_path
     from servesim.perf.transfer import transfer_source
 
-    if getattr(shape, "is_moe", False):
-        return None
     try:
         if pack_path(gpu, shape, tp).is_file():
             return None  # this GPU's own pack exists but does not fit: no transfer hides that

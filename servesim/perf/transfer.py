@@ -6,8 +6,10 @@ roofline at that GPU's data-sheet peaks (servesim/hardware.py). The transfer kee
 efficiency and changes the peaks: ``t_dst = t_src x t_ideal(dst) / t_ideal(src)``, per row:
 
 * GEMMs (qkv, o, gate_up, down, lm_head) at ``M`` tokens: ``max(2MKN / F, 2(KN + MK + MN) / B)``;
-* bandwidth-bound token ops (norms, rope, activation, KV write, embedding, residual add):
-  ``bytes / B``, so ``t x B_src / B_dst``;
+* bandwidth-bound token ops (norms, rope, activation, KV write, embedding, residual add, an MoE
+  layer's router and combine): ``bytes / B``, so ``t x B_src / B_dst``;
+* an MoE layer's experts at ``M`` tokens: ``max(2 M k 3 h I / F, (hit experts' weights + routed
+  activations) / B)``, ``hit = E (1 - (1 - k/E)^M)`` (the derivation's roofline);
 * attention: decode rows ``max(4 h d n (c+1) / F, n (c+1) kv_bytes / B)``, prefill rows
   ``max(4 h d t (c + (t+1)/2) / F, (c + t) kv_bytes / B)`` per layer;
 * collectives: ``bytes / link + 8 us``; CPU and graph overheads are copied (the host, not the GPU).
@@ -31,7 +33,8 @@ from servesim.perf.dims import RankDims
 from servesim.perf.pack import Pack, available_packs, load_pack
 
 GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
-BANDWIDTH = ("input_norm", "post_attn_norm", "final_norm", "residual_add", "embed", "act", "rope", "kv_write")
+BANDWIDTH = ("input_norm", "post_attn_norm", "final_norm", "residual_add", "embed", "act", "rope", "kv_write",
+             "moe_gate", "moe_combine")
 COPIED = ("overhead_eager", "overhead_cuda_graph")
 LINK_LATENCY_S = 8e-6
 
@@ -50,6 +53,19 @@ def op_factor(op: str, rows, shape: ModelShape, tp: int, src: GPUSpec, dst: GPUS
         return _gemm_ideal(dst, rows.tokens, K, N, kind) / _gemm_ideal(src, rows.tokens, K, N, kind)
     if op in BANDWIDTH:
         return np.full(n, src.hbm_bytes_per_s / dst.hbm_bytes_per_s)
+    if op == "moe_experts":  # the expected work of M routed tokens (servesim/tools/derive_variants.py)
+        E, k = shape.num_experts, shape.num_experts_per_tok
+        h, inter = shape.hidden_size, max(1, shape.moe_intermediate_size // tp)
+        M = rows.tokens.astype(np.float64)
+        hit = E * (1 - (1 - k / E) ** M)
+        wb = weight_format(shape.quantization).bytes_per_param or shape.dtype_bytes
+        byts = hit * 3 * h * inter * wb + 2 * M * k * (2 * h + 3 * inter)
+        flops = 2 * M * k * 3 * h * inter
+        kind = weight_format(shape.quantization).gemm
+
+        def moe_ideal(g: GPUSpec) -> np.ndarray:
+            return np.maximum(flops / g.gemm_rate(kind), byts / g.hbm_bytes_per_s)
+        return moe_ideal(dst) / moe_ideal(src)
     if op in ("attn_decode", "attn_prefill"):
         heads, d = max(1, shape.num_heads // tp), shape.head_dim
         kvb = shape.kv_values_per_token_layer(tp) * shape.kv_dtype_bytes

@@ -291,17 +291,23 @@ def import_vidur_cmd(
 @app.command("derive")
 def derive_cmd(
     gpu: str = typer.Option("a100-80g", "--gpu", help="GPU key; a100-80g derives from Vidur's A100 profiles, "
-                            "h200 from its measured llama-3-8b packs"),
+                            "h200 from its measured packs and op surveys"),
     model: list[str] = typer.Option(["qwen3-4b", "qwen3-8b", "qwen3-14b"], "--model",
-                                    help="library model(s), dense (docs/models.md)"),
+                                    help="library model(s) (docs/models.md); on h200 any kind: dense, MoE, MLA"),
     tp: list[int] = typer.Option([1, 2, 4, 8], "--tp", help="TP degrees (those that divide the heads)"),
+    quantization: Optional[str] = typer.Option(None, "--quantization", help="h200: weight format (none, fp8, "
+                                               "awq, gptq); default: the checkpoint's"),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="h200: auto or fp8"),
+    moe_imbalance: float = typer.Option(1.0, "--moe-imbalance", help="h200, MoE: tokens of the busiest "
+                                        "expert over the mean (1: uniform routing)"),
     src: Path = typer.Option(REPO.parent / "shared" / "calibration" / "vidur_profiles", "--src",
                              help="Vidur profile folder (layout of shared/calibration/vidur_profiles)"),
     out: Path = typer.Option(REPO / "calibration" / "packs", "--out", help="pack folder"),
 ) -> None:
     """Derive packs for models nobody measured on the GPU from other models' op timings there
-    (rules: servesim/tools/derive.py; errors: calibration/VALIDATION.md 'Derived packs')."""
-    from servesim.models import MODELS
+    (rules: servesim/tools/derive.py, derive_variants.py; errors: calibration/VALIDATION.md)."""
+    from servesim.models import KV_CACHE_DTYPES, MODELS
+    from servesim.tools.derive_variants import SURVEY_VARIANT, write_derived
     from servesim.tools.derived_packs import write_a100_packs, write_measured_gpu_packs
 
     if gpu not in ("a100-80g", "h200"):
@@ -309,16 +315,27 @@ def derive_cmd(
     bad = [m for m in model if m not in MODELS]
     if bad:
         _fail(f"--model {bad[0]}: unknown; allowed: {', '.join(sorted(MODELS))}")
-    odd = [m for m in model if MODELS[m].is_moe or MODELS[m].is_mla]
-    if odd:
-        _fail(f"--model {odd[0]}: {MODELS[odd[0]].kind} models cannot be derived (a pack has no expert or "
-              f"latent-attention ops); they run on the roofline (docs/models.md)")
     badtp = [t for t in tp if t < 1 or t > 64]
     if badtp:
         _fail(f"--tp {badtp[0]}: not allowed; allowed: integers 1..64")
+    if quantization is not None and quantization not in ("none",) + tuple(SURVEY_VARIANT):
+        _fail(f"--quantization {quantization}: cannot be derived; allowed: none, {', '.join(SURVEY_VARIANT)}")
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        _fail(f"--kv-cache-dtype {kv_cache_dtype}: unknown; allowed: {', '.join(KV_CACHE_DTYPES)}")
+    odd = [m for m in model if MODELS[m].is_moe or MODELS[m].is_mla]
+    variant = (quantization not in (None, "none") or kv_cache_dtype != "auto"
+               or any(MODELS[m].quantization != "none" for m in model))
+    if gpu == "a100-80g" and (odd or variant):
+        what = f"--model {odd[0]} ({MODELS[odd[0]].kind})" if odd else "another precision"
+        _fail(f"{what}: a100-80g has no op surveys (experts, latent attention, weight formats) to derive "
+              f"from; allowed there: dense bf16 models; use --gpu h200")
     try:
-        written = (write_a100_packs(src, out, list(model), list(tp)) if gpu == "a100-80g"
-                   else write_measured_gpu_packs(gpu, out, list(model), list(tp)))
+        if gpu == "a100-80g":
+            written = write_a100_packs(src, out, list(model), list(tp))
+        elif odd or variant:
+            written = write_derived(gpu, out, list(model), list(tp), quantization, kv_cache_dtype, moe_imbalance)
+        else:
+            written = write_measured_gpu_packs(gpu, out, list(model), list(tp))
     except ServesimError as exc:
         _fail(str(exc))
         return

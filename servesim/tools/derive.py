@@ -219,10 +219,11 @@ def derive_token_rows(transfer: OpTransfer, shape: ModelShape, tp: int, grid: np
 
 def derive_pack(gpu: str, model: str, tp: int, transfer: OpTransfer, grid: np.ndarray,
                 attention: tuple, extra_rows: list[tuple], origin: str, notes: dict,
-                sampled_max: Optional[int] = None) -> tuple[list[tuple], dict]:
+                sampled_max: Optional[int] = None, shape: Optional[ModelShape] = None) -> tuple[list[tuple], dict]:
     """Rows and YAML metadata of a derived pack. ``attention`` = (decode frame, prefill frame) from
-    a transfer; ``extra_rows`` = collectives, overheads and ops derived by other rules."""
-    shape = MODELS[model]
+    a transfer; ``extra_rows`` = collectives, overheads and ops derived by other rules; ``shape``
+    when it is not the library's (another precision)."""
+    shape = shape if shape is not None else MODELS[model]
     rows, rules = derive_token_rows(transfer, shape, tp, np.asarray(grid, np.float64), sampled_max)
     have = {r[0] for r in rows}
     rows += [r for r in extra_rows if r[0] not in have]

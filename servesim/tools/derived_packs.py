@@ -133,11 +133,12 @@ def write_measured_gpu_packs(gpu: str, out: Path, models: list[str], tps: list[i
     return written
 
 
-def from_measured_pack(source_packs: list[Pack], model: str, tp: int) -> tuple[list[tuple], dict]:
+def from_measured_pack(source_packs: list[Pack], model: str, tp: int, shape=None) -> tuple[list[tuple], dict]:
     """A pack of ``model`` on the sources' GPU from other models' measured packs (attention from
-    the source pack with the same TP, overheads scaled by the layer ratio, collectives copied)."""
+    the source pack with the same TP, overheads scaled by the layer ratio, collectives copied).
+    ``shape``: the model's shape when it is not the library's (another precision)."""
     gpu = source_packs[0].gpu
-    shape = MODELS[model]
+    shape = shape if shape is not None else MODELS[model]
     transfer = OpTransfer([sources_from_pack(p) for p in source_packs], gpu)
     base = next((p for p in source_packs if p.tp == tp), source_packs[0])
     grid = np.unique(base.rows("qkv_proj").tokens).astype(np.float64)
@@ -159,7 +160,7 @@ def from_measured_pack(source_packs: list[Pack], model: str, tp: int) -> tuple[l
              "collectives": "copied (keyed by bytes)"}
     origin = "derived from " + ", ".join(f"{p.gpu}/{p.stem}" for p in source_packs)
     rows, meta = derive_pack(gpu, model, tp, transfer, grid, attention, extra, origin, notes,
-                             sampled_max=sampled)
+                             sampled_max=sampled, shape=shape)
     meta["overhead"] = dict(base.meta.get("overhead") or {})
     return rows, meta
 

@@ -1,0 +1,161 @@
+"""Held-out errors of the derivation rules of :mod:`servesim.tools.derive_variants` (numbers in
+calibration/VALIDATION.md, "Derived packs for precisions, experts and latent attention").
+
+Every check scores a rule on measurements the rule did not read:
+
+* :func:`fp8_from_bf16`: h200/llama-3-8b-fp8 derived from the bf16 pack and the GEMM survey,
+  against the measured FP8 pack (per op) and the FP8 validation forwards (whole iterations);
+* :func:`gemm_leave_one_shape_out`: each surveyed GEMM shape's FP8 / int4 times predicted from
+  the other shapes' ratios and its bf16 time;
+* :func:`moe_leave_one_out`: each surveyed MoE configuration's layer (router, experts, combine)
+  predicted from the other three;
+* :func:`grid_leave_one_out`: each interior context of the FP8-KV and MLA decode surveys
+  predicted from the neighbouring contexts by the interpolation the derivation uses.
+
+Run: ``python -m servesim.tools.derive_checks`` (prints markdown tables).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from servesim.models import MODELS, with_precision
+from servesim.perf.pack import load_pack, pack_root, read_pack, write_pack
+from servesim.tools.derive_variants import (GemmRatio, MoeRule, MoeShape, derive_any, mla_decode_rows,
+                                            read_survey)
+
+
+def _stats(e: np.ndarray) -> dict:
+    a = np.abs(np.asarray(e, np.float64))
+    return {"points": int(a.size), "median": float(np.median(a)), "p90": float(np.quantile(a, 0.9)),
+            "max": float(a.max()), "mean signed": float(np.mean(e))}
+
+
+def fp8_from_bf16(gpu: str = "h200", model: str = "llama-3-8b") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-op errors, whole-iteration errors) of the FP8 pack derived from the bf16 pack + the
+    GEMM survey, against the measured FP8 pack and the FP8 validation forwards; the measured FP8
+    pack on the same forwards for reference."""
+    from servesim.perf.packmodel import PackStepModel
+    from servesim.tools.calibrate_cli import predict_frame, read_validation
+    from servesim.tools.derived_packs import compare_with_pack
+
+    shape = with_precision(MODELS[model], "fp8", "auto")
+    rows, meta = derive_any(gpu, shape, 1, [load_pack(gpu, model, 1)])
+    truth = load_pack(gpu, f"{model}-fp8", 1)
+    ops = compare_with_pack(rows, truth)
+    val = read_validation(pack_root().parent / "validation" / gpu, f"{model}-fp8")
+    its = []
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / gpu / f"{model}-fp8.csv"
+        write_pack(rows, meta, path)
+        derived = read_pack(path)
+        for graph in (True, False):
+            v = val[val.cuda_graph == graph]
+            for name, p in (("derived (bf16 pack + GEMM survey)", derived), ("measured FP8 pack", truth)):
+                m = PackStepModel(p, shape, cuda_graph=graph, graph_scope="all")
+                e = predict_frame(v, m) / v.measured_ms.to_numpy() - 1
+                its.append({"mode": "graph" if graph else "eager", "pack": name, **_stats(e)})
+    return ops, pd.DataFrame(its)
+
+
+def gemm_leave_one_shape_out(gpu: str = "h200", variants=("fp8", "int4")) -> pd.DataFrame:
+    g = read_survey(gpu, "gemm")
+    out = []
+    for variant in variants:
+        for (n, k), s in g.groupby(["n", "k"]):
+            cap = 1.0 if variant == "int4" else None
+            rule = GemmRatio(g, variant, cap=cap, exclude=((int(k), int(n)),))
+            p = s.pivot_table(index="tokens", columns="variant", values="time_ms")
+            M = p.index.to_numpy(np.float64)
+            truth = p[variant].to_numpy()
+            pred = p["bf16"].to_numpy() * rule(int(k), int(n), M)
+            keep = np.ones(M.size, bool)
+            if cap is not None:  # the capped rule uses the survey only where the kernel beats bf16
+                keep = truth < p["bf16"].to_numpy()
+            out.append({"variant": variant + (" (tokens where it beats bf16)" if cap else ""),
+                        "held-out shape (K x N)": f"{k} x {n}", **_stats(pred[keep] / truth[keep] - 1)})
+    return pd.DataFrame(out)
+
+
+def moe_leave_one_out(gpu: str = "h200") -> pd.DataFrame:
+    m = read_survey(gpu, "moe")
+    out = []
+    for (E, k, inter, h), s in m.groupby(["experts", "top_k", "inter", "k"]):
+        cfg = MoeShape(int(E), int(k), int(inter), int(h))
+        rule = MoeRule(m, gpu, exclude=cfg)
+        p = s.pivot_table(index="tokens", columns="variant", values="time_ms")
+        M = p.index.to_numpy(np.float64)
+        pred = {"experts": rule.experts_ms(cfg, M), "gate": rule.gate_ms(cfg, M), "combine": rule.combine_ms(cfg, M)}
+        for op in ("experts", "gate", "combine"):
+            out.append({"held-out config": cfg.label(), "op": op, **_stats(pred[op] / p[op].to_numpy() - 1)})
+        layer = sum(pred.values()) / p[["experts", "gate", "combine"]].sum(axis=1).to_numpy() - 1
+        out.append({"held-out config": cfg.label(), "op": "layer (sum)", **_stats(layer)})
+    return pd.DataFrame(out)
+
+
+def grid_leave_one_out(gpu: str = "h200") -> pd.DataFrame:
+    """Each interior context of the decode surveys predicted from its neighbours: the FP8/bf16
+    ratio (FP8 KV rule) and the MLA decode time (MLA rule), at every batch."""
+    from servesim.tools.derive_variants import GridRatio
+
+    out = []
+    d = read_survey(gpu, "decode_kv")
+    ctx = np.array(sorted(set(d.context)))
+    errs = []
+    for c in ctx[1:-1]:
+        rule = GridRatio(d[d.context != c], "triton-fp8", "triton-bf16")
+        s = d[d.context == c].pivot_table(index="batch", columns="variant", values="time_ms")
+        pred = s["triton-bf16"].to_numpy() * rule(s.index.to_numpy(), np.full(len(s), c))
+        errs.append(pred / s["triton-fp8"].to_numpy() - 1)
+    out.append({"rule": "FP8 KV decode: triton-fp8 from triton-bf16 x ratio of neighbouring contexts",
+                **_stats(np.concatenate(errs))})
+    m = read_survey(gpu, "mla")
+    ctx = np.array(sorted(set(m.context)))
+    for heads in sorted(set(m.n)):
+        errs = []
+        shape = MODELS["deepseek-v3"]
+        tp = shape.num_heads // int(heads)
+        for c in ctx[1:-1]:
+            part = m[(m.context != c) & (m.n == heads)]
+            pred = mla_decode_rows(part, shape, tp, "triton-bf16", np.array([c]))
+            truth = m[(m.context == c) & (m.n == heads) & (m.variant == "triton-bf16")].set_index("batch").time_ms
+            errs.append(pred.set_index("batch").time_ms.reindex(truth.index).to_numpy() / truth.to_numpy() - 1)
+        out.append({"rule": f"MLA decode, {heads} heads: a context from its neighbours (linear)",
+                    **_stats(np.concatenate(errs))})
+    return pd.DataFrame(out)
+
+
+def _md(df: pd.DataFrame) -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in df.itertuples(index=False):
+        cells = []
+        for col, v in zip(cols, r):
+            if isinstance(v, float):
+                cells.append(f"{100 * v:.1f} %" if col in ("median", "p90", "max", "mean signed") else f"{v:.3g}")
+            else:
+                cells.append(str(v))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ops, its = fp8_from_bf16()
+    print("### fp8 from bf16: ops vs the measured FP8 pack\n")
+    print(_md(ops.assign(mean=0).drop(columns="mean")))
+    print("\n### fp8 from bf16: whole iterations (FP8 validation forwards)\n")
+    print(_md(its))
+    print("\n### GEMM survey, leave one shape out\n")
+    print(_md(gemm_leave_one_shape_out()))
+    print("\n### MoE survey, leave one configuration out\n")
+    print(_md(moe_leave_one_out()))
+    print("\n### decode surveys, leave one context out\n")
+    print(_md(grid_leave_one_out()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,491 @@
+"""Derived packs for any model shape (dense, MoE, MLA) and precision on a measured GPU, from that
+GPU's measured op curves: its bf16 packs and its op surveys (``calibration/surveys/<gpu>/``).
+
+Why: a planner asks for Qwen3-30B-A3B, DeepSeek-V2-Lite or an FP8 Llama on an H200, and the only
+measured packs there are bf16 dense decoders (plus llama-3-8b in FP8). Every op of those models
+is a kernel the H200 *did* time -- a GEMM in another weight format, a grouped expert GEMM, a
+decode over an FP8 or latent KV cache -- in the surveys. The rules, op family by op family (their
+held-out errors: calibration/VALIDATION.md, "Derived packs for precisions, experts and latent
+attention"):
+
+* **Weight formats** (fp8; awq/gptq = int4 weight-only): the layer GEMMs (qkv, o, gate_up, down)
+  of the bf16 pack are multiplied by the survey's ratio ``t_format / t_bf16`` at the same token
+  count, interpolated in ``log M`` and, between the surveyed shapes, inverse-distance weighted
+  (power 2) in ``(log K, log N)`` -- the same neighbourhood rule as the dense derivation
+  (:mod:`servesim.tools.derive`). The ratio carries the activation's quantization kernel (FP8 is
+  slower than bf16 on narrow GEMMs below ~1K tokens on this stack). int4 is the survey's tinygemm
+  W4A16, a GEMV kernel that loses to bf16 from 16 tokens on; engines switch kernels there, so
+  the int4 ratio is capped at 1 (the bf16 GEMM; its dequantization is not counted). lm_head and
+  the element-wise ops stay as measured in bf16 (vLLM does not quantize lm_head; the measured
+  FP8 pack's element-wise ops are within 4 % of the bf16 pack's). int8 is refused: its surveyed
+  kernel (``torch._int_mm`` + a dequantizing multiply) is 1.3-2.6x slower than bf16 everywhere,
+  not an engine-class kernel.
+* **FP8 KV cache**: decode attention x the survey's ``triton-fp8 / triton-bf16`` ratio at the
+  same (batch, context) (bilinear in log batch, log context; held at the grid's edges); prefill
+  attention unchanged (it reads the new chunk in bf16).
+* **Experts** (``moe_gate``, ``moe_experts``, ``moe_combine``): the experts' time is its roofline
+  over the expected work -- weights of the ``E (1 - (1 - k/E)^M)`` experts hit by ``M`` tokens
+  plus the routed activations at the HBM peak, ``2 M k 3 h I x imbalance`` FLOPs at the bf16 peak
+  -- divided by an efficiency read from the MoE survey at the same tokens per expert
+  ``M k / E`` (interpolated in log), inverse-distance weighted (power 2) over the surveyed
+  configurations in ``(log 3hI, log E)``. ``imbalance`` (default 1: the survey's uniform routing)
+  scales the compute term: the busiest expert's tokens set a grouped GEMM's time. Router and
+  combine are bandwidth-bound per token: ``t(M) = t_src(M w / w_src)`` with widths ``h + E`` and
+  ``k h``. Shared experts run as a dense MLP (GEMMs by the dense rule, activation by width) added
+  to ``moe_experts``; DeepSeek's dense first layers are folded in by their share of the layers
+  (a pack times every layer alike, and the iteration is linear in the per-layer ops, so the sum
+  is exact). Under TP each expert's intermediate is sharded ``I / tp`` (vLLM's default).
+* **Latent attention (MLA)**: ``qkv_proj`` is the sum of the low-rank query path, the fused KV
+  down-projection (both replicated on every rank) and the KV up-projection (whose weights equal
+  the absorbed decode form's), each by the dense GEMM rule; ``o_proj`` is ``heads v_head_dim ->
+  hidden``; rope and the latent KV write by width. Decode attention is the MLA survey at the
+  rank's head count (16 or 128 measured; log-interpolated between) with the context scaled by
+  the latent width over the survey's 576; below the survey's shortest context (1,024) it is
+  extended linearly with the 1K-4K slope. Prefill attention is multi-head attention over
+  ``qk = nope + rope`` and ``v`` head dims: the bf16 pack's prefill above its launch floor scaled
+  by ``heads (qk + v) / (heads_src 2 head_dim_src)``. The MLA survey ran a Triton kernel
+  (FlashMLA, which engines use on Hopper, is faster at 128 heads): an upper bound there.
+
+Every derived pack says ``source: derived`` and names its sources in ``origin``
+(``derived from h200/llama-3-8b + surveys ...``), which the run header prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from servesim.errors import PackError
+from servesim.hardware import GPUS
+from servesim.models import ModelShape
+from servesim.perf.pack import MLA_SHAPE_KEYS, MOE_SHAPE_KEYS, SHAPE_KEYS, WEIGHT_DTYPES, Pack, pack_root
+
+IDW_POWER = 2.0
+#: layer GEMMs a weight format changes (lm_head stays bf16 in vLLM's FP8/AWQ/GPTQ checkpoints)
+PRECISION_GEMM_OPS: tuple[str, ...] = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+#: the survey variant that times each quantization's GEMMs
+SURVEY_VARIANT: dict[str, str] = {"fp8": "fp8", "awq": "int4", "gptq": "int4"}
+SURVEY_LATENT = 576  # the MLA survey's cached values per token (latent 512 + rope 64)
+
+
+def survey_root() -> Path:
+    """``calibration/surveys`` beside the pack folder (a source checkout)."""
+    return pack_root().parent / "surveys"
+
+
+def read_survey(gpu: str, name: str) -> pd.DataFrame:
+    path = survey_root() / gpu / f"{name}.csv"
+    if not path.is_file():
+        raise PackError(f"{path}: no {name} survey for gpu {gpu}; surveys exist for: "
+                        f"{', '.join(sorted(p.name for p in survey_root().glob('*') if p.is_dir())) or 'none'}")
+    return pd.read_csv(path)
+
+
+def _interp_log(x: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """Linear in log x, held at the ends."""
+    return np.interp(np.log(np.maximum(np.asarray(x, np.float64), 1e-12)), np.log(xs), ys)
+
+
+def _idw(d: np.ndarray) -> np.ndarray:
+    if d.min() < 1e-12:
+        return (d < 1e-12).astype(np.float64)
+    return 1.0 / d ** IDW_POWER
+
+
+# --- GEMMs per weight format ------------------------------------------------------------------
+
+class GemmRatio:
+    """``t_variant / t_bf16`` of a ``[M, K] @ [K, N]`` GEMM from the GEMM survey (rule: module doc)."""
+
+    def __init__(self, gemm: pd.DataFrame, variant: str, cap: Optional[float] = None,
+                 exclude: tuple[tuple[int, int], ...] = ()):
+        if variant not in set(gemm.variant):
+            raise PackError(f"GEMM survey has no variant '{variant}'; it has: {', '.join(sorted(set(gemm.variant)))}")
+        self.variant, self.cap = variant, cap
+        self.shapes = []
+        for (n, k), g in gemm.groupby(["n", "k"]):
+            if (int(k), int(n)) in exclude:
+                continue
+            p = g.pivot_table(index="tokens", columns="variant", values="time_ms")
+            r = (p[variant] / p["bf16"]).dropna()
+            self.shapes.append((int(k), int(n), r.index.to_numpy(np.float64), r.to_numpy(np.float64)))
+        if not self.shapes:
+            raise PackError("GEMM survey: no shape left to derive a ratio from")
+
+    def __call__(self, K: float, N: float, M) -> np.ndarray:
+        M = np.atleast_1d(np.asarray(M, np.float64))
+        d = np.array([np.hypot(np.log(k / K), np.log(n / N)) for k, n, _, _ in self.shapes])
+        w = _idw(d)
+        r = sum(wi * _interp_log(M, x, y) for wi, (_, _, x, y) in zip(w, self.shapes)) / w.sum()
+        return np.minimum(r, self.cap) if self.cap is not None else r
+
+
+def gemm_ratio(gpu: str, quantization: str, exclude=()) -> GemmRatio:
+    if quantization not in SURVEY_VARIANT:
+        why = (" (the surveyed int8 kernel, torch._int_mm + a dequantizing multiply, is 1.3-2.6x slower "
+               "than bf16 at every size: not an engine-class kernel)" if quantization == "int8" else "")
+        raise PackError(f"quantization {quantization!r} cannot be derived{why}; allowed: "
+                        f"{', '.join(SURVEY_VARIANT)}")
+    variant = SURVEY_VARIANT[quantization]
+    return GemmRatio(read_survey(gpu, "gemm"), variant, cap=1.0 if variant == "int4" else None, exclude=exclude)
+
+
+class GridRatio:
+    """``t_a / t_b`` over a survey's (batch, context) grid, bilinear in (log batch, log context),
+    held at the edges (a batch row the survey stopped short of, for memory, holds its longest
+    measured context's ratio)."""
+
+    def __init__(self, frame: pd.DataFrame, a: str, b: str):
+        p = frame.pivot_table(index=["batch", "context"], columns="variant", values="time_ms")
+        r = (p[a] / p[b]).unstack().ffill(axis=1).bfill(axis=1)
+        self.b = np.log(r.index.to_numpy(np.float64))
+        self.c = np.log(r.columns.to_numpy(np.float64))
+        self.v = r.to_numpy(np.float64)
+
+    def __call__(self, batch, context) -> np.ndarray:
+        lb = np.log(np.maximum(np.asarray(batch, np.float64), 1.0))
+        lc = np.log(np.maximum(np.asarray(context, np.float64), 1.0))
+        rows = np.array([np.interp(lc, self.c, row) for row in self.v])  # (batches, n)
+        return np.array([np.interp(lb[i], self.b, rows[:, i]) for i in range(lb.size)])
+
+
+# --- experts -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MoeShape:
+    """One MoE layer on one rank: experts, top-k, the expert's intermediate (per rank), hidden."""
+
+    experts: int
+    top_k: int
+    inter: int
+    hidden: int
+
+    @classmethod
+    def of(cls, shape: ModelShape, tp: int) -> "MoeShape":
+        return cls(shape.num_experts, shape.num_experts_per_tok, max(1, shape.moe_intermediate_size // tp),
+                   shape.hidden_size)
+
+    def label(self) -> str:
+        return f"{self.experts} experts top-{self.top_k}, I {self.inter}, h {self.hidden}"
+
+
+class MoeRule:
+    """Expert, router and combine times of an MoE layer from the MoE survey (rule: module doc)."""
+
+    def __init__(self, moe: pd.DataFrame, gpu: str, exclude: Optional[MoeShape] = None):
+        spec = GPUS[gpu]
+        self.flops, self.bw = spec.bf16_flops_per_s, spec.hbm_bytes_per_s
+        self.sources = []
+        for (E, k, inter, h), g in moe.groupby(["experts", "top_k", "inter", "k"]):
+            cfg = MoeShape(int(E), int(k), int(inter), int(h))
+            if cfg == exclude:
+                continue
+            curves = {}
+            for v, gv in g.groupby("variant"):
+                gv = gv.sort_values("tokens")
+                curves[v] = (gv.tokens.to_numpy(np.float64), gv.time_ms.to_numpy(np.float64))
+            M, t = curves["experts"]
+            eff = self.ideal_ms(cfg, M) / t
+            self.sources.append((cfg, M * cfg.top_k / cfg.experts, eff, curves))
+        if not self.sources:
+            raise PackError("MoE survey: no configuration left to derive from")
+
+    def ideal_ms(self, cfg: MoeShape, M, imbalance: float = 1.0) -> np.ndarray:
+        M = np.asarray(M, np.float64)
+        E, k, inter, h = cfg.experts, cfg.top_k, cfg.inter, cfg.hidden
+        hit = E * (1 - (1 - k / E) ** M)
+        nbytes = 2 * (hit * 3 * h * inter + M * k * (2 * h + 3 * inter))
+        flops = 2 * M * k * 3 * h * inter * imbalance
+        return 1e3 * np.maximum(flops / self.flops, nbytes / self.bw)
+
+    def _weights(self, cfg: MoeShape) -> np.ndarray:
+        d = np.array([np.hypot(np.log(3 * s.hidden * s.inter / (3 * cfg.hidden * cfg.inter)),
+                               np.log(s.experts / cfg.experts)) for s, _, _, _ in self.sources])
+        return _idw(d)
+
+    def experts_ms(self, cfg: MoeShape, M, imbalance: float = 1.0) -> np.ndarray:
+        M = np.asarray(M, np.float64)
+        w = self._weights(cfg)
+        x = M * cfg.top_k / cfg.experts
+        eff = sum(wi * _interp_log(x, xs, e) for wi, (_, xs, e, _) in zip(w, self.sources)) / w.sum()
+        return self.ideal_ms(cfg, M, imbalance) / eff
+
+    def _width_ms(self, op: str, cfg: MoeShape, M, width) -> np.ndarray:
+        from servesim.perf.packtables import Curve
+
+        M = np.asarray(M, np.float64)
+        ws = np.array([width(s) for s, _, _, _ in self.sources], np.float64)
+        wt = float(width(cfg))
+        d = np.abs(np.log(ws / wt))
+        w = _idw(d)
+        out = sum(wi * Curve(*src[3][op], monotone=False)(M * wt / wsi)
+                  for wi, wsi, src in zip(w, ws, self.sources))
+        return out / w.sum()
+
+    def gate_ms(self, cfg: MoeShape, M) -> np.ndarray:
+        return self._width_ms("gate", cfg, M, lambda s: s.hidden + s.experts)
+
+    def combine_ms(self, cfg: MoeShape, M) -> np.ndarray:
+        return self._width_ms("combine", cfg, M, lambda s: s.top_k * s.hidden)
+
+
+def moe_layer_rows(rule: MoeRule, transfer, shape: ModelShape, tp: int, grid: np.ndarray,
+                   imbalance: float = 1.0) -> tuple[list[tuple], dict]:
+    """``moe_gate``, ``moe_experts``, ``moe_combine`` rows of (shape, tp) on ``grid``, shared
+    experts and dense first layers folded in (module doc)."""
+    cfg = MoeShape.of(shape, tp)
+    h = shape.hidden_size
+    M = np.asarray(grid, np.float64)
+    L, d = shape.num_layers, shape.num_dense_layers
+    f = (L - d) / L
+
+    def mlp(inter: int) -> np.ndarray:
+        act = transfer.width_ms("act", inter, M)
+        return (transfer.gemm_ms(h, 2 * inter, M) + transfer.gemm_ms(inter, h, M)
+                + (act if act is not None else 0.0))
+
+    experts = rule.experts_ms(cfg, M, imbalance)
+    shared_i = shape.shared_expert_intermediate_size // tp
+    if shared_i:
+        experts = experts + mlp(shared_i)
+    if d:
+        experts = f * experts + (1 - f) * mlp(shape.intermediate_size // tp)
+    gate, combine = f * rule.gate_ms(cfg, M), f * rule.combine_ms(cfg, M)
+    rows = []
+    for op, t in (("moe_gate", gate), ("moe_experts", experts), ("moe_combine", combine)):
+        rows += [(op, int(m), 0, 0, 0, float(x), None) for m, x in zip(M, t)]
+    names = ", ".join(f"{s.label()}" for s, _, _, _ in rule.sources)
+    notes = {
+        "moe_experts": (f"{cfg.label()}: roofline of hit experts' weights + routed GEMMs (imbalance "
+                        f"{imbalance:g}) / efficiency at the same tokens per expert, IDW over the MoE "
+                        f"survey's {names}"
+                        + (f"; + shared experts (I {shared_i}) as a dense MLP" if shared_i else "")
+                        + (f"; x {f:.4f} + the dense MLP (I {shape.intermediate_size // tp}) x {1 - f:.4f} "
+                           f"({d} dense first layers of {L})" if d else "")),
+        "moe_gate": "router: t_src(M (h + E) / w_src) from the MoE survey" + (f", x {f:.4f}" if d else ""),
+        "moe_combine": "combine: t_src(M k h / w_src) from the MoE survey" + (f", x {f:.4f}" if d else ""),
+    }
+    return rows, notes
+
+
+# --- latent attention --------------------------------------------------------------------------
+
+def mla_gemms(shape: ModelShape, tp: int) -> dict[str, list[tuple[int, int]]]:
+    """(K, N) of each GEMM of an MLA layer's ``qkv_proj`` and ``o_proj`` on one rank."""
+    H = max(1, shape.num_heads // tp)
+    h, q, c = shape.hidden_size, shape.q_lora_rank, shape.kv_lora_rank
+    qk = shape.qk_nope_head_dim + shape.qk_rope_head_dim
+    qkv = ([(h, q), (q, H * qk)] if q else [(h, H * qk)])
+    qkv += [(h, c + shape.qk_rope_head_dim), (c, H * (shape.qk_nope_head_dim + shape.v_head_dim))]
+    return {"qkv_proj": qkv, "o_proj": [(H * shape.v_head_dim, h)]}
+
+
+def mla_decode_rows(mla: pd.DataFrame, shape: ModelShape, tp: int, kv_variant: str,
+                    contexts: np.ndarray, floor_pack: Optional[Pack] = None) -> pd.DataFrame:
+    """Decode attention rows (batch, context, time_ms) of an MLA rank from the MLA survey."""
+    H = max(1, shape.num_heads // tp)
+    scale = (shape.kv_lora_rank + shape.qk_rope_head_dim) / SURVEY_LATENT
+    s = mla[mla.variant == kv_variant]
+    heads = np.array(sorted(set(s.n)), np.float64)
+    tabs = {int(n): g.pivot_table(index="batch", columns="context", values="time_ms") for n, g in s.groupby("n")}
+    out = []
+    for b in tabs[int(heads[0])].index:
+        per_head = []
+        if min(tabs[int(n)].loc[b].notna().sum() for n in heads) < 2:
+            continue  # fewer than two contexts measured at this batch (memory)
+        for n in heads:
+            row = tabs[int(n)].loc[b].dropna()  # long contexts stop short at large batches
+            c_s, y = row.index.to_numpy(np.float64), row.to_numpy(np.float64)
+            c = np.asarray(contexts, np.float64) * scale
+            slope = (y[1] - y[0]) / (c_s[1] - c_s[0])
+            t = np.interp(c, c_s, y)
+            lo = c < c_s[0]
+            t[lo] = y[0] - slope * (c_s[0] - c[lo])
+            hi = c > c_s[-1]
+            t[hi] = y[-1] + (y[-1] - y[-2]) / (c_s[-1] - c_s[-2]) * (c[hi] - c_s[-1])
+            per_head.append(t)
+        per_head = np.array(per_head)
+        if len(heads) == 1:
+            t = per_head[0]
+        else:
+            lt = np.array([np.interp(np.log(H), np.log(heads), np.log(per_head[:, j]))
+                           for j in range(per_head.shape[1])])
+            t = np.exp(lt)
+        out.append(pd.DataFrame({"batch": int(b), "context": np.asarray(contexts, np.int64), "time_ms": t}))
+    df = pd.concat(out, ignore_index=True)
+    floor = float(s.time_ms.min()) * 0.25
+    if floor_pack is not None:  # never below the measured GQA decode floor of this GPU
+        floor = float(floor_pack.rows("attn_decode").time_ms.min())
+    df["time_ms"] = np.maximum(df["time_ms"], floor)
+    return df
+
+
+# --- whole packs -------------------------------------------------------------------------------
+
+def _shape_meta(shape: ModelShape) -> dict:
+    keys = SHAPE_KEYS
+    if shape.is_moe:
+        keys += MOE_SHAPE_KEYS + ("shared_expert_intermediate_size", "num_dense_layers")
+    if shape.is_mla:
+        keys += MLA_SHAPE_KEYS
+    return {k: int(getattr(shape, k)) for k in keys}
+
+
+def derive_any(gpu: str, shape: ModelShape, tp: int, source_packs: list[Pack], imbalance: float = 1.0,
+               moe_exclude: Optional[MoeShape] = None, gemm_exclude=()) -> tuple[list[tuple], dict]:
+    """Rows and YAML metadata of a derived pack of ``shape`` (any kind, in its precision) on
+    ``gpu`` from the GPU's bf16 dense packs (``source_packs``) and its surveys."""
+    from servesim.tools.derive import OpTransfer, sources_from_pack
+    from servesim.tools.derived_packs import from_measured_pack
+
+    if any(p.gpu != gpu for p in source_packs):
+        raise PackError(f"source packs must be of gpu {gpu}")
+    if not imbalance >= 1.0:
+        raise PackError(f"moe imbalance {imbalance!r} is not allowed; allowed: >= 1 (1: uniform routing)")
+    base_name = shape.name
+    dense_rows, meta = from_measured_pack(source_packs, base_name, tp, shape=shape)
+    base = next((p for p in source_packs if p.tp == tp), source_packs[0])
+    transfer = OpTransfer([sources_from_pack(p) for p in source_packs], gpu)
+    rules = dict(meta["derived"])
+    surveys = []
+    rows = list(dense_rows)
+    grid = np.unique(base.rows("qkv_proj").tokens).astype(np.float64)
+
+    def replace(op_rows: list[tuple], ops: tuple[str, ...]):
+        nonlocal rows
+        rows = [r for r in rows if r[0] not in ops] + op_rows
+
+    if shape.is_mla:
+        gemms = mla_gemms(shape, tp)
+        new = []
+        for op, shapes in gemms.items():
+            t = sum(transfer.gemm_ms(K, N, grid) for K, N in shapes)
+            new += [(op, int(m), 0, 0, 0, float(x), None) for m, x in zip(grid, t)]
+            rules[op] = (f"MLA: sum of GEMMs (K, N) {shapes} by the dense GEMM rule")
+        H = max(1, shape.num_heads // tp)
+        r = shape.qk_rope_head_dim
+        for op, width in (("rope", (H + 1) * r), ("kv_write", shape.kv_lora_rank + r)):
+            t = transfer.width_ms(op, width, grid)
+            new += [(op, int(m), 0, 0, 0, float(x), None) for m, x in zip(grid, t)]
+            rules[op] = f"MLA: bandwidth-bound, width {width}"
+        kv_variant = "triton-fp8" if shape.kv_cache_dtype != "auto" else "triton-bf16"
+        contexts = np.unique(base.rows("attn_decode").context)
+        dec = mla_decode_rows(read_survey(gpu, "mla"), shape, tp, kv_variant, contexts, floor_pack=base)
+        new += [("attn_decode", 0, int(x.batch), int(x.context), 0, float(x.time_ms), None)
+                for x in dec.itertuples(index=False)]
+        pre = base.rows("attn_prefill")
+        src_h = max(1, base.shape().num_heads // base.tp)
+        rho = H * (shape.qk_nope_head_dim + r + shape.v_head_dim) / (src_h * 2 * base.shape().head_dim)
+        f = float(pre.time_ms.min())
+        new += [("attn_prefill", int(tk), 0, int(c), 0, float(f + rho * (t - f)), None)
+                for tk, c, t in zip(pre.tokens, pre.context, pre.time_ms)]
+        replace(new, ("qkv_proj", "o_proj", "rope", "kv_write", "attn_decode", "attn_prefill"))
+        rules["attn_decode"] = (f"MLA survey ({kv_variant}, {H} heads per rank; latent {shape.kv_lora_rank} + "
+                                f"rope {r} vs the survey's {SURVEY_LATENT}); below 1,024 tokens of context "
+                                f"linear with the 1K-4K slope")
+        rules["attn_prefill"] = (f"{base.gpu}/{base.stem} prefill above its floor x {rho:.3f} (MHA over "
+                                 f"qk {shape.qk_nope_head_dim + r} / v {shape.v_head_dim}, {H} heads)")
+        surveys.append("mla")
+    if shape.is_moe:
+        rule = MoeRule(read_survey(gpu, "moe"), gpu, exclude=moe_exclude)
+        new, notes = moe_layer_rows(rule, transfer, shape, tp, grid, imbalance)
+        replace(new, ("gate_up_proj", "act", "down_proj"))
+        rules.update(notes)
+        for op in ("gate_up_proj", "act", "down_proj"):
+            rules.pop(op, None)
+        surveys.append("moe")
+    if shape.quantization != "none":
+        ratio = gemm_ratio(gpu, shape.quantization, exclude=gemm_exclude)
+        rows = apply_weight_ratio(rows, shape, tp, ratio)
+        rules["precision"] = (f"{shape.quantization}: layer GEMMs x (survey {ratio.variant} / bf16) at the "
+                              f"same tokens, IDW over the surveyed shapes"
+                              + (" capped at 1" if ratio.cap else "") + "; lm_head and element-wise ops bf16")
+        surveys.append("gemm")
+    if shape.kv_cache_dtype != "auto" and not shape.is_mla:
+        kr = GridRatio(read_survey(gpu, "decode_kv"), "triton-fp8", "triton-bf16")
+        rows = [(op, tk, b, c, n, t * float(kr([b], [c])[0]) if op == "attn_decode" else t, s)
+                for op, tk, b, c, n, t, s in rows]
+        rules["kv_cache_dtype"] = ("fp8: decode attention x (survey triton-fp8 / triton-bf16) at the same "
+                                   "(batch, context); prefill attention unchanged")
+        surveys.append("decode_kv")
+    origin = meta["origin"]
+    if surveys:
+        origin += f" + surveys {gpu}/{{{','.join(sorted(set(surveys)))}}} (calibration/surveys)"
+    meta.update(
+        model=shape.name, dtype=WEIGHT_DTYPES.get(shape.quantization, "bf16"), quantization=shape.quantization,
+        kv_cache_dtype=shape.kv_cache_dtype, shape=_shape_meta(shape), origin=origin, derived=rules,
+        method=("servesim/tools/derive_variants.py (rules in its module doc); held-out errors in "
+                "calibration/VALIDATION.md, 'Derived packs for precisions, experts and latent attention'"),
+    )
+    if shape.is_moe:
+        meta["moe_imbalance"] = float(imbalance)
+    return rows, meta
+
+
+def apply_weight_ratio(rows: list[tuple], shape: ModelShape, tp: int, ratio: GemmRatio) -> list[tuple]:
+    """Layer GEMM rows x the format's ratio at each op's (K, N) (MLA: its largest GEMM; experts:
+    the expert's gate_up at the tokens per hit expert)."""
+    from servesim.perf.dims import RankDims
+
+    dims = RankDims.of_shape(shape, tp)
+    kn = {op: dims.gemm(op) for op in PRECISION_GEMM_OPS}
+    if shape.is_mla:
+        for op, shapes in mla_gemms(shape, tp).items():
+            kn[op] = max(shapes, key=lambda s: s[0] * s[1])
+    out = []
+    for op, tk, b, c, n, t, s in rows:
+        if op in kn:
+            t = t * float(ratio(*kn[op], [tk])[0])
+        elif op == "moe_experts":
+            cfg = MoeShape.of(shape, tp)
+            hit = cfg.experts * (1 - (1 - cfg.top_k / cfg.experts) ** tk)
+            t = t * float(ratio(cfg.hidden, 2 * cfg.inter, [max(1.0, tk * cfg.top_k / hit)])[0])
+        out.append((op, tk, b, c, n, t, s))
+    return out
+
+
+def source_packs_for(gpu: str, shape: ModelShape) -> list[Pack]:
+    """The bf16 packs a derivation reads: the model's own measured bf16 packs on ``gpu`` when they
+    exist (a precision variant of a measured model), else llama-3-8b's (every TP measured)."""
+    from servesim.perf.pack import available_packs, load_pack
+
+    have = [(m, t) for g, m, t in available_packs() if g == gpu]
+    own = [t for m, t in have if m == shape.name]
+    name = shape.name if own and not shape.is_moe and not shape.is_mla else "llama-3-8b"
+    packs = [load_pack(gpu, name, t) for m, t in have if m == name]
+    packs = [p for p in packs if p.meta.get("source") != "derived"]
+    if not packs:
+        raise PackError(f"no measured bf16 pack of {name} on {gpu} to derive from")
+    return packs
+
+
+def write_derived(gpu: str, out: Path, models: list[str], tps: list[int], quantization: Optional[str] = None,
+                  kv_cache_dtype: str = "auto", imbalance: float = 1.0) -> list[Path]:
+    """Derived packs of library ``models`` (any kind) in a precision on ``gpu``; ``quantization``
+    None: each model's checkpoint format."""
+    from servesim.models import MODELS, with_precision
+    from servesim.perf.pack import pack_stem, write_pack
+
+    written = []
+    for model in models:
+        base = MODELS[model]
+        shape = with_precision(base, quantization or base.quantization, kv_cache_dtype)
+        for tp in tps:
+            if shape.num_heads % tp or (shape.moe_intermediate_size or shape.intermediate_size) % tp:
+                continue
+            rows, meta = derive_any(gpu, shape, tp, source_packs_for(gpu, shape), imbalance=imbalance)
+            args = (f" --quantization {shape.quantization}" if shape.quantization != "none" else "") + \
+                   (f" --kv-cache-dtype {kv_cache_dtype}" if kv_cache_dtype != "auto" else "") + \
+                   (f" --moe-imbalance {imbalance:g}" if shape.is_moe and imbalance != 1.0 else "")
+            meta["command"] = f"servesim calibrate derive --gpu {gpu} --model {model} --tp {tp}{args}"
+            meta["notes"] = ("Nothing of this model in this precision was measured on this GPU: its ops are "
+                             "derived from the GPU's measured packs and op surveys (rules: "
+                             "servesim/tools/derive_variants.py; held-out errors: calibration/VALIDATION.md).")
+            path = Path(out) / gpu / f"{pack_stem(shape, tp)}.csv"
+            write_pack(rows, meta, path)
+            written.append(path)
+    return written
