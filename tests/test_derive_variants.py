@@ -122,3 +122,26 @@ def test_fp8_weights_of_an_expert_layer_use_the_gemm_ratio_at_tokens_per_expert(
     for op in ("moe_gate", "lm_head", "attn_decode"):  # untouched by the weight format
         assert np.allclose(b[b.op == op].t.to_numpy(), f[f.op == op].t.to_numpy())
     assert not np.allclose(b[b.op == "moe_experts"].t.to_numpy(), f[f.op == "moe_experts"].t.to_numpy())
+
+
+def test_the_published_mla_row_replays_on_the_derived_pack_transferred_to_the_h100(monkeypatch):
+    """benchmarks/derived_published.py: the DeepSeek-V2-Lite row runs on the pack derive leaves in
+    the pack folder, transferred to the H100 and named so (its error is recorded in docs/models.md)."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    from servesim.perf import pack as packmod
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import derived_published as dp
+
+    row = next(r for r in dp.ROWS if r["model"] == "deepseek-v2-lite")
+    root = dp.derived_root([row["model"]])
+    try:
+        monkeypatch.setattr(packmod, "pack_root", lambda: root)
+        got = dp.replay(row, {"model": "auto"})
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert got["step"].startswith("pack h100-80g/deepseek-v2-lite (transferred from h200/deepseek-v2-lite (derived)")
+    assert "eager" in got["step"] and got["req_per_s"] > 0
