@@ -14,7 +14,7 @@ import simpy
 
 from servesim.engine.waits import close_open_waits
 from servesim.errors import ScenarioError
-from servesim.memory import MemoryPlan, plan_memory
+from servesim.memory import MemoryPlan
 from servesim.metrics.collect import Recorder, table_arrivals
 from servesim.metrics.flat import flat_metrics
 from servesim.metrics.sketch import LogSketch
@@ -35,7 +35,7 @@ from servesim.config.streams import StreamSpec
 if TYPE_CHECKING:
     import pandas as pd
 
-    from servesim.engine.driver import Replica
+    from servesim.engine.cluster import Fleet
 
 
 @dataclass
@@ -191,15 +191,15 @@ class Built:
 
     scenario: Scenario
     env: simpy.Environment
-    replica: "Replica"
+    replica: "Fleet"  # the run's fleet (a lone replica is a fleet of one: ``Fleet.solo``)
     table: RequestTable
     recorder: Recorder
     memory: MemoryPlan
     model: StepTimeModel
     workload: Workload
-    kv: object  # the KV pool (kv/kernels.py KVState), or the prefix-cache manager whose hit and tier counters feed the summary
-    fleet: "FleetParts | None" = None  # several replicas: engines and replicas (the summary's cluster block)
-    main: object = None  # the fleet's (or lone replica's) SimPy process: the run ends with it
+    kv: object  # one engine's KV pool (kv/kernels.py KVState) or prefix-cache manager (None: several engines)
+    fleet: "FleetParts | None" = None  # ``cluster:`` runs: engines and replicas (the summary's cluster block)
+    main: object = None  # the fleet's SimPy process: the run ends with it
     processes: list = field(default_factory=list)  # other processes on the clock (engine/processes.py)
     handle: object = None  # their FleetHandle
 
@@ -234,13 +234,7 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
     (the same source uncompiled: builds that only print a header), or ``auto``: Python for a run
     of at most :data:`SMALL_RUN_REQUESTS` requests, else compile (the CLI's choice; the header
     says which)."""
-    # the engine (numba kernels) loads here, not when servesim is imported
-    from servesim.engine.build import build_replica
     from servesim.fields import MAX_SEED
-    from servesim.kv.factory import build_kv
-    from servesim.perf.base import KernelModel
-    from servesim.perf.build import build_step_model
-    from servesim.sched.custom import load_user_policy
 
     if cold not in ("compile", "python", "auto"):
         raise ValueError(f"cold {cold!r}: one of compile, python, auto")
@@ -256,43 +250,9 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
         fns = scenario_processes(sc, processes, seed)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
-    if sc.is_fleet:
-        return _with_processes(_build_fleet(sc, seed, workload, step_model, on_iteration, progress, cold=cold,
-                                            buffers=buffers, kernel_overrides=kernel_overrides, own_arrivals=bool(fns)),
-                               fns)
-    try:
-        plan = plan_memory(sc)
-    except ValueError as exc:  # the model does not fit: a scenario error, one line
-        raise ScenarioError(f"{sc.name}: {exc}") from None
-    model = step_model if step_model is not None else build_step_model(sc)
-    wl = workload if workload is not None else scenario_workload(sc, seed, [model])
-    table = RequestTable(wl)
-    if fns and np.shares_memory(table.arrival, wl.arrival_s):
-        table.arrival = table.arrival.copy()  # a rate change moves arrivals: not the caller's workload's
-    env = simpy.Environment()
-    kv = build_kv(sc, plan, table, wl, env)
-    rec = Recorder(sc.metrics.timeseries_bin_s)
-    rec.arrivals_between = table_arrivals(table, closed_rows(wl))  # waiting counts arrivals during a step
-    user = None
-    if sc.engine.scheduler not in POLICIES:
-        try:
-            user = load_user_policy(sc.engine.scheduler)
-        except ValueError as exc:
-            raise ScenarioError(str(exc)) from None
-    why = python_reasons(sc, custom_model=not isinstance(model, KernelModel), on_iteration=on_iteration is not None,
-                         user=user, kernel_overrides=kernel_overrides, cold=cold, n_requests=len(wl))
-    # both limits: when every one of stop.requests has arrived, the run ends once they have all
-    # ended (the request limit came first); when fewer arrived before duration_s, the clock runs
-    # on to duration_s (no arrival falls in that idle time: it is part of the observed window)
-    drained = sc.stop.requests is not None and len(wl) >= sc.stop.requests
-    replica = build_replica(sc, table, kv, model, rec, seed, workload=wl, on_iteration=on_iteration,
-                            progress=progress, kv_bytes_per_token=plan.kv_bytes_per_token,
-                            force_python="; ".join(why) if why else None,
-                            spec=user.spec if user else None,
-                            user_parts={**(user.overrides if user else {}), **(kernel_overrides or {})},
-                            buffers=buffers, stop_when_drained=drained)
-    main = env.process(replica.process(env))
-    return _with_processes(Built(sc, env, replica, table, rec, plan, model, wl, kv, main=main), fns)
+    return _with_processes(_build_fleet(sc, seed, workload, step_model, on_iteration, progress, cold=cold,
+                                        buffers=buffers, kernel_overrides=kernel_overrides, own_arrivals=bool(fns)),
+                           fns)
 
 
 def _with_processes(b: Built, fns: list) -> Built:
@@ -339,7 +299,8 @@ def python_reasons(sc: Scenario, *, custom_model: bool, on_iteration: bool, user
 
 def _build_fleet(sc: Scenario, seed: int, workload, step_model, on_iteration, progress, *, cold: str,
                  buffers, kernel_overrides, own_arrivals: bool = False) -> Built:
-    """Several replicas behind a router (servesim/engine/fleet_build.py)."""
+    """The run's fleet (servesim/engine/fleet_build.py): replicas behind a router, or a lone
+    replica -- a fleet of one, whose engine keeps its arrivals in its own inbox (``Fleet.solo``)."""
     from servesim.engine.fleet_build import build_fleet
     from servesim.perf.base import KernelModel
     from servesim.sched.custom import load_user_policy
@@ -390,10 +351,14 @@ def _build_fleet(sc: Scenario, seed: int, workload, step_model, on_iteration, pr
             buffers=buffers, stop_when_drained=drained, progress=progress)
     except ValueError as exc:  # a model that does not fit, a router that needs what the workload lacks
         raise ScenarioError(f"{sc.name}: {exc}") from None
+    if fleet.solo:  # waits during a step count the arrivals the engine's inbox holds (metrics/collect.py)
+        engines[0].recorder.arrivals_between = table_arrivals(table, closed_rows(wl))
     main = env.process(fleet.process(env))
-    model = step_model if step_model is not None else _FleetModel(replicas)
-    return Built(sc, env, fleet, table, engines[0].recorder, engines[0].plan, model, wl, None,
-                 FleetParts(engines, replicas), main=main)
+    model = step_model if step_model is not None else \
+        replicas[0].model if len(replicas) == 1 else _FleetModel(replicas)
+    return Built(sc, env, fleet, table, engines[0].recorder, engines[0].plan, model, wl,
+                 engines[0].kv if len(engines) == 1 else None,
+                 FleetParts(engines, replicas) if sc.is_fleet else None, main=main)
 
 
 class _FleetModel:
@@ -454,27 +419,29 @@ def run_built(b: Built, seed: int | None = None) -> Result:
     from servesim.metrics.cluster import cluster_summary, fleet_kv_report, merge_recorders, restore_client_times
 
     sc = b.scenario
+    fleet = b.replica  # (a lone replica: a fleet of one)
+    engines = fleet.engines
     t0 = time.perf_counter()
     b.env.run(until=b.main if b.handle is not None else None)  # (other processes may run forever)
     wall = time.perf_counter() - t0
     if b.handle is not None:
-        b.handle.finish(b.replica.now)  # (retried requests' first arrivals back)
-    engines = b.fleet.engines if b.fleet is not None else None
-    if engines is not None:
-        restore_client_times(b.table, sc.delay_in_s, sc.delay_out_s)
-        b.table.replica = b.replica.replica_of
-    rec = merge_recorders([e.recorder for e in engines]) if engines else b.recorder
-    memory = replace(b.memory, num_blocks=sum(e.plan.num_blocks for e in engines)) if engines else b.memory
+        b.handle.finish(fleet.now)  # (retried requests' first arrivals back)
+    restore_client_times(b.table, sc.delay_in_s, sc.delay_out_s)
+    if b.fleet is not None:  # (``cluster:``: the replica each request went to)
+        b.table.replica = fleet.replica_of
+    several = len(engines) > 1
+    rec = merge_recorders([e.recorder for e in engines]) if several else engines[0].recorder
+    memory = replace(b.memory, num_blocks=sum(e.plan.num_blocks for e in engines)) if several else b.memory
     specs = stream_specs(sc, b.workload)
-    sim_time = b.replica.now
+    sim_time = fleet.now
     b.table.end_s = sim_time
-    for st in ([e.rep.st for e in engines] if engines else [b.replica.st]):
-        close_open_waits(st, sim_time)  # requests still waiting: blocked seconds up to the end
+    for e in engines:
+        close_open_waits(e.rep.st, sim_time)  # requests still waiting: blocked seconds up to the end
     if not sim_time <= MAX_SECONDS:  # (a closed loop's arrivals are decided during the run)
         raise ScenarioError(f"the run reached simulated time {sim_time:.4g} s; {TIME_BOUND_WHY} (shorten the run: "
                             f"stop.requests, stop.duration_s, think times)")
     # a fleet's groups may differ in engine.block_size: KV slots count per engine
-    pools = [(e.recorder, e.plan.num_blocks, e.plan.block_size) for e in engines] if engines else None
+    pools = [(e.recorder, e.plan.num_blocks, e.plan.block_size) for e in engines] if several else None
     summary = build_summary(
         name=sc.name, seed=sc.seed if seed is None else seed, req=b.table, rec=rec,
         num_blocks=memory.num_blocks, sim_time=sim_time, wall_s=wall,
@@ -482,7 +449,7 @@ def run_built(b: Built, seed: int | None = None) -> Result:
         block_size=sc.engine.block_size, streams=specs,
         named_streams=sc.workload.streams is not None or len(specs) > 1, pools=pools,
     )
-    if engines:
+    if several:
         summary["engine"]["busy_fraction"] = float(rec.busy_s / max(sim_time, 1e-300) / len(engines))
     if any(g.scenario.engine.enable_prefix_caching for g in sc.replica_groups):  # hit rates, tiers, the TTFT effect
         from servesim.metrics.summary import latency_column, measured_mask
@@ -490,10 +457,10 @@ def run_built(b: Built, seed: int | None = None) -> Result:
         meas = np.flatnonzero(measured_mask(b.table, sc.stop.warmup_requests))
         ttft = np.full(b.table.n, np.nan)
         ttft[meas] = latency_column(b.table, meas, "ttft")
-        kvs = [e.kv for e in engines] + b.replica.retired_kv if engines else [b.kv]  # (+ failed replicas')
+        kvs = [e.kv for e in engines] + fleet.retired_kv  # (+ failed replicas')
         summary["kv"].update(fleet_kv_report(kvs, ttft))
-    if engines:
-        summary["cluster"] = cluster_summary(sc, b.replica, engines, b.fleet.replicas, b.table, sim_time)
+    if b.fleet is not None:
+        summary["cluster"] = cluster_summary(sc, fleet, engines, b.fleet.replicas, b.table, sim_time)
     summary["step_model"] = step_provenance(sc)  # which model priced the iterations (servesim/perf/select.py)
     if b.handle is not None:
         from servesim.engine.processes import faults_summary, processes_summary
@@ -504,8 +471,7 @@ def run_built(b: Built, seed: int | None = None) -> Result:
         if faults is not None:
             summary["faults"] = faults
     summary["model"] = sc.model_shape.summary(sc.tp, sc.pp)  # params, active params, kv_bytes_per_token
-    tabs = [e.rep.tab for e in engines] if engines else [getattr(b.replica, "tab", None)]
-    summary["extrapolation"] = extrapolation_report(tabs)  # share of the run beyond the pack's grid
+    summary["extrapolation"] = extrapolation_report([e.rep.tab for e in engines])  # share beyond the pack's grid
     resolved_text, summary["resolved_scenario"] = resolved_info(sc, seed)
     return Result(sc, summary, b.table, rec, memory, b.model.describe(), b.workload.notes,
                   request_labels(b.table, specs), resolved_text,

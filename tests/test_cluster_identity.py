@@ -1,7 +1,8 @@
 """A fleet is the lone replica, routed: exactness of the fleet loop (servesim/engine/cluster.py).
 
-1. A fleet of one replica (``cluster.groups: [{replicas: 1}]``) gives exactly the lone replica's
-   results -- every request's timestamps, blocked seconds and preemptions, and every summary
+1. A fleet of one replica (``cluster.groups: [{replicas: 1}]``) routed request by request
+   (``fleet_build.SOLO = False``; a fleet of one otherwise keeps its arrivals in its engine's own
+   inbox, as a lone replica does) gives exactly the lone replica's results -- every request's timestamps, blocked seconds and preemptions, and every summary
    value -- on random scenarios over every policy x KV allocator x open / closed loops (think
    times, several closed-loop streams with ramp-up, the arrival cap), warm-up, durations,
    multi-step and prefix caching. The router path (routed inbox, decode runs cut at routed
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servesim import scenario_from_dict
+from servesim.engine import fleet_build
 from servesim.simulate import build, run_built
 from servesim.testing.strategies import router_names
 from tests.conftest import BASE, merge
@@ -28,11 +30,18 @@ ONE = {"cluster": {"groups": [{"replicas": 1}]}}
 
 
 def run(raw, engine=None, fleet=False):
+    """``fleet``: as a fleet of one replica, routed (not solo)."""
     if engine is not None:
         raw = merge(raw, {"sim": {"engine": engine}})
     if fleet:
         raw = merge(raw, ONE)
-    b = build(scenario_from_dict(raw))
+    fleet_build.SOLO = not fleet
+    try:
+        b = build(scenario_from_dict(raw))
+    finally:
+        fleet_build.SOLO = True
+    if fleet:
+        assert not b.replica.solo
     if engine is not None:
         assert b.replica.path == engine
     return run_built(b)
@@ -51,12 +60,24 @@ def assert_identical(a, b, *, fleet_keys=("cluster",)):
     assert sa == sb, [k for k in sa if sa[k] != sb.get(k)]
 
 
-def test_a_fleet_of_one_runs_through_the_router():
+def test_a_fleet_of_one_runs_solo_and_reports_its_cluster():
     b = build(scenario_from_dict(merge(BASE, ONE)))
-    assert b.fleet is not None and len(b.fleet.engines) == 1
+    assert b.fleet is not None and len(b.fleet.engines) == 1 and b.replica.solo
     res = run_built(b)
     assert res.summary["cluster"]["replicas"] == 1
     assert (res.requests["replica"] == 0).all()
+
+
+def test_a_lone_replica_is_a_fleet_of_one():
+    """One build path: a scenario without ``cluster:`` is a solo fleet of one engine (no
+    cluster block, no replica column), whose results are the routed fleet of one's (above)."""
+    from servesim.engine.cluster import Fleet
+
+    b = build(scenario_from_dict(BASE))
+    assert isinstance(b.replica, Fleet) and b.replica.solo and len(b.replica.engines) == 1 and b.fleet is None
+    res = run_built(b)
+    assert "cluster" not in res.summary and "replica" not in res.requests.columns
+    assert res.summary["requests"]["completed"] == BASE["stop"]["requests"]
 
 
 def test_a_lone_replica_keeps_the_cluster_delays():

@@ -58,7 +58,8 @@ def ctrl_c_at(*iterations):
 
 def assert_consistent(b):
     """The replica's state after an interrupt: counts, places, KV blocks agree."""
-    st, s = b.replica.st, b.replica.st.s
+    st = b.replica.engines[0].rep.st
+    s = st.s
     status = st.status
     assert int(s.arrived) == int(np.isin(status, [WAITING, RUNNING, FINISHED, REJECTED]).sum())
     assert int(s.ended) == int(np.isin(status, [FINISHED, REJECTED]).sum())

@@ -68,13 +68,16 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", 
                   kv_bytes_per_token: int = 0, force_python: str | None = None, spec=None,
                   user_parts: dict | None = None, buffers: tuple[int, int] | None = None,
                   stop_when_drained: bool = True, routed: bool = False, report_ended: bool = False,
-                  shared=None, scalars: np.ndarray | None = None) -> Replica:
+                  shared=None, scalars: np.ndarray | None = None, groups: tuple | None = None) -> Replica:
     """One replica over ``table``. ``routed``: a fleet's replica (its requests come from the
-    router, closed loops are the fleet's; ``report_ended`` lists ended requests for them),
-    ``shared``: the fleet's per-request working arrays (servesim.sched.state.request_arrays)."""
+    router, closed loops are the fleet's; ``report_ended`` lists ended requests for them), else
+    its inbox holds the arrivals and ``groups`` the closed loops (:func:`closed_groups`, drawn
+    here if None), ``shared``: the fleet's per-request working arrays
+    (servesim.sched.state.request_arrays)."""
     e = sc.engine
     n = table.n
-    groups = () if routed else closed_groups(sc, table, workload, seed)
+    if groups is None:
+        groups = () if routed else closed_groups(sc, table, workload, seed)
     closed = bool(groups)
     warmup = sc.stop.warmup_requests
     warmup_id = warmup if 0 < warmup < n else -1  # ITL counts from that request's arrival on

@@ -1,4 +1,11 @@
-"""A fleet: replicas behind a router, interleaved in time order on the steppable engine.
+"""A fleet: replicas behind a router, interleaved in time order on the steppable engine. Every
+run is a fleet: a lone replica (a scenario without ``cluster:``) is a fleet of one.
+
+A fleet of one engine with no cluster delay is *solo* (``_run_solo``): the router has nothing
+to decide, so the engine's own inbox holds the arrivals -- open-loop cursor, closed loops, the
+arrival cap (engine/inbox.py) -- and one kernel call runs it up to SimPy's next event (the whole
+run when no other process is on the clock): no return to Python per arrival or completion wave.
+Everything below is the routed loop of the other fleets.
 
 Every replica is the same kernel as a lone one (engine/kernel.py) with a *routed* inbox: the
 router sends it requests one at a time (``route_in``). A pipeline-parallel replica is ``pp``
@@ -26,7 +33,7 @@ An engine thus plans at a boundary only after every arrival up to it is routed, 
 fleet of one replica reproduce the lone replica exactly (tests/test_cluster_identity.py). The
 heap stands in for SimPy's event queue -- same (time, priority, index) ordering -- because a
 routed arrival can move an engine's next event earlier (it cuts a decode run), which SimPy
-timeouts cannot express; the whole loop is one SimPy process, as a lone replica is. When other
+timeouts cannot express; the whole loop is one SimPy process. When other
 processes share the clock (engine/processes.py), the loop runs every fleet event up to the time of
 SimPy's next event, yields to it and goes on: the same steps, paused (``process``).
 
@@ -70,7 +77,8 @@ class Fleet:
 
     def __init__(self, engines: list[Engine], replicas: list[list[int]], router: Router, inbox: FleetInbox,
                  table, *, closed: bool, delay_in: float = 0.0, delay_out: float = 0.0, warmup_id: int = -1,
-                 progress: Callable[[int], None] | None = None, scalars: np.ndarray | None = None):
+                 progress: Callable[[int], None] | None = None, scalars: np.ndarray | None = None,
+                 solo: bool = False):
         self.engines, self.replicas, self.router, self.inbox = engines, replicas, router, inbox
         self.table, self.closed = table, closed
         self.delay_in, self.delay_out = delay_in, delay_out
@@ -94,7 +102,8 @@ class Fleet:
         self.routed = np.zeros(len(engines), dtype=np.int64)
         self._starts = np.array([r[0] for r in replicas], dtype=np.int64)
         self._vector = None
-        if self.path == "compiled" and scalars is not None:
+        self.solo = solo  # one engine that keeps its arrivals in its own inbox (``_run_solo``)
+        if self.path == "compiled" and scalars is not None and not solo:
             from numba.typed import List
 
             self._vector = scalars.view(np.ndarray).view(np.int64).reshape(len(engines), -1)
@@ -110,6 +119,9 @@ class Fleet:
         return x if len(x) == len(self._starts) else np.add.reduceat(x, self._starts)
 
     def _loads_requests(self) -> np.ndarray:
+        if self.solo:  # (what reached its inbox and did not end: nothing is routed ahead)
+            s = self.engines[0].s
+            return np.array([s.get_i("arrived") - s.get_i("ended")], dtype=np.int64)
         if self._vector is not None:
             return self._per_replica(self.routed - self._vector[:, SCALAR_INDEX["ended"]])
         return self._per_replica(np.array([e.outstanding() for e in self.engines], dtype=np.int64))
@@ -233,6 +245,17 @@ class Fleet:
     def now(self) -> float:
         return max(e.s.get_f("now") for e in self.engines)
 
+    lone = False  # built from a scenario without ``cluster:`` (set by fleet_build)
+
+    @property
+    def kv_object(self):
+        """The Python KV manager of a fleet of one engine (None: the compiled pool, or several)."""
+        return self.engines[0].rep.kv_object if len(self.engines) == 1 else None
+
+    def arrival_cursor(self) -> int:
+        """The first open-loop row not yet sent (the fleet inbox's, or a solo engine's own)."""
+        return (self.engines[0] if self.solo else self.inbox).s.get_i("cursor")
+
     # -- routing -----------------------------------------------------------------------------
     def _route(self, rid: int, t: float, key: list, heap: list) -> int:
         """Route ``rid`` (arriving at ``t``) to an engine; returns the engine."""
@@ -344,15 +367,20 @@ class Fleet:
         self._left_early = False
         with HeldInterrupt() as held:
             self._held = held
-            if self.prerouted and not self.dynamic:
+            if self.solo:
+                yield from self._run_solo()
+            elif self.prerouted and not self.dynamic:
                 self._run_prerouted()
             else:
                 yield from self._run_events()
             for eng in self.engines:
                 eng.finish()
+            pending = self.table.status == PENDING
+            if self.solo:  # every request that reached the engine's inbox was its
+                self.replica_of[~pending] = 0
             # a request the router sent that never reached its replica (the run ended first) was
             # served by none: the same in both loops, whichever requests each sent beyond the end
-            self.replica_of[self.table.status == PENDING] = -1
+            self.replica_of[pending] = -1
         self._held = None
         if self._left_early and self.stop_on_interrupt:
             self.interrupted = True
@@ -371,6 +399,24 @@ class Fleet:
 
     prerouted = False
     coupled = False  # engines share a KV-tier link (kv/tiers.py): advance in time order
+
+    def _run_solo(self):
+        """One engine, nothing to route: its own inbox holds the arrivals (open-loop cursor,
+        closed loops, the cap), so one kernel call runs it up to the time of SimPy's next event
+        (the whole run when there is none) -- arrivals and completion waves stay inside the
+        kernel. Yields that time, as ``_run_events`` does; a lone replica's calls, exactly."""
+        eng = self.engines[0]
+        while True:
+            h = self._horizon()
+            code = eng.advance(h)
+            if code == K.DONE:
+                return
+            if self._interrupt_now():
+                return
+            if code == K.UNTIL:
+                yield h
+            elif code == K.PROGRESS and self.progress is not None:
+                self.progress(eng.s.get_i("ended"))
 
     def _run_prerouted(self) -> None:
         """Open loop, a router that reads no load, one engine per replica: the routes do not

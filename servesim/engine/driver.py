@@ -1,22 +1,22 @@
-"""Drive one replica's kernel from Python: compiled, or the same source as plain Python.
+"""A replica's kernel from Python: compiled, or the same source as plain Python.
 
 :class:`Replica` owns a replica's arrays (sched/state.py), its KV manager and its step-time
-tables, and calls :func:`servesim.engine.kernel.advance` -- compiled by numba when every piece is
+tables, and picks :func:`servesim.engine.kernel.advance` -- compiled by numba when every piece is
 built in, else the same source uncompiled (``servesim.jit.pure``) with object-level pieces bound
 in: a user's step-time model, an iteration hook, the reference prefix-cache object of the tests. Either way
 the kernel writes into the request table's columns and the recorder's buffers, so everything
-downstream (metrics, parquet, tests) is shared. The driver drains the recorder buffers, reports
-progress, turns invariant failures into errors, and is a SimPy process for the cluster.
+downstream (metrics, parquet, tests) is shared. It drains the recorder buffers, reports
+progress and turns invariant failures into errors; the fleet (engine/cluster.py) -- a lone
+replica is a fleet of one -- calls the kernel and is the run's SimPy process.
 
 Ctrl-C: a KeyboardInterrupt raised in the middle of a kernel run as Python (the reference
 engine) could leave a request between two places (out of a queue, not yet running). While the
-kernel runs, SIGINT is therefore only noted (:class:`HeldInterrupt`); the driver acts on it when
-the kernel returns at an iteration boundary -- every ``PROGRESS_EVERY`` segments and at each
+fleet's loop runs, SIGINT is therefore only noted (:class:`HeldInterrupt`); the loop acts on it
+when the kernel returns at an iteration boundary -- every ``PROGRESS_EVERY`` segments and at each
 buffer flush -- with every committed iteration drained into the recorder. Then it raises
 KeyboardInterrupt from that consistent state, or, when ``stop_on_interrupt`` is set (the CLI's
 choice), ends the run there with ``interrupted`` set, so the caller can report the partial run.
-A second Ctrl-C interrupts at once (the default handler is back after the first). A fleet
-(engine/cluster.py) holds Ctrl-C the same way around its whole loop.
+A second Ctrl-C interrupts at once (the default handler is back after the first).
 
 So that a Ctrl-C is acted on within a fraction of a second on the Python engine too, its kernel
 returns every ``PY_RETURN_EVERY`` segments instead of ``PROGRESS_EVERY`` (a return changes no
@@ -32,8 +32,6 @@ import signal
 import threading
 from typing import Callable
 
-import numpy as np
-
 from servesim.engine import kernel as K
 from servesim.errors import PolicyBug
 from servesim.jit import pure
@@ -42,7 +40,6 @@ from servesim.perf import kernels as pk
 from servesim.sched import parts, reserve
 from servesim.sched.state import ScalarsMirror, compiled_state
 
-INF = float("inf")
 PY_RETURN_EVERY = 1 << 8  # the Python engine's segments between returns (Ctrl-C latency)
 ERRORS = {
     K.E_BUDGET: "token budget exceeded: {arg} tokens scheduled > max_num_batched_tokens",
@@ -147,12 +144,9 @@ class HeldInterrupt:
 
 
 class Replica:
-    """One replica's state and its kernel. ``path`` says which engine runs it and why.
-    ``stop_on_interrupt``: end the run at the boundary after a Ctrl-C (``interrupted`` is then
-    set) instead of raising KeyboardInterrupt there."""
+    """One replica's state and its kernel. ``path`` says which engine runs it and why. The
+    fleet's loop calls the kernel (engine/fleet_engine.py ``Engine``, engine/cluster.py)."""
 
-    stop_on_interrupt = False
-    interrupted = False
     scalars = None  # the state's scalar records (``st.s`` as an array), set by engine.build
 
     def __init__(self, cfg, st, kv, tab, recorder, *, kv_object=None, model_object=None,
@@ -182,48 +176,6 @@ class Replica:
         self.kst = compiled_state(st) if compiled else st  # as the kernel sees them
         self.kkv = kvk.compiled_kv(kv) if compiled else kv
         recorder.itl_from = float(st.s.itl_from)
-
-    @property
-    def now(self) -> float:
-        return float(self.st.s.now)
-
-    @property
-    def ended(self) -> int:
-        return int(self.st.s.ended)
-
-    def advance(self, until: float = INF) -> bool:
-        """Run up to ``until``; True once the replica has nothing left to do (or, with
-        ``stop_on_interrupt``, once a Ctrl-C stopped it: see the module docstring)."""
-        with HeldInterrupt() as held:
-            done = self._advance_held(until, held)
-        if held.hit and not self.interrupted:
-            raise KeyboardInterrupt  # the run completed, or the caller wants the interrupt
-        return done
-
-    def _advance_held(self, until: float, held: HeldInterrupt) -> bool:
-        while True:
-            code = self._advance(self.cfg, self.kst, self.kkv, self.tab, until)
-            if code != K.PROGRESS and not (code == K.UNTIL and self.dynamic):
-                self._drain()  # (not at a yield to other processes: the float sums group as undisturbed)
-            if code == K.DONE:
-                self._finish()
-                if held.hit and self.stop_on_interrupt:
-                    held.hit = False  # the run is whole: nothing to report as partial
-                return True
-            if code == K.ERROR:
-                self._finish()
-                self.raise_error()
-            if held.hit:  # a boundary: every committed iteration goes to the recorder
-                self._drain()
-                self._finish()
-                if self.stop_on_interrupt:
-                    self.interrupted = True
-                    return True
-                raise KeyboardInterrupt
-            if code == K.UNTIL:
-                return False
-            if code == K.PROGRESS and self.progress is not None:
-                self.progress(self.ended)
 
     def raise_error(self) -> None:
         """The invariant failure the kernel reported (``st.s.error``), as an exception."""
@@ -276,18 +228,4 @@ class Replica:
         if isinstance(s, ScalarsMirror):
             s.sync(self.record)
         if self.progress is not None:
-            self.progress(self.ended)
-
-    dynamic = False  # other processes share the clock (engine/processes.py)
-
-    def process(self, env):
-        """SimPy process: run to the end, then let the clock catch up. ``dynamic``: run up to
-        the time of SimPy's next event (``advance`` commits exactly what ends by then), yield
-        to it, go on -- the same results as one call (a decode run cut at ``until`` is planned
-        again at that boundary, as single stepping does: tests/test_processes.py)."""
-        if self.dynamic:
-            while not self.advance(env.peek()):
-                yield env.timeout(max(0.0, env.peek() - env.now))
-        else:
-            self.advance(INF)
-        yield env.timeout(max(0.0, self.now - env.now))
+            self.progress(int(s.ended))

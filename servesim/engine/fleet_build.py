@@ -29,6 +29,7 @@ from servesim.workload.streams import stream
 
 INF = float("inf")
 PREROUTE = True  # route everything first when the routes cannot depend on the replicas (Fleet.prerouted)
+SOLO = True  # a fleet of one engine without delays keeps its arrivals in the engine's own inbox (Fleet.solo)
 
 
 @dataclass
@@ -40,6 +41,7 @@ class ReplicaInfo:
     servers: tuple[int, ...]  # server of each stage
     engines: list[int]
     step_model: str
+    model: object = None  # the step-time model itself
 
 
 def fleet_buffers(n_engines: int) -> tuple[int, int]:
@@ -64,7 +66,14 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     """``(fleet, engines, replica infos)``. ``new_recorder()``: an engine's recorder (the
     metrics floor's, handed down); ``force_python(group_scenario)``: the reasons that group must
     run uncompiled, or None; ``user(group_scenario)``: a user policy or None. ValueError (one
-    line, naming the group) when a group's model does not fit its GPUs."""
+    line, naming the group) when a group's model does not fit its GPUs.
+
+    A fleet of one engine with no delay to add (every scenario without ``cluster:``, and a
+    ``cluster:`` of one replica without delays) is *solo*: the router has no decision to make,
+    so the engine keeps its arrivals in its own inbox -- open-loop cursor, closed loops, the
+    arrival cap, the warm-up request (engine/inbox.py) -- and runs to the next SimPy event
+    without returning per arrival or per completion (``Fleet._run_solo``). The same kernel, the
+    same results as routing each request to it (tests/test_cluster_identity.py, ``SOLO = False``)."""
     from servesim.kv.factory import SharedLinks, build_kv
     from servesim.perf.build import build_step_model
 
@@ -72,13 +81,14 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     groups = closed_groups(sc, table, workload, seed)  # (may copy the arrival column: first)
     closed = bool(groups)
     delay_in, delay_out = sc.delay_in_s, sc.delay_out_s
+    n_engines = sum(g.replicas * g.scenario.pp for g in sc.replica_groups)
+    solo = SOLO and n_engines == 1 and not delay_in and not delay_out
     if delay_in:
         open_rows = np.isfinite(table.arrival)
         table.arrival = np.where(open_rows, table.arrival + delay_in, table.arrival)
     object_kv = any(force_python(g.scenario) is not None or g.scenario.engine.enable_prefix_caching
                     for g in sc.replica_groups)
-    shared = request_arrays(n, object_kv=True if object_kv else False, routed=True)
-    n_engines = sum(g.replicas * g.scenario.pp for g in sc.replica_groups)
+    shared = None if solo else request_arrays(n, object_kv=True if object_kv else False, routed=True)
     if buffers is None:
         buffers = fleet_buffers(n_engines)
     scalars = np.concatenate([new_scalars() for _ in range(n_engines)]).view(np.recarray)  # one row each
@@ -87,7 +97,7 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     replicas: list[ReplicaInfo] = []
     members: list[list[int]] = []
     factories: list[Callable] = []  # engine i afresh (a replica restarted after a failure)
-    shared_links = SharedLinks(sc)  # KV-tier links every replica uses (kv_tiers[i].shared_link)
+    shared_links = None if solo else SharedLinks(sc)  # KV-tier links every replica uses (kv_tiers[i].shared_link)
     r = 0
     for gi, g in enumerate(sc.replica_groups):
         gsc = g.scenario
@@ -119,11 +129,13 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
                     """Engine ``i`` as built (fresh: empty queues, an empty KV pool) over ``rec``."""
                     kv = build_kv(gsc, ve_plan, table, workload, env, shared_links)
                     rep = build_replica(gsc, table, kv, model, rec, seed, workload=workload,
-                                        on_iteration=on_iteration, kv_bytes_per_token=plan.kv_bytes_per_token,
+                                        on_iteration=on_iteration, progress=progress if solo else None,
+                                        kv_bytes_per_token=plan.kv_bytes_per_token,
                                         force_python=why, spec=u.spec if u else None,
                                         user_parts={**(u.overrides if u else {}), **(kernel_overrides or {})},
-                                        buffers=buffers, stop_when_drained=stop_when_drained, routed=True,
-                                        report_ended=closed, shared=shared, scalars=scalars[i:i + 1])
+                                        buffers=buffers, stop_when_drained=stop_when_drained, routed=not solo,
+                                        report_ended=closed and not solo, shared=shared, scalars=scalars[i:i + 1],
+                                        groups=groups if solo else ())
                     return Engine(rep, i, ve_plan, kv)
 
                 ids.append(len(engines))
@@ -131,18 +143,19 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
                 engines.append(make(new_recorder(buffers[1])))
             members.append(ids)
             replicas.append(ReplicaInfo(g.name, gsc.hardware.gpu, gsc.tp, pp, placement.stages[r], ids,
-                                        model.describe()))
+                                        model.describe(), model))
             r += 1
-    inbox = fleet_inbox(sc, table, workload, groups, engines[0].rep.cfg, delay_in,
-                        compiled=all(e.rep.path == "compiled" for e in engines))
+    inbox = None if solo else fleet_inbox(sc, table, workload, groups, engines[0].rep.cfg, delay_in,
+                                          compiled=all(e.rep.path == "compiled" for e in engines))
     router = make_router(sc.cluster, len(members), workload, stream(seed, "router"))
     warmup = sc.stop.warmup_requests
     fleet = Fleet(engines, members, router, inbox, table, closed=closed, delay_in=delay_in, delay_out=delay_out,
-                  warmup_id=warmup if 0 < warmup < n else -1, progress=progress, scalars=scalars)
+                  warmup_id=warmup if 0 < warmup < n else -1, progress=progress, scalars=scalars, solo=solo)
     fleet.factories = factories
+    fleet.lone = not sc.is_fleet  # no cluster: the scenario has no router to act on (engine/processes.py)
     # engines on a shared link must reach it in time order: each advances only up to the next
     # other engine's event (Fleet.coupled), which routing everything first cannot give
-    fleet.coupled = len(shared_links) > 0 and len(engines) > 1
+    fleet.coupled = not solo and len(shared_links) > 0 and len(engines) > 1
     fleet.prerouted = (PREROUTE and not closed and not router.reads_load and not fleet.coupled
                        and all(len(m) == 1 for m in members))
     return fleet, engines, replicas

@@ -1,9 +1,8 @@
 """Processes on the run's clock: what users (and the built-in dynamics) write, and the fleet handle.
 
-One SimPy ``Environment`` is the run's clock. The fleet (or the lone replica) is a SimPy process
-that runs the compiled hot path -- arrivals, routing, iterations -- up to the time of the next
-event in SimPy's queue, then yields to it (engine/cluster.py ``Fleet.process``,
-engine/driver.py ``Replica.process``). Any other process on the environment therefore runs at its
+One SimPy ``Environment`` is the run's clock. The fleet (a lone replica is a fleet of one) is a
+SimPy process that runs the compiled hot path -- arrivals, routing, iterations -- up to the time
+of the next event in SimPy's queue, then yields to it (engine/cluster.py ``Fleet.process``). Any other process on the environment therefore runs at its
 exact time with the replicas' state as of that instant: every iteration that ended by then is
 committed, none that ends later is. SimPy events grow with what the processes do (a wake-up every
 few seconds), never with the number of requests::
@@ -40,19 +39,12 @@ class FleetHandle:
     (a lone replica is replica 0 of a fleet of one); observations are per replica, as of
     ``env.now`` (iterations ended by then are committed; one ending later is not)."""
 
-    def __init__(self, env, runner, table):
+    def __init__(self, env, fleet, table):
         self.env = env
-        self._runner = runner
         self._table = table
-        fleet = getattr(runner, "engines", None)
-        if fleet is not None:  # a fleet (engine/cluster.py)
-            self._groups = runner.replicas
-            self._fleet = runner
-            self._delay = float(runner.delay_in)
-        else:  # a lone replica (engine/driver.py)
-            self._groups = [[0]]
-            self._fleet = None
-            self._delay = 0.0
+        self._groups = fleet.replicas
+        self._fleet = fleet  # (engine/cluster.py)
+        self._delay = float(fleet.delay_in)
         n = len(self._groups)
         # provisioned replicas (GPUs held: loading, serving or draining) and their spells
         self._up = np.ones(n, dtype=bool)
@@ -71,9 +63,7 @@ class FleetHandle:
     @property
     def _reps(self) -> list:
         """Each engine's driver, as it is now (a failed replica's engines are new ones)."""
-        if self._fleet is not None:
-            return [e.rep for e in self._fleet.engines]
-        return [self._runner]
+        return [e.rep for e in self._fleet.engines]
 
     # -- observe ------------------------------------------------------------------------------
     @property
@@ -117,14 +107,11 @@ class FleetHandle:
 
     def outstanding(self) -> np.ndarray:
         """Requests sent to each replica and not yet ended (the least-requests router's load)."""
-        if self._fleet is not None:
-            return np.asarray(self._fleet._loads_requests(), dtype=np.int64).copy()
-        s = self._reps[0].st.s
-        return np.array([int(s.arrived) - int(s.ended)], dtype=np.int64)
+        return np.asarray(self._fleet._loads_requests(), dtype=np.int64).copy()
 
     def active(self) -> np.ndarray:
         """Which replicas the router sends new requests to."""
-        if self._fleet is None or self._fleet.router.active is None:
+        if self._fleet.router.active is None:
             return np.ones(self.replicas, dtype=bool)
         return self._fleet.router.active.copy()
 
@@ -140,7 +127,7 @@ class FleetHandle:
         self.actions.append((self.now, "resume", int(r)))
 
     def _set_active(self, r: int, on: bool) -> None:
-        if self._fleet is None:
+        if self._fleet.lone:
             raise ValueError("drain/resume: a lone replica has no router (give hardware.replicas > 1)")
         if not 0 <= int(r) < self.replicas:
             raise ValueError(f"replica {r!r}: the fleet has replicas 0..{self.replicas - 1}")
@@ -230,7 +217,7 @@ class FleetHandle:
         (``retry``) or lost (rejected, reason ``replica_failed``). It serves again after
         :meth:`repair`. False (nothing done) when it is not serving, or is the last replica
         serving (the router would have nowhere to send requests)."""
-        if self._fleet is None:
+        if self._fleet.lone:
             raise ValueError("fail: a lone replica has no router to send its requests elsewhere "
                              "(give hardware.replicas > 1)")
         on = self.serving()
@@ -259,16 +246,14 @@ class FleetHandle:
 
     def finish(self, end: float) -> None:
         """After the run: retried requests' arrivals back to their first; downtime to ``end``."""
-        if self._fleet is not None:
-            self._fleet.restore_arrivals()
+        self._fleet.restore_arrivals()
         down = ~np.isnan(self._down_since)
         self.faults["down_s"] += float(np.sum(end - self._down_since[down]))
 
     def refresh_loads(self) -> None:
         """The router's view of the replicas' loads becomes their loads now
         (``cluster.router_refresh_s``)."""
-        if self._fleet is not None:
-            self._fleet.refresh_loads(self.now)
+        self._fleet.refresh_loads(self.now)
 
     def set_rate(self, factor: float) -> None:
         """From now on open-loop requests are sent at ``factor`` times the workload's own rate
@@ -281,8 +266,7 @@ class FleetHandle:
         if not np.isfinite(factor) or factor <= 0:
             raise ValueError(f"set_rate factor {factor!r}: a rate factor is a finite number > 0")
         table = self._table
-        cursor = int(self._fleet.inbox.s.get_i("cursor")) if self._fleet is not None \
-            else int(self._reps[0].st.s.cursor)
+        cursor = int(self._fleet.arrival_cursor())
         d = self._delay
         if self._base is None:
             self._base = table.arrival - d  # (a copy: client send times at factor 1)
@@ -452,7 +436,7 @@ def start(sc, env, runner, table, fns: list[Callable]) -> FleetHandle | None:
     """Start ``fns`` (scenario_processes) on ``env`` next to the fleet's process; None if none."""
     if not fns:
         return None
-    if sc.cluster.router_refresh_s > 0 and getattr(runner, "engines", None) is not None:
+    if sc.cluster.router_refresh_s > 0 and sc.is_fleet:
         runner.stale_loads()
     handle = start_processes(env, runner, table, fns)
     handle._gpus = np.array([g.scenario.gpus_per_replica for g in sc.replica_groups for _ in range(g.replicas)],
