@@ -145,3 +145,21 @@ def test_the_published_mla_row_replays_on_the_derived_pack_transferred_to_the_h1
         shutil.rmtree(root, ignore_errors=True)
     assert got["step"].startswith("pack h100-80g/deepseek-v2-lite (transferred from h200/deepseek-v2-lite (derived)")
     assert "eager" in got["step"] and got["req_per_s"] > 0
+
+
+def test_summary_step_model_names_a_derived_pack_and_a_transfer_of_one():
+    """summary.json's step_model (and every output that prints its label) says 'derived from ...'
+    for a shipped derived pack, also when it is transferred to another GPU of its class."""
+    import servesim
+    from servesim.perf.select import provenance
+
+    own = provenance(servesim.scenario_from_dict({"model": "qwen3-4b", "hardware": {"gpu": "a100-80g"},
+                                                  "engine": {"max_model_len": 8192}}, "t"))
+    assert own["label"] == "pack a100-80g/qwen3-4b (derived from Vidur A100 profiles of 4 models)"
+    assert own["derived"].startswith("derived from")
+    moved = provenance(servesim.scenario_from_dict({"model": "qwen3-4b", "hardware": {"gpu": "a100-40g"},
+                                                    "engine": {"max_model_len": 8192}}, "t"))
+    assert moved["label"].startswith("pack transferred from a100-80g/qwen3-4b (derived from Vidur") and not moved["calibrated"]
+    measured = provenance(servesim.scenario_from_dict({"model": "llama-3-8b", "hardware": {"gpu": "h200"},
+                                                       "engine": {"max_model_len": 8192}}, "t"))
+    assert measured["label"] == "pack h200/llama-3-8b" and "derived" not in measured

@@ -32,12 +32,16 @@ class StepChoice:
     pack_id: str | None = None  # the pack with the first 16 hex of its files' sha256
     reason: str | None = None  # why the run is not calibrated (None when it is)
     note: str = ""  # e.g. the constant's seconds
+    derived: str | None = None  # a derived pack's origin ("derived from ..."): no op of it measured
 
     @property
     def label(self) -> str:
-        """One line: ``pack a100-80g/llama-3-8b`` or ``roofline (uncalibrated): <reason>``."""
+        """One line: ``pack a100-80g/llama-3-8b``, ``pack h200/qwen3-30b-a3b (derived from ...)``
+        or ``roofline (uncalibrated): <reason>``."""
         if self.model == "pack":
-            return f"pack {self.pack}" if self.calibrated else f"pack {self.reason}"
+            if not self.calibrated:
+                return f"pack {self.reason}"
+            return f"pack {self.pack}" + (f" ({self.derived})" if self.derived else "")
         if self.model == "constant":
             return f"constant {self.note} (uncalibrated: {self.reason})"
         if self.pack is not None:  # a roofline fitted to a pack
@@ -46,7 +50,8 @@ class StepChoice:
 
     def to_dict(self) -> dict:
         return {"model": self.model, "asked": self.asked, "calibrated": self.calibrated, "pack": self.pack,
-                "pack_id": self.pack_id, "reason": self.reason, "label": self.label}
+                "pack_id": self.pack_id, "reason": self.reason, "label": self.label,
+                **({"derived": self.derived} if self.derived else {})}
 
 
 def choose(sc) -> StepChoice:
@@ -62,7 +67,8 @@ def choose(sc) -> StepChoice:
     cuda_graph = bool(getattr(st, "cuda_graph", False))
     if isinstance(st, PackStepConfig):
         ref = _ref(gpu, shape, tp)
-        return StepChoice("pack", asked, True, pack=ref, pack_id=_pack_id(gpu, shape, tp))
+        return StepChoice("pack", asked, True, pack=ref, pack_id=_pack_id(gpu, shape, tp),
+                          derived=_derived_origin(gpu, shape, tp))
     if isinstance(st, RooflineStepConfig):
         if st.fit is not None:
             from servesim.scenario import pack_ref_parts
@@ -78,12 +84,15 @@ def choose(sc) -> StepChoice:
     if isinstance(st, AutoStepConfig):
         problem = pack_problem(gpu, shape, tp, pp, cuda_graph)
         if problem is None:
-            return StepChoice("pack", asked, True, pack=_ref(gpu, shape, tp), pack_id=_pack_id(gpu, shape, tp))
+            return StepChoice("pack", asked, True, pack=_ref(gpu, shape, tp), pack_id=_pack_id(gpu, shape, tp),
+                              derived=_derived_origin(gpu, shape, tp))
         src = _transfer_source(gpu, shape, tp, pp, cuda_graph)  # servesim/perf/transfer.py
         if src is not None:
+            derived = _derived_origin(src, shape, tp)
             return StepChoice("pack", asked, False, pack=_ref(src, shape, tp),
-                              pack_id=_pack_id(src, shape, tp),
-                              reason=f"transferred from {_ref(src, shape, tp)} by op-wise efficiency "
+                              pack_id=_pack_id(src, shape, tp), derived=derived,
+                              reason=f"transferred from {_ref(src, shape, tp)}"
+                                     + (f" ({derived})" if derived else "") + " by op-wise efficiency "
                                      f"(no pack for {gpu}; {problem})")
         return StepChoice("roofline", asked, False, reason=problem)
     raise TypeError(f"unknown step_time config {st!r}")  # pragma: no cover
@@ -129,6 +138,21 @@ def _transfer_source(gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> str
     except (ValueError, ServesimError):
         return None
     return src if src is not None and pack_problem(src, shape, tp, pp, cuda_graph) is None else None
+
+
+def _derived_origin(gpu: str, shape, tp: int) -> str | None:
+    """``derived from <sources>`` of a derived pack (its YAML ``origin`` up to the first
+    parenthesis), None for a measured or imported one."""
+    from servesim.perf.pack import load_pack
+
+    try:
+        meta = load_pack(gpu, shape, tp).meta
+    except (ValueError, ServesimError):
+        return None
+    if meta.get("source") != "derived":
+        return None
+    origin = str(meta.get("origin", "")).split(" (")[0].strip()
+    return origin if origin.startswith("derived") else f"derived from {origin or '?'}"
 
 
 def _ref(gpu: str, model, tp: int) -> str:
