@@ -6,7 +6,7 @@ Every check scores a rule on measurements the rule did not read:
 * :func:`fp8_from_bf16`: h200/llama-3-8b-fp8 derived from the bf16 pack and the GEMM survey,
   against the measured FP8 pack (per op) and the FP8 validation forwards (whole iterations);
 * :func:`gemm_leave_one_shape_out`: each surveyed GEMM shape's FP8 / int4 times predicted from
-  the other shapes' ratios and its bf16 time;
+  its bf16 time by the rule fitted on (FP8) or interpolated from (int4) the other shapes;
 * :func:`moe_leave_one_out`: each surveyed MoE configuration's layer (router, experts, combine)
   predicted from the other three;
 * :func:`grid_leave_one_out`: each interior context of the FP8-KV and MLA decode surveys
@@ -25,8 +25,8 @@ import pandas as pd
 
 from servesim.models import MODELS, with_precision
 from servesim.perf.pack import load_pack, pack_root, read_pack, write_pack
-from servesim.tools.derive_variants import (GemmRatio, MoeRule, MoeShape, derive_any, mla_decode_rows,
-                                            read_survey)
+from servesim.tools.derive_variants import (Fp8Rule, GemmRatio, MoeRule, MoeShape, derive_any,
+                                            mla_decode_rows, read_survey)
 
 
 def _stats(e: np.ndarray) -> dict:
@@ -68,11 +68,12 @@ def gemm_leave_one_shape_out(gpu: str = "h200", variants=("fp8", "int4")) -> pd.
     for variant in variants:
         for (n, k), s in g.groupby(["n", "k"]):
             cap = 1.0 if variant == "int4" else None
-            rule = GemmRatio(g, variant, cap=cap, exclude=((int(k), int(n)),))
+            ex = ((int(k), int(n)),)
+            rule = Fp8Rule(g, exclude=ex) if variant == "fp8" else GemmRatio(g, variant, cap=cap, exclude=ex)
             p = s.pivot_table(index="tokens", columns="variant", values="time_ms")
             M = p.index.to_numpy(np.float64)
             truth = p[variant].to_numpy()
-            pred = p["bf16"].to_numpy() * rule(int(k), int(n), M)
+            pred = rule.time(int(k), int(n), M, p["bf16"].to_numpy())
             keep = np.ones(M.size, bool)
             if cap is not None:  # the capped rule uses the survey only where the kernel beats bf16
                 keep = truth < p["bf16"].to_numpy()

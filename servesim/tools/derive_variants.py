@@ -8,14 +8,15 @@ decode over an FP8 or latent KV cache -- in the surveys. The rules, op family by
 held-out errors: calibration/VALIDATION.md, "Derived packs for precisions, experts and latent
 attention"):
 
-* **Weight formats** (fp8; awq/gptq = int4 weight-only): the layer GEMMs (qkv, o, gate_up, down)
-  of the bf16 pack are multiplied by the survey's ratio ``t_format / t_bf16`` at the same token
-  count, interpolated in ``log M`` and, between the surveyed shapes, inverse-distance weighted
-  (power 2) in ``(log K, log N)`` -- the same neighbourhood rule as the dense derivation
-  (:mod:`servesim.tools.derive`). The ratio carries the activation's quantization kernel (FP8 is
-  slower than bf16 on narrow GEMMs below ~1K tokens on this stack). int4 is the survey's tinygemm
-  W4A16, a GEMV kernel that loses to bf16 from 16 tokens on; engines switch kernels there, so
-  the int4 ratio is capped at 1 (the bf16 GEMM; its dequantization is not counted). lm_head and
+* **Weight formats**: the layer GEMMs (qkv, o, gate_up, down) of the bf16 pack in the format.
+  FP8 (W8A8): ``t_fp8 = a + b M K + alpha t_bf16`` (:class:`Fp8Rule`: the activation's
+  quantization -- a launch floor and a pass over the ``M x K`` activation -- plus the FP8 GEMM as a
+  share of the bf16 one), three constants fitted on every surveyed GEMM point; FP8 is slower than
+  bf16 on narrow GEMMs below ~1K tokens on this stack, and a plain ratio does not carry that across
+  GEMM widths. int4 weight-only (awq/gptq): the survey's ratio ``t_int4 / t_bf16`` at the same
+  tokens (interpolated in ``log M``, inverse-distance weighted in ``(log K, log N)`` over the
+  surveyed shapes); the survey's tinygemm W4A16 is a GEMV kernel that loses to bf16 from 16 tokens
+  on, engines switch kernels there, so the ratio is capped at 1 (dequantization not counted). lm_head and
   the element-wise ops stay as measured in bf16 (vLLM does not quantize lm_head; the measured
   FP8 pack's element-wise ops are within 4 % of the bf16 pack's). int8 is refused: its surveyed
   kernel (``torch._int_mm`` + a dequantizing multiply) is 1.3-2.6x slower than bf16 everywhere,
@@ -124,6 +125,47 @@ class GemmRatio:
         return np.minimum(r, self.cap) if self.cap is not None else r
 
 
+    def time(self, K: float, N: float, M, t_bf16) -> np.ndarray:
+        """The format's time of a GEMM whose bf16 time is ``t_bf16`` at ``M`` tokens."""
+        return np.asarray(t_bf16, np.float64) * self(K, N, M)
+
+
+class Fp8Rule:
+    """FP8 (W8A8, dynamic per-tensor activation scale) GEMM time from the bf16 one:
+    ``t_fp8 = a + b M K + alpha t_bf16``, fitted by least squares on relative error over every
+    surveyed (shape, tokens) point. ``a``: the activation quantization's launch floor; ``b M K``:
+    its pass over the ``M x K`` activation; ``alpha``: the FP8 GEMM as a share of the bf16 one.
+    Why not a ratio: the ratio depends on the GEMM's width (0.6 on a wide GEMM at 16K tokens, 2 on
+    a narrow one below 1K: the fixed quantization cost over a short GEMM), which a ratio
+    interpolated between three shapes does not carry (leave one shape out: 16-77 % median, this
+    rule 4-9 %; calibration/VALIDATION.md)."""
+
+    variant = "fp8"
+    cap = None
+
+    def __init__(self, gemm: pd.DataFrame, exclude: tuple[tuple[int, int], ...] = ()):
+        p = gemm.pivot_table(index=["n", "k", "tokens"], columns="variant", values="time_ms").reset_index()
+        keep = ~np.array([(int(k), int(n)) in exclude for n, k in zip(p.n, p.k)], bool)
+        p = p[keep].dropna(subset=["bf16", "fp8"])
+        if p.empty:
+            raise PackError("GEMM survey: no fp8 points left to fit the FP8 rule on")
+        X = np.c_[np.ones(len(p)), p.tokens.to_numpy(np.float64) * p.k.to_numpy(np.float64) / 1e6,
+                  p.bf16.to_numpy(np.float64)]
+        y = p.fp8.to_numpy(np.float64)
+        coef, *_ = np.linalg.lstsq(X / y[:, None], np.ones_like(y), rcond=None)
+        self.a, self.b, self.alpha = (float(c) for c in coef)
+        self.points = int(len(p))
+
+    def time(self, K: float, N: float, M, t_bf16) -> np.ndarray:
+        M = np.asarray(M, np.float64)
+        t = self.a + self.b * M * K / 1e6 + self.alpha * np.asarray(t_bf16, np.float64)
+        return np.maximum(t, 0.25 * np.asarray(t_bf16, np.float64))
+
+    def describe(self) -> str:
+        return (f"t_fp8 = {self.a:.4f} ms + {self.b:.4f} ms x M K / 1e6 + {self.alpha:.3f} t_bf16 (fitted on "
+                f"{self.points} survey points)")
+
+
 def gemm_ratio(gpu: str, quantization: str, exclude=()) -> GemmRatio:
     if quantization not in SURVEY_VARIANT:
         why = (" (the surveyed int8 kernel, torch._int_mm + a dequantizing multiply, is 1.3-2.6x slower "
@@ -132,6 +174,14 @@ def gemm_ratio(gpu: str, quantization: str, exclude=()) -> GemmRatio:
                         f"{', '.join(SURVEY_VARIANT)}")
     variant = SURVEY_VARIANT[quantization]
     return GemmRatio(read_survey(gpu, "gemm"), variant, cap=1.0 if variant == "int4" else None, exclude=exclude)
+
+
+def weight_rule(gpu: str, quantization: str, exclude=()):
+    """The rule that turns a bf16 GEMM time into ``quantization``'s: :class:`Fp8Rule` for fp8,
+    the capped survey ratio (:class:`GemmRatio`) for int4; one-line refusal otherwise."""
+    if quantization == "fp8":
+        return Fp8Rule(read_survey(gpu, "gemm"), exclude=exclude)
+    return gemm_ratio(gpu, quantization, exclude=exclude)
 
 
 class GridRatio:
@@ -399,11 +449,12 @@ def derive_any(gpu: str, shape: ModelShape, tp: int, source_packs: list[Pack], i
             rules.pop(op, None)
         surveys.append("moe")
     if shape.quantization != "none":
-        ratio = gemm_ratio(gpu, shape.quantization, exclude=gemm_exclude)
-        rows = apply_weight_ratio(rows, shape, tp, ratio)
-        rules["precision"] = (f"{shape.quantization}: layer GEMMs x (survey {ratio.variant} / bf16) at the "
-                              f"same tokens, IDW over the surveyed shapes"
-                              + (" capped at 1" if ratio.cap else "") + "; lm_head and element-wise ops bf16")
+        rule = weight_rule(gpu, shape.quantization, exclude=gemm_exclude)
+        rows = apply_weight_ratio(rows, shape, tp, rule)
+        how = (rule.describe() if isinstance(rule, Fp8Rule) else
+               f"x (survey {rule.variant} / bf16) at the same tokens, IDW over the surveyed shapes"
+               + (", capped at 1" if rule.cap else ""))
+        rules["precision"] = (f"{shape.quantization}: layer GEMMs {how}; lm_head and element-wise ops bf16")
         surveys.append("gemm")
     if shape.kv_cache_dtype != "auto" and not shape.is_mla:
         kr = GridRatio(read_survey(gpu, "decode_kv"), "triton-fp8", "triton-bf16")
@@ -426,9 +477,9 @@ def derive_any(gpu: str, shape: ModelShape, tp: int, source_packs: list[Pack], i
     return rows, meta
 
 
-def apply_weight_ratio(rows: list[tuple], shape: ModelShape, tp: int, ratio: GemmRatio) -> list[tuple]:
-    """Layer GEMM rows x the format's ratio at each op's (K, N) (MLA: its largest GEMM; experts:
-    the expert's gate_up at the tokens per hit expert)."""
+def apply_weight_ratio(rows: list[tuple], shape: ModelShape, tp: int, rule) -> list[tuple]:
+    """Layer GEMM rows in the format by ``rule.time`` at each op's (K, N) (MLA: its largest GEMM;
+    experts: the expert's gate_up with the routed tokens, at the tokens per hit expert)."""
     from servesim.perf.dims import RankDims
 
     dims = RankDims.of_shape(shape, tp)
@@ -439,11 +490,15 @@ def apply_weight_ratio(rows: list[tuple], shape: ModelShape, tp: int, ratio: Gem
     out = []
     for op, tk, b, c, n, t, s in rows:
         if op in kn:
-            t = t * float(ratio(*kn[op], [tk])[0])
+            t = float(rule.time(*kn[op], [tk], [t])[0])
         elif op == "moe_experts":
             cfg = MoeShape.of(shape, tp)
             hit = cfg.experts * (1 - (1 - cfg.top_k / cfg.experts) ** tk)
-            t = t * float(ratio(cfg.hidden, 2 * cfg.inter, [max(1.0, tk * cfg.top_k / hit)])[0])
+            per = max(1.0, tk * cfg.top_k / hit)  # tokens per hit expert
+            if isinstance(rule, Fp8Rule):  # one quantization of the routed activations, then the GEMMs
+                t = float(rule.time(cfg.hidden, 2 * cfg.inter, [tk * cfg.top_k], [t])[0])
+            else:
+                t = t * float(rule(cfg.hidden, 2 * cfg.inter, [per])[0])
         out.append((op, tk, b, c, n, t, s))
     return out
 
