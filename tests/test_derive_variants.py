@@ -169,3 +169,27 @@ def test_summary_step_model_names_a_derived_pack_and_a_transfer_of_one():
     measured = provenance(servesim.scenario_from_dict({"model": "llama-3-8b", "hardware": {"gpu": "h200"},
                                                        "engine": {"max_model_len": 8192}}, "t"))
     assert measured["label"] == "pack h200/llama-3-8b" and "derived" not in measured
+
+
+def test_expert_parallelism_is_not_priced_by_a_pack(tmp_path, monkeypatch):
+    """A pack times TP-sharded experts: with engine.enable_expert_parallel over TP 2 the default
+    falls back to the roofline (which prices EP's all-to-all) and says why; step_time pack refuses."""
+    import shutil
+
+    import servesim
+    from servesim.perf import pack as packmod
+    from servesim.perf.build import build_step_model
+    from servesim.perf.select import choose
+    from servesim.tools.derive_variants import write_derived
+
+    shutil.copytree(packmod.pack_root() / "h200", tmp_path / "h200")
+    write_derived("h200", tmp_path, ["qwen3-30b-a3b"], [2])
+    monkeypatch.setattr(packmod, "pack_root", lambda: tmp_path)
+    base = {"model": "qwen3-30b-a3b", "hardware": {"gpu": "h200"},
+            "engine": {"tensor_parallel_size": 2, "max_model_len": 8192}}
+    assert choose(servesim.scenario_from_dict(base, "t")).model == "pack"
+    ep = servesim.scenario_from_dict({**base, "engine": {**base["engine"], "enable_expert_parallel": True}}, "t")
+    c = choose(ep)
+    assert c.model == "roofline" and c.reason.startswith("expert parallelism over 2 GPUs")
+    with pytest.raises(PackError, match="expert parallelism"):
+        build_step_model(ep.override({"step_time": {"model": "pack"}}))

@@ -57,10 +57,13 @@ def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
         from servesim.perf.pack import pack_path
         from servesim.perf.select import pack_problem
 
-        # a pack of another precision or kind (or MLA, which no pack holds) is refused in one
-        # line; a missing pack is load_pack_model's error (it names what exists and the fallback)
-        problem = pack_problem(hw.gpu, sc.model_shape, sc.tp, sc.pp, cfg.cuda_graph)
-        if problem is not None and (sc.model_shape.is_mla or pack_path(hw.gpu, sc.model_shape, sc.tp).is_file()
+        # a pack of another precision or kind (an MLA model without a latent pack, expert
+        # parallelism) is refused in one line; a missing pack is load_pack_model's error (it
+        # names what exists and the fallback)
+        from servesim.perf.select import _expert_parallel_problem
+
+        problem = pack_problem(hw.gpu, sc.model_shape, sc.tp, sc.pp, cfg.cuda_graph) or _expert_parallel_problem(sc)
+        if problem is not None and (problem.startswith("expert parallelism") or sc.model_shape.is_mla or pack_path(hw.gpu, sc.model_shape, sc.tp).is_file()
                                     or sc.model_shape.unlike_bf16_packs() is not None):
             from servesim.errors import PackError
 

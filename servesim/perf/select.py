@@ -82,7 +82,9 @@ def choose(sc) -> StepChoice:
             why += f" (a pack exists: {_ref(gpu, shape, tp)}; remove step_time to use it)"
         return StepChoice("roofline", asked, False, reason=why)
     if isinstance(st, AutoStepConfig):
-        problem = pack_problem(gpu, shape, tp, pp, cuda_graph)
+        problem = pack_problem(gpu, shape, tp, pp, cuda_graph) or _expert_parallel_problem(sc)
+        if problem is not None and problem.startswith("expert parallelism"):
+            return StepChoice("roofline", asked, False, reason=problem)
         if problem is None:
             return StepChoice("pack", asked, True, pack=_ref(gpu, shape, tp), pack_id=_pack_id(gpu, shape, tp),
                               derived=_derived_origin(gpu, shape, tp))
@@ -122,6 +124,16 @@ def pack_problem(gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> str | N
         pack.require(required_ops(tp, pp, cuda_graph, moe=pack.is_moe))
     except ServesimError as exc:
         return f"pack {_ref(gpu, shape, tp)} does not fit: {_first_line(exc)}"
+    return None
+
+
+def _expert_parallel_problem(sc) -> str | None:
+    """Packs time each MoE layer with its experts TP-sharded (all-reduce after it); with
+    ``engine.enable_expert_parallel`` over TP > 1 the experts are split whole with an all-to-all,
+    which no pack holds rows for: the roofline prices that (docs/models.md)."""
+    if getattr(sc.engine, "enable_expert_parallel", False) and sc.tp > 1 and getattr(sc.model_shape, "is_moe", False):
+        return (f"expert parallelism over {sc.tp} GPUs: packs time TP-sharded experts (no all-to-all rows); "
+                f"the roofline prices EP")
     return None
 
 
