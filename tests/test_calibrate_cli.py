@@ -210,6 +210,8 @@ def test_derive_any_shape_and_precision_on_the_h200(tmp_path):
 @pytest.mark.parametrize("args,needle", [
     (["--gpu", "a100-80g", "--model", "mixtral-8x7b"], "no op surveys"),
     (["--gpu", "h200", "--model", "llama-3-8b", "--quantization", "int8"], "--quantization int8"),
+    (["--gpu", "h200", "--model", "deepseek-v3", "--tp", "8"], "no measured all-reduce over 8 GPUs"),
+    (["--gpu", "h200", "--model", "llama-3.1-70b", "--tp", "4"], "allowed: 1, 2"),
 ])
 def test_derive_refuses_what_it_has_no_measurements_for_in_one_line(tmp_path, args, needle):
     res = runner.invoke(app, ["derive", *args, "--out", str(tmp_path)])

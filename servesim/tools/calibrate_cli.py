@@ -294,7 +294,8 @@ def derive_cmd(
                             "h200 from its measured packs and op surveys"),
     model: list[str] = typer.Option(["qwen3-4b", "qwen3-8b", "qwen3-14b"], "--model",
                                     help="library model(s) (docs/models.md); on h200 any kind: dense, MoE, MLA"),
-    tp: list[int] = typer.Option([1, 2, 4, 8], "--tp", help="TP degrees (those that divide the heads)"),
+    tp: Optional[list[int]] = typer.Option(None, "--tp", help="TP degrees (those that divide the heads); "
+                                           "default: a100-80g 1, 2, 4, 8; h200 those with measured all-reduce rows"),
     quantization: Optional[str] = typer.Option(None, "--quantization", help="h200: weight format (none, fp8, "
                                                "awq, gptq); default: the checkpoint's"),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="h200: auto or fp8"),
@@ -315,6 +316,10 @@ def derive_cmd(
     bad = [m for m in model if m not in MODELS]
     if bad:
         _fail(f"--model {bad[0]}: unknown; allowed: {', '.join(sorted(MODELS))}")
+    if not tp:
+        from servesim.tools.derive_variants import collective_tps
+
+        tp = [1, 2, 4, 8] if gpu == "a100-80g" else collective_tps(gpu)
     badtp = [t for t in tp if t < 1 or t > 64]
     if badtp:
         _fail(f"--tp {badtp[0]}: not allowed; allowed: integers 1..64")

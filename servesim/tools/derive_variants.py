@@ -518,6 +518,28 @@ def source_packs_for(gpu: str, shape: ModelShape) -> list[Pack]:
     return packs
 
 
+def collective_tps(gpu: str) -> list[int]:
+    """TP degrees a derived pack of ``gpu`` can price: 1, and those its measured packs hold
+    all-reduce rows for (a derived pack copies them: keyed by bytes, model-independent)."""
+    from servesim.perf.pack import available_packs, load_pack
+
+    tps = {1}
+    for g, m, t in available_packs():
+        if g == gpu:
+            p = load_pack(g, m, t)
+            if p.meta.get("source") == "measured" and p.has("all_reduce"):
+                tps.update(int(b) for b in p.rows("all_reduce").batch)
+    return sorted(tps)
+
+
+def check_tps(gpu: str, tps: list[int]) -> None:
+    have = collective_tps(gpu)
+    bad = [t for t in tps if t not in have]
+    if bad:
+        raise PackError(f"--tp {bad[0]}: {gpu} has no measured all-reduce over {bad[0]} GPUs for a derived "
+                        f"pack to copy; allowed: {', '.join(map(str, have))}")
+
+
 def write_derived(gpu: str, out: Path, models: list[str], tps: list[int], quantization: Optional[str] = None,
                   kv_cache_dtype: str = "auto", imbalance: float = 1.0) -> list[Path]:
     """Derived packs of library ``models`` (any kind) in a precision on ``gpu``; ``quantization``
@@ -525,6 +547,7 @@ def write_derived(gpu: str, out: Path, models: list[str], tps: list[int], quanti
     from servesim.models import MODELS, with_precision
     from servesim.perf.pack import pack_stem, write_pack
 
+    check_tps(gpu, tps)
     written = []
     for model in models:
         base = MODELS[model]

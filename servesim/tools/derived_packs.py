@@ -116,9 +116,12 @@ def write_measured_gpu_packs(gpu: str, out: Path, models: list[str], tps: list[i
     held-out error of the rule: VALIDATION.md 'Derived packs' (H200: qwen3 from llama-3-8b)."""
     from servesim.perf.pack import available_packs
 
+    from servesim.tools.derive_variants import check_tps
+
     srcs = [load_pack(gpu, source, t) for g, m, t in available_packs() if g == gpu and m == source]
     if not srcs:
         raise PackError(f"no measured pack of {source} on {gpu} to derive from")
+    check_tps(gpu, tps)  # a derived pack copies the measured all-reduce rows
     written = []
     for model in models:
         shape = MODELS[model]
