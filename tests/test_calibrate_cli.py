@@ -202,6 +202,8 @@ def test_derive_any_shape_and_precision_on_the_h200(tmp_path):
     pack = read_pack(tmp_path / "h200" / "deepseek-v2-lite-kvfp8.csv")
     assert pack.is_moe and pack.is_mla and pack.meta["shape"]["num_dense_layers"] == 1
     assert "surveys h200/{mla,moe}" in pack.meta["origin"] and pack.kv_cache_dtype == "fp8"
+    held = pack.meta["held_out_error"]  # each rule it used, with its error on data it never read
+    assert {"dense ops", "experts", "latent attention"} <= set(held) and "% median" in held["experts"]
     m = PackStepModel(pack, with_precision(MODELS["deepseek-v2-lite"], "none", "fp8"), cuda_graph=True)
     assert "derived from h200/llama-3-8b" in m.describe()
     assert 0 < m.predict(np.ones(8, np.int64), np.full(8, 1024)) < m.predict(np.ones(256, np.int64), np.full(256, 1024))

@@ -160,3 +160,43 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def held_out_summary(gpu: str, shape, cross_model: bool) -> dict:
+    """One line per rule a derived pack of ``shape`` used: the rule's held-out error, computed now
+    on the GPU's measurements the rule did not read (a derived pack's YAML records it under
+    ``held_out_error``)."""
+    def rng(df: pd.DataFrame, col: str = "median") -> str:
+        return f"{100 * df[col].min():.1f}-{100 * df[col].max():.1f} %"
+
+    out = {}
+    if cross_model:
+        out["dense ops"] = ("from another model's packs: qwen3-4b/8b/14b derived from llama-3-8b alone predict their "
+                            "H200 validation forwards at 1.9-3.1 % median (calibration/VALIDATION.md, 'Derived packs')")
+    if shape.quantization == "fp8":
+        g = gemm_leave_one_shape_out(gpu, ("fp8",))
+        _, its = fp8_from_bf16(gpu)
+        d = its[(its["mode"] == "graph") & its["pack"].str.startswith("derived")].iloc[0]
+        out["fp8 weights"] = (f"leave one surveyed GEMM shape out: {rng(g)} median (max {100 * g['max'].max():.1f} %); "
+                              f"llama-3-8b-fp8 derived from its bf16 pack vs its FP8 validation forwards: "
+                              f"{100 * d['median']:.1f} % median, max {100 * d['max']:.1f} %")
+    elif shape.quantization in ("awq", "gptq"):
+        g = gemm_leave_one_shape_out(gpu, ("int4",))
+        out["int4 weights"] = (f"leave one surveyed GEMM shape out, 1-4 tokens: {rng(g)} median; beyond, the bf16 "
+                               f"GEMM (not validated)")
+    grid = grid_leave_one_out(gpu)
+    if shape.kv_cache_dtype != "auto" and not shape.is_mla:
+        r = grid.iloc[0]
+        out["fp8 kv"] = (f"decode ratio, leave one surveyed context out: {100 * r['median']:.1f} % median, max "
+                         f"{100 * r['max']:.1f} %; no FP8-KV pack measured to check the whole")
+    if shape.is_moe:
+        m = moe_leave_one_out(gpu)
+        layer = m[m.op == "layer (sum)"]
+        out["experts"] = (f"MoE layer, leave one surveyed configuration out: {rng(layer)} median (max "
+                          f"{100 * layer['max'].max():.1f} %); survey kernel torch._grouped_mm (about half vLLM's "
+                          f"fused-MoE speed at batch 10: docs/models.md, 'MoE and MLA on one GPU')")
+    if shape.is_mla:
+        mla = grid[grid.rule.str.startswith("MLA")]
+        out["latent attention"] = (f"MLA decode, leave one surveyed context out: {rng(mla)} median; the surveyed "
+                                   f"kernel is Triton (not FlashMLA); prefill rule not validated")
+    return out

@@ -548,14 +548,21 @@ def write_derived(gpu: str, out: Path, models: list[str], tps: list[int], quanti
     from servesim.perf.pack import pack_stem, write_pack
 
     check_tps(gpu, tps)
-    written = []
+    written, held = [], {}
     for model in models:
         base = MODELS[model]
         shape = with_precision(base, quantization or base.quantization, kv_cache_dtype)
         for tp in tps:
             if shape.num_heads % tp or (shape.moe_intermediate_size or shape.intermediate_size) % tp:
                 continue
-            rows, meta = derive_any(gpu, shape, tp, source_packs_for(gpu, shape), imbalance=imbalance)
+            sources = source_packs_for(gpu, shape)
+            rows, meta = derive_any(gpu, shape, tp, sources, imbalance=imbalance)
+            key = (shape.name, shape.quantization, shape.kv_cache_dtype, sources[0].model != shape.name)
+            if key not in held:
+                from servesim.tools.derive_checks import held_out_summary
+
+                held[key] = held_out_summary(gpu, shape, cross_model=key[-1])
+            meta["held_out_error"] = held[key]
             args = (f" --quantization {shape.quantization}" if shape.quantization != "none" else "") + \
                    (f" --kv-cache-dtype {kv_cache_dtype}" if kv_cache_dtype != "auto" else "") + \
                    (f" --moe-imbalance {imbalance:g}" if shape.is_moe and imbalance != 1.0 else "")
