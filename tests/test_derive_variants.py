@@ -113,6 +113,10 @@ def test_an_moe_mla_pack_derives_records_its_shape_and_transfers_to_the_h100():
     assert ratio[-1] == pytest.approx(1.0, rel=0.05)
     assert np.allclose(h100.rows("moe_gate").time_ms / pack.rows("moe_gate").time_ms,
                        src.hbm_bytes_per_s / dst.hbm_bytes_per_s)
+    # latent decode at 16 heads: 2 (2 x 512 + 64) FLOPs per head and key over 1,152 bytes per key
+    # and layer: bandwidth-bound on both GPUs, so the HBM ratio
+    dec = h100.rows("attn_decode").time_ms / pack.rows("attn_decode").time_ms
+    assert np.allclose(dec, src.hbm_bytes_per_s / dst.hbm_bytes_per_s)
 
 
 def test_derive_refuses_a_bad_imbalance():

@@ -11,7 +11,8 @@ efficiency and changes the peaks: ``t_dst = t_src x t_ideal(dst) / t_ideal(src)`
 * an MoE layer's experts at ``M`` tokens: ``max(2 M k 3 h I / F, (hit experts' weights + routed
   activations) / B)``, ``hit = E (1 - (1 - k/E)^M)`` (the derivation's roofline);
 * attention: decode rows ``max(4 h d n (c+1) / F, n (c+1) kv_bytes / B)``, prefill rows
-  ``max(4 h d t (c + (t+1)/2) / F, (c + t) kv_bytes / B)`` per layer;
+  ``max(4 h d t (c + (t+1)/2) / F, (c + t) kv_bytes / B)`` per layer (MLA: ``4 d`` is
+  ``2 (2 kv_lora + rope)`` in decode, the absorbed form, and ``2 (nope + rope + v)`` in prefill);
 * collectives: ``bytes / link + 8 us``; CPU and graph overheads are copied (the host, not the GPU).
 
 Within one architecture (``GPUSpec.arch``: the same kernels, tile shapes and launch behaviour) this
@@ -69,12 +70,18 @@ def op_factor(op: str, rows, shape: ModelShape, tp: int, src: GPUSpec, dst: GPUS
     if op in ("attn_decode", "attn_prefill"):
         heads, d = max(1, shape.num_heads // tp), shape.head_dim
         kvb = shape.kv_values_per_token_layer(tp) * shape.kv_dtype_bytes
+        # per key: 2 x heads x (qk + v) FLOPs; MLA decodes in the absorbed form over the latent
+        # (qk = kv_lora + rope, v = kv_lora) and prefills as MHA (qk = nope + rope, v = v_head_dim)
+        dec_w, pre_w = 4.0 * d, 4.0 * d
+        if getattr(shape, "is_mla", False):
+            dec_w = 2.0 * (2 * shape.kv_lora_rank + shape.qk_rope_head_dim)
+            pre_w = 2.0 * (shape.qk_nope_head_dim + shape.qk_rope_head_dim + shape.v_head_dim)
         if op == "attn_decode":
             keys = rows.batch * (rows.context + 1.0)
-            flops, byts = 4.0 * heads * d * keys, kvb * keys
+            flops, byts = heads * dec_w * keys, kvb * keys
         else:
             t, c = rows.tokens.astype(np.float64), rows.context.astype(np.float64)
-            flops, byts = 4.0 * heads * d * t * (c + (t + 1) / 2), kvb * (c + t)
+            flops, byts = heads * pre_w * t * (c + (t + 1) / 2), kvb * (c + t)
 
         def ideal(g: GPUSpec) -> np.ndarray:
             return np.maximum(flops / g.bf16_flops_per_s, byts / g.hbm_bytes_per_s)
