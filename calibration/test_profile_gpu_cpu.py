@@ -1,17 +1,18 @@
-"""Logic tests of calibration/profile_gpu.py on CPU, run by hand (torch is not a servesim dependency,
-so these are deliberately outside tests/):
+"""Logic tests of the profiler (calibration/profiler/, run as calibration/profile_gpu.py) on CPU
+that need PyTorch: the op functions, SDPA backend checks, whole forwards and the modes end to
+end on tiny shapes. Its torch-free parts (shapes, grids, writers, combine, the command line) are
+tested in the main suite (tests/test_calibration_profiler.py). CI runs these in a venv of their
+own after the README's test command (.ci/run):
 
-    /work/venv-torch/bin/python -m pytest -q calibration/test_profile_gpu_cpu.py
-    # or, without pytest:
-    /work/venv-torch/bin/python calibration/test_profile_gpu_cpu.py
+    TRITON_INTERPRET=1 python -m pytest -q calibration/     # a Python with torch (+ triton)
 
 Why: GPU time is scarce, so the profiler's semantics (attention masks, KV slot layout, batch
 composition, pack format, never writing a non-positive time) are checked here first, on CPU.
+Without torch every test here is skipped.
 """
 
 from __future__ import annotations
 
-import ast
 import csv
 import math
 import subprocess
@@ -19,38 +20,20 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
+import pytest
+
+torch = pytest.importorskip("torch")
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(HERE))
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
-import attn_backends as ab  # noqa: E402
-import profile_gpu as pg  # noqa: E402
+from calibration.profiler import attn_backends as ab  # noqa: E402
+from calibration.profiler import cli, common, grids, ops, opbench, shapes, timing, writers  # noqa: E402
+from calibration.profiler import forward as fw  # noqa: E402
 
 CPU = torch.device("cpu")
-
-
-def test_shapes_match_servesim_models():
-    """The embedded shapes must equal servesim/models.py (read with ast: no servesim deps here)."""
-    tree = ast.parse((REPO / "servesim" / "models.py").read_text())
-    found = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ModelShape":
-            kw = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
-            found[kw["name"]] = kw
-    assert set(found) == set(pg.SHAPES)
-    for name, kw in found.items():
-        mine = pg.SHAPES[name]
-        for key in pg.SHAPE_KEYS + ("max_model_len",):
-            assert mine[key] == kw[key], (name, key)
-        assert mine["tie_word_embeddings"] == kw.get("tie_word_embeddings", False), name
-
-
-def test_rank_shape_slices():
-    rs = pg.RankShape.of("qwen3-14b", 2)
-    assert (rs.H, rs.KVH, rs.I, rs.V, rs.h) == (20, 4, 8704, 75968, 5120)
-    assert pg.RankShape.of("llama-3-8b", 16).KVH == 1  # KV heads replicated, min 1
 
 
 def _rand(*shape):
@@ -65,8 +48,8 @@ def test_attention_ops_match_reference():
         qk = _rand(tq, H + KVH, D)
         kc, vc = _rand(ctx + tq, KVH, D), _rand(ctx + tq, KVH, D)
         out = torch.empty(tq, H, D, dtype=torch.bfloat16)
-        pg.attn_prefill_op(qk[:, :H], kc, vc, out)
-        ref = pg.Sdpa.reference(qk[:, :H].unsqueeze(0).transpose(1, 2), kc.unsqueeze(0).transpose(1, 2),
+        ops.attn_prefill_op(qk[:, :H], kc, vc, out)
+        ref = ab.Sdpa.reference(qk[:, :H].unsqueeze(0).transpose(1, 2), kc.unsqueeze(0).transpose(1, 2),
                                 vc.unsqueeze(0).transpose(1, 2))[0].transpose(0, 1)
         rel = float((out.double() - ref).norm() / ref.norm())
         assert rel < 2e-2, (tq, ctx, rel)
@@ -78,10 +61,10 @@ def test_attention_ops_match_reference():
     qk = _rand(B, H + KVH, D)
     kc, vc = _rand(B * L, KVH, D), _rand(B * L, KVH, D)
     out = torch.empty(B, H, D, dtype=torch.bfloat16)
-    pg.attn_decode_op(qk[:, :H], kc, vc, out, B, L)
+    ops.attn_decode_op(qk[:, :H], kc, vc, out, B, L)
     for b in range(B):
         kb, vb = kc[b * L:(b + 1) * L], vc[b * L:(b + 1) * L]
-        ref = pg.Sdpa.reference(qk[b:b + 1, :H].unsqueeze(2), kb.unsqueeze(0).transpose(1, 2),
+        ref = ab.Sdpa.reference(qk[b:b + 1, :H].unsqueeze(2), kb.unsqueeze(0).transpose(1, 2),
                                 vb.unsqueeze(0).transpose(1, 2))[0, :, 0]
         rel = float((out[b].double() - ref).norm() / ref.norm())
         assert rel < 2e-2, (b, rel)
@@ -90,8 +73,8 @@ def test_attention_ops_match_reference():
 def test_sdpa_check_cpu():
     """Every backend is checked per kind; on CPU flash and math compute attention, cuDNN and
     memory-efficient cannot (the reason is recorded, nothing falls back silently)."""
-    s = pg.Sdpa(CPU)
-    rs = pg.RankShape.of("tiny", 1)
+    s = ab.Sdpa(CPU)
+    rs = shapes.RankShape.of("tiny", 1)
     passing = s.check(rs.H, rs.KVH, rs.D)
     for kind in ab.KINDS:
         assert passing[kind] == ["flash", "math"], (kind, passing)
@@ -99,10 +82,10 @@ def test_sdpa_check_cpu():
             assert 0 <= s.checks[b][kind] < 2e-2
         for b in ("cudnn", "efficient"):
             assert isinstance(s.checks[b][kind], str) and "RuntimeError" in s.checks[b][kind]
-    forced = pg.Sdpa(CPU)
+    forced = ab.Sdpa(CPU)
     assert forced.check(rs.H, rs.KVH, rs.D, "math")["decode"] == ["math"] and forced.mode == "forced math"
     try:
-        pg.Sdpa(CPU).check(rs.H, rs.KVH, rs.D, "cudnn")
+        ab.Sdpa(CPU).check(rs.H, rs.KVH, rs.D, "cudnn")
     except SystemExit as exc:
         assert "no SDPA backend passed" in str(exc)
     else:
@@ -165,18 +148,18 @@ def test_forward_with_chooser_runs_each_call_on_its_backend():
     """A mixed batch gives the same logits whichever backend each call uses (both pass the check),
     and the flags are restored after the forward."""
     torch.manual_seed(0)
-    rs = pg.RankShape.of("tiny", 1)
-    model = pg.Model(rs, CPU, share_layers=True)
-    comp = pg.Composition(1, 6, 9, 3, 11)
+    rs = shapes.RankShape.of("tiny", 1)
+    model = fw.Model(rs, CPU, share_layers=True)
+    comp = grids.Composition(1, 6, 9, 3, 11)
     flags = ab._flags()
     outs = []
     for dec, pre in (("flash", "math"), ("math", "flash")):
         ch = ab.BackendChooser({"decode": {"rule": "per op", "backend": dec},
                                 "prefill_context": {"rule": "per op", "backend": pre}})
-        b = pg.Batch(comp, rs, CPU, chooser=ch)
+        b = fw.Batch(comp, rs, CPU, chooser=ch)
         assert (b.decode_backend, b.prefill_backend) == (dec, pre)
         with torch.inference_mode():
-            outs.append(pg.forward(model, b).float())
+            outs.append(fw.forward(model, b).float())
         assert ab._flags() == flags
     assert torch.allclose(outs[0], outs[1], rtol=3e-2, atol=3e-2)
 
@@ -184,9 +167,9 @@ def test_forward_with_chooser_runs_each_call_on_its_backend():
 def test_rope_rotates_pairs():
     H, KVH, D, T = 2, 1, 8, 3
     qkv = _rand(T, (H + 2 * KVH) * D)
-    cs = pg.make_cos_sin(16, D, CPU, torch.bfloat16)
+    cs = ops.make_cos_sin(16, D, CPU, torch.bfloat16)
     pos = torch.tensor([0, 3, 7])
-    out = pg.rope_op(qkv, pos, cs, H, KVH, D)
+    out = ops.rope_op(qkv, pos, cs, H, KVH, D)
     assert out.shape == (T, H + KVH, D)
     # position 0 is the identity; rotation keeps each (x1, x2) pair's norm
     assert torch.allclose(out[0].float(), qkv[0, :(H + KVH) * D].view(H + KVH, D).float(), atol=1e-2)
@@ -200,81 +183,47 @@ def test_batch_layout_and_mixed_forward_equals_separate():
     """A mixed batch gives each sequence the same logits as running it alone on the same cache:
     checks slots, positions, KV views and sampled rows together."""
     torch.manual_seed(0)
-    rs = pg.RankShape.of("tiny", 1)
-    model = pg.Model(rs, CPU, share_layers=False)
-    comp = pg.Composition(2, 5, 7, 3, 9)
-    b = pg.Batch(comp, rs, CPU)
+    rs = shapes.RankShape.of("tiny", 1)
+    model = fw.Model(rs, CPU, share_layers=False)
+    comp = grids.Composition(2, 5, 7, 3, 9)
+    b = fw.Batch(comp, rs, CPU)
     assert b.T == 13 and b.slots.tolist()[:5] == [7, 8, 9, 10, 11]
     assert b.slots.tolist()[5:10] == [19, 20, 21, 22, 23]
     assert b.slots.tolist()[10:] == [24 + 9, 24 + 10 + 9, 24 + 20 + 9]
     assert b.sample_idx.tolist() == [4, 9, 10, 11, 12]
     k0, v0 = b.k_cache.clone(), b.v_cache.clone()
     with torch.inference_mode():
-        mixed = pg.forward(model, b).float()
+        mixed = fw.forward(model, b).float()
         # prefill sequence 1 alone
-        b1 = pg.Batch(pg.Composition(1, 5, 7, 0, 0), rs, CPU)
+        b1 = fw.Batch(grids.Composition(1, 5, 7, 0, 0), rs, CPU)
         b1.ids.copy_(b.ids[5:10])
         b1.k_cache.copy_(k0[12:24])
         b1.v_cache.copy_(v0[12:24])
-        alone = pg.forward(model, b1).float()
+        alone = fw.forward(model, b1).float()
         assert torch.allclose(mixed[1], alone[0], rtol=3e-2, atol=3e-2)
         # decode sequence 2 alone
-        b2 = pg.Batch(pg.Composition(0, 0, 0, 1, 9), rs, CPU)
+        b2 = fw.Batch(grids.Composition(0, 0, 0, 1, 9), rs, CPU)
         b2.ids.copy_(b.ids[12:13])
         b2.k_cache.copy_(k0[24 + 20:24 + 30])
         b2.v_cache.copy_(v0[24 + 20:24 + 30])
-        alone = pg.forward(model, b2).float()
+        alone = fw.forward(model, b2).float()
         assert torch.allclose(mixed[4], alone[0], rtol=3e-2, atol=3e-2)
 
 
 def test_timer_never_returns_nonpositive():
-    assert pg.Timer._summarize([0.0, -1.0, float("nan")], "x") is None
-    m = pg.Timer._summarize([1.0, 2.0, 0.0, 3.0], "x")
+    assert timing.Timer._summarize([0.0, -1.0, float("nan")], "x") is None
+    m = timing.Timer._summarize([1.0, 2.0, 0.0, 3.0], "x")
     assert m.median_ms == 2.0 and m.n == 3
-    t = pg.Timer(CPU, pg.Budget())
+    t = timing.Timer(CPU, common.Budget())
     calls = []
     m = t.measure([lambda: calls.append(1)], "noop")
     assert m is not None and m.median_ms > 0 and calls
 
 
-def test_write_rows_refuses_bad_times():
-    with tempfile.TemporaryDirectory() as d:
-        p = Path(d) / "x.csv"
-        for bad in (0.0, -0.1, float("nan"), float("inf")):
-            try:
-                pg.write_rows(p, [("qkv_proj", 1, 0, 0, 0, bad, 0.0)])
-            except ValueError:
-                continue
-            raise AssertionError(f"wrote {bad}")
-
-
-def test_budget_stops():
-    b = pg.Budget(soft=0, hard=0)
-    assert b.fast()
-    try:
-        b.check()
-    except pg.BudgetExceeded:
-        return
-    raise AssertionError("no BudgetExceeded")
-
-
-def test_validation_compositions():
-    calib = {(0, 0, 0, b, pg.CALIB_CTX) for b in pg.CALIB_BATCHES}
-    for m in pg.SHAPES:
-        comps = pg.validation_compositions(m, quick=False)
-        assert 60 <= len(comps) <= 120, (m, len(comps))
-        ml = pg.SHAPES[m]["max_model_len"]
-        for c in comps:
-            t = (c.n_prefill, c.prefill_len, c.prefill_ctx, c.n_decode, c.decode_ctx)
-            assert t not in calib
-            assert c.prefill_ctx + c.prefill_len <= ml and (c.n_decode == 0 or c.decode_ctx + 1 <= ml)
-        assert len(set(comps)) == len(comps)
-
-
 def _check_pack_csv(path: Path):
     with path.open() as fh:
         rows = list(csv.DictReader(fh))
-    assert list(rows[0].keys()) == list(pg.COLUMNS)
+    assert list(rows[0].keys()) == list(writers.COLUMNS)
     for r in rows:
         t = float(r["time_ms"])
         assert math.isfinite(t) and t > 0
@@ -318,38 +267,22 @@ def test_cli_all_quick_on_cpu():
         assert meta["tp"] == 2 and meta["rank_shape"]["num_heads"] == 2
         with (out / "validation" / "cpu" / "tiny.csv").open() as fh:
             vrows = list(csv.DictReader(fh))
-        assert list(vrows[0].keys()) == list(pg.VAL_COLUMNS)
+        assert list(vrows[0].keys()) == list(writers.VAL_COLUMNS)
         assert all(float(v["measured_ms"]) > 0 for v in vrows)
 
 
-def test_dense_grid_is_uniform_and_contains_sparse_calibration_points():
-    """The dense grid: a fixed step within each span (never picked from validation sizes), and the
-    overhead calibration batches/context are grid points (the overhead rows need their table sums)."""
-    toks, batches = pg.DENSE_TOKENS, pg.DENSE_DECODE_BATCH
-    assert len(toks) == 100 and toks[0] == 1 and toks[-1] == 16384 and toks == sorted(set(toks))
-    assert all(t in toks for t in range(16, 257, 8)) and all(t in toks for t in range(256, 1025, 32))
-    assert all(t in toks for t in range(1024, 2049, 64))
-    assert list(range(1, 17)) == batches[:16] and batches[-1] == 512 and len(batches) == 52
-    for b in pg.CALIB_BATCHES:
-        assert b in batches and b in toks
-    assert pg.CALIB_CTX in pg.DENSE_DECODE_CTX and set(pg.DECODE_CTX) <= set(pg.DENSE_DECODE_CTX)
-    # steps never exceed 1.5x above 512 in decode context
-    c = [x for x in pg.DENSE_DECODE_CTX if x >= 512]
-    assert all(b / a <= 1.5 for a, b in zip(c, c[1:]))
-
-
 def test_shared_measurements_only_between_equal_shapes():
-    rs8, rsl = pg.RankShape.of("qwen3-8b", 1), pg.RankShape.of("llama-3-8b", 1)
-    t = pg.Timer(CPU, pg.Budget())
-    s = pg.Sdpa(CPU)
-    b8 = pg.OpBench(rs8, CPU, t, s, True, kv_cap_bytes=1, rot_bytes=1)
-    bl = pg.OpBench(rsl, CPU, t, s, True, kv_cap_bytes=1, rot_bytes=1)
+    rs8, rsl = shapes.RankShape.of("qwen3-8b", 1), shapes.RankShape.of("llama-3-8b", 1)
+    t = timing.Timer(CPU, common.Budget())
+    s = ab.Sdpa(CPU)
+    b8 = opbench.OpBench(rs8, CPU, t, s, True, kv_cap_bytes=1, rot_bytes=1)
+    bl = opbench.OpBench(rsl, CPU, t, s, True, kv_cap_bytes=1, rot_bytes=1)
     for op in ("attn_decode", "attn_prefill", "qkv_proj", "o_proj", "input_norm", "kv_write"):
         assert b8.sig(op) == bl.sig(op), op
     for op in ("gate_up_proj", "down_proj", "act", "lm_head", "embed", "rope"):
         assert b8.sig(op) != bl.sig(op), op  # intermediate / vocab / rope table differ
     assert b8.sig("input_norm") == b8.sig("post_attn_norm") == b8.sig("final_norm")
-    assert pg.OpBench(pg.RankShape.of("qwen3-8b", 2), CPU, t, s, True, 1, 1).sig("attn_decode") \
+    assert opbench.OpBench(shapes.RankShape.of("qwen3-8b", 2), CPU, t, s, True, 1, 1).sig("attn_decode") \
         != b8.sig("attn_decode")
 
 
@@ -372,12 +305,12 @@ def test_ops_multi_pack_overhead_only_and_combine():
                                  "--out", str(o2)], capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
         (old).mkdir()
-        pg.write_rows(old / "tiny.csv", [("attn_prefill", 16, 0, 0, 0, 1.5, 0.1)])
-        pg.write_yaml(old / "tiny.yaml", {"date": "2000-01-01", "command": "x"})
-        pg.write_rows(old / "tiny-tp2.csv", [("attn_prefill", 16, 0, 0, 0, 0.9, 0.1),
+        writers.write_rows(old / "tiny.csv", [("attn_prefill", 16, 0, 0, 0, 1.5, 0.1)])
+        writers.write_yaml(old / "tiny.yaml", {"date": "2000-01-01", "command": "x"})
+        writers.write_rows(old / "tiny-tp2.csv", [("attn_prefill", 16, 0, 0, 0, 0.9, 0.1),
                                              ("all_reduce", 4096, 2, 0, 4096, 0.01, 0.0)])
-        pg.write_yaml(old / "tiny-tp2.yaml", {"date": "2000-01-01", "command": "x"})
-        assert pg.main(["combine", "--out", str(a), "--keep-from", str(old), "--keep-ops",
+        writers.write_yaml(old / "tiny-tp2.yaml", {"date": "2000-01-01", "command": "x"})
+        assert cli.main(["combine", "--out", str(a), "--keep-from", str(old), "--keep-ops",
                         "attn_prefill,all_reduce", "--overheads-from", str(o2)]) == 0
         rows = _check_pack_csv(a / "packs" / "cpu" / "tiny-tp2.csv")
         assert [r["time_ms"] for r in rows if r["op"] == "attn_prefill"] == ["0.9"]
@@ -390,18 +323,6 @@ def test_ops_multi_pack_overhead_only_and_combine():
             assert abs(v["median_ms"] - (med[0] + med[1]) / 2) < 1e-4
 
 
-def test_dense_prefill_grid_and_calibration_batches():
-    """Dense prefill lattice: chunk rows every 64 to 1024 (FlashAttention's query tiles are 64/128
-    rows), at most 12.5% apart above 512, up to 8192; calibration batches reach 512."""
-    ch, cx = pg.DENSE_PREFILL_CHUNKS, pg.DENSE_PREFILL_CTX
-    assert ch[0] == 16 and ch[-1] == 8192 and len(ch) == 41 and ch == sorted(set(ch))
-    assert all(t in ch for t in range(64, 1025, 64)) and all(t in ch for t in range(1024, 2049, 128))
-    big = [t for t in ch if t >= 512]
-    assert all(b / a <= 1.125 + 1e-9 for a, b in zip(big, big[1:]))
-    assert cx[0] == 0 and cx[-1] + ch[-1] <= 32768
-    assert pg.CALIB_BATCHES[-1] == 512 and 384 in pg.CALIB_BATCHES
-
-
 def test_then_chain_every_and_combine_replace():
     """`--then` runs several modes in one process; `iterations --every k` measures a stratified
     subset; `combine --replace-from` takes attn_prefill from newer packs (or a pack with the same
@@ -409,20 +330,20 @@ def test_then_chain_every_and_combine_replace():
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
         base, new, o2 = d / "base", d / "new", d / "o2"
-        assert pg.main(["ops", "--model", "tiny", "--tp", "1", "--device", "cpu", "--quick",
+        assert cli.main(["ops", "--model", "tiny", "--tp", "1", "--device", "cpu", "--quick",
                         "--out", str(base), "--then", "iterations", "--model", "tiny", "--every", "2",
                         "--backends-from", str(base / "packs" / "cpu"), "--eager-every", "1",
                         "--device", "cpu", "--quick", "--out", str(d / "n")]) == 0
-        comps = pg.validation_compositions("tiny", quick=True)
+        comps = grids.validation_compositions("tiny", quick=True)
         with (d / "n" / "validation" / "cpu" / "tiny.csv").open() as fh:
             assert len(list(csv.DictReader(fh))) == len(comps[::2])
         import yaml
         assert "every 2-th" in yaml.safe_load((d / "n" / "validation" / "cpu" / "tiny.yaml").read_text())["subset"]
         # a newer prefill measurement for another model with the same attention shape only
-        pg.write_rows(new / "other.csv", [("attn_prefill", 16, 0, 0, 0, 2.5, 0.1),
+        writers.write_rows(new / "other.csv", [("attn_prefill", 16, 0, 0, 0, 2.5, 0.1),
                                           ("attn_prefill", 1024, 0, 1500, 0, 9.0, 0.1)])
-        rs = pg.RankShape.of("tiny", 1)
-        pg.write_yaml(new / "other.yaml", {"date": "2000-01-02", "command": "y", "model": "other",
+        rs = shapes.RankShape.of("tiny", 1)
+        writers.write_yaml(new / "other.yaml", {"date": "2000-01-02", "command": "y", "model": "other",
                                            "rank_shape": rs.as_dict(),
                                            "grid": {"prefill_chunk": "2 points", "prefill_context": "x"},
                                            "timing_methods": {"attn_prefill": ["cuda-graph"]}})
@@ -433,7 +354,7 @@ def test_then_chain_every_and_combine_replace():
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
         for k in range(2):  # combining twice: the second keeps the first one's processes
-            assert pg.main(["combine", "--out", str(base), "--replace-from", str(new),
+            assert cli.main(["combine", "--out", str(base), "--replace-from", str(new),
                             "--replace-ops", "attn_prefill", "--overheads-from", str(o2)]) == 0
         rows = _check_pack_csv(packs / "tiny.csv")
         assert [r["time_ms"] for r in rows if r["op"] == "attn_prefill"] == ["2.5"]  # 1024+1500 > 2048
@@ -445,18 +366,6 @@ def test_then_chain_every_and_combine_replace():
         for key, v in pts.items():
             n = len(v["diff_ms_per_process"])
             assert n == (3 if "batch=8" in key else 1), (key, v)
-
-if __name__ == "__main__":
-    failures = 0
-    for name, fn in list(globals().items()):
-        if name.startswith("test_") and callable(fn):
-            try:
-                fn()
-                print(f"ok   {name}")
-            except Exception as exc:  # report all, then fail
-                failures += 1
-                print(f"FAIL {name}: {type(exc).__name__}: {exc}")
-    sys.exit(1 if failures else 0)
 
 
 def test_iterations_tp2_on_gloo():

@@ -1,5 +1,5 @@
 # Device call of 2026-12-05 (issue #34), after the first run: the MoE pack and its forwards again,
-# with routing uniform at random per token in both (profile_gpu.route_bias): in the first run the
+# with routing uniform at random per token in both (route_bias, calibration/profiler/ops.py): in the first run the
 # validation prefills of one prompt routed its tokens to a few experts (the attention of random
 # weights makes a prompt's hidden states nearly equal), 2x faster than the op table's uniform routing.
 # Attention rows (routing-independent) come from the first run's pack (moe_first/, measured on

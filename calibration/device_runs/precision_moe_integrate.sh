@@ -1,5 +1,5 @@
 # Here (no GPU), after precision_moe_wait.sh: turn the 2026-12-05 run's output (final.tar.gz) into
-# shipped packs, validation files and surveys. Needs a Python with torch (profile_gpu.py's combine).
+# shipped packs, validation files and surveys. Needs a Python with numpy and PyYAML (profile_gpu.py's merge and combine need no torch).
 #   bash calibration/device_runs/precision_moe_integrate.sh /path/to/final.tar.gz
 set -euo pipefail
 TAR=$1; W=$(mktemp -d); tar xzf "$TAR" -C $W; M=$W/m; H=calibration/packs/h200; V=calibration/validation/h200

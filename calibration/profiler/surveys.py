@@ -5,8 +5,8 @@ it at batch 64? what does an fp8 KV cache save at 64K context? how does a 256-ex
 with tokens per expert? what does MLA decode cost?), and servesim's derivation and roofline rules
 for such cases need measured curves to be checked against. Each survey writes one long-format CSV
 (``SURVEY_COLUMNS``) and a YAML beside it with the backends that ran and their accuracy against a
-float64 reference. Run on the GPU machine by ``profile_gpu.py survey``; the timing itself is
-profile_gpu.py's ``Timer`` (graph replay, median of repeats).
+float64 reference. Run on the GPU machine by ``profile_gpu.py survey`` (mode_misc.py); the timing itself is
+timing.py's ``Timer`` (graph replay, median of repeats).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Callable
 
 import torch
 
-from triton_decode import TritonDecode, decode_reference, triton
-from variants import FP8, WEIGHT_FORMATS, MoE, MoEShape, QLinear, rel_err
+from .triton_decode import TritonDecode, decode_reference, triton
+from .variants import FP8, WEIGHT_FORMATS, MoE, MoEShape, QLinear, rel_err
 
 SURVEY_COLUMNS = ("survey", "variant", "tokens", "batch", "context", "n", "k", "experts", "top_k",
                   "inter", "time_ms", "std_ms")
@@ -45,7 +45,7 @@ def _row(survey, variant, tokens=0, batch=0, context=0, n=0, k=0, experts=0, top
 
 
 class Survey:
-    """Runs the surveys with ``timer.measure(fns, label)`` (profile_gpu.Timer) on ``device``."""
+    """Runs the surveys with ``timer.measure(fns, label)`` (timing.Timer) on ``device``."""
 
     def __init__(self, timer, device, quick: bool = False, kv_cap_bytes: int = 32 << 30,
                  log: Callable[[str], None] = print):

@@ -103,7 +103,7 @@ if triton is not None:
 
 
 class TritonDecode:
-    """Split-KV decode attention over a sequence-major cache (the layout of profile_gpu.py's
+    """Split-KV decode attention over a sequence-major cache (the layout of ops.py's
     ``attn_decode_op``): q [B, H, D+DPE], k [B*L, KVH, D+DPE], v [B*L, KVH, DV] (v may be a view of
     k: MLA), equal context L per sequence. ``k_scale``/``v_scale`` dequantize fp8 caches."""
 

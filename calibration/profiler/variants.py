@@ -1,6 +1,6 @@
-"""Ops beyond the bf16 dense decoder, for profile_gpu.py: quantized linears and MoE layers.
+"""Ops beyond the bf16 dense decoder, for the profiler: quantized linears and MoE layers.
 
-Why a module of its own: the bf16 ops of profile_gpu.py are one torch call each; these are small
+Why a module of its own: the bf16 ops of ops.py are one torch call each; these are small
 recipes (activation quantization + a scaled GEMM, routing + grouped GEMMs, a Triton attention
 kernel) with more than one possible backend, and each records which backend ran so that a pack
 names the kernel its numbers came from. Everything here runs on the GPU machine with only PyTorch
@@ -28,7 +28,7 @@ What each recipe stands for (engines' sources read for the shape of the work, no
   GEMM on sm90, as torchtitan uses; a per-expert loop where it is absent); ``moe_combine`` = the
   routing-weighted sum back into token order (index_add). Random router weights route nearly
   uniformly, which is what the pack says it measured.
-* Decode attention over fp8 KV and MLA decode: calibration/triton_decode.py.
+* Decode attention over fp8 KV and MLA decode: triton_decode.py.
 """
 
 from __future__ import annotations

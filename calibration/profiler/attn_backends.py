@@ -28,7 +28,7 @@ How (per attention shape, i.e. per (q heads, kv heads, head dim) of a TP rank):
    Whole-iteration validation forwards and the overhead calibration forwards switch backends per
    call with it (:class:`BackendSwitch`), so what they run is what the tables timed.
 
-Standalone (only PyTorch), like profile_gpu.py: the GPU machines have no servesim.
+Standalone (only PyTorch), like the whole profiler package: the GPU machines have no servesim.
 """
 
 from __future__ import annotations
