@@ -44,7 +44,8 @@ attention"):
   the latent width over the survey's 576; below the survey's shortest context (1,024) it is
   extended linearly with the 1K-4K slope. Prefill attention is multi-head attention over
   ``qk = nope + rope`` and ``v`` head dims: the bf16 pack's prefill above its launch floor scaled
-  by ``heads (qk + v) / (heads_src 2 head_dim_src)``. The MLA survey ran a Triton kernel
+  by ``heads (qk + v) / (heads_src 2 head_dim_src)``. MLA's two small RMSNorms (on the q and kv
+  latents) are not timed. The MLA survey ran a Triton kernel
   (FlashMLA, which engines use on Hopper, is faster at 128 heads): an upper bound there.
 
 Every derived pack says ``source: derived`` and names its sources in ``origin``
