@@ -32,6 +32,10 @@ def test_every_row_is_a_valid_scenario(row):
     assert sc.hardware.gpu == row["setup"]["gpu"] and sc.model_shape.name == row["setup"]["model"]
     assert sc.engine.max_num_seqs == row["setup"]["batch"]
     assert sc.workload.arrival.clients == row["setup"]["batch"]
+    rounds = int(DATA["sources"][row["source"]].get("rounds", 1))
+    assert sc.stop.requests == row["setup"].get("requests", row["setup"]["batch"] * rounds)
+    for key, value in (row.get("set") or {}).items():  # the row's own settings reach the engine
+        assert getattr(sc.engine, key.split(".", 1)[1]) == value, (row["id"], key)
 
 
 def test_a_cheap_subset_replays_into_a_consistent_table(tmp_path):

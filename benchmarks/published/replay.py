@@ -70,11 +70,14 @@ def scenario_of(row: dict, source: dict):
 
     s = row["setup"]
     rounds = int(source.get("rounds", 1))
+    # a row may give its own request count (a benchmark that sends a fixed number of requests
+    # through an engine that holds at most `batch` of them) instead of batch x rounds
+    n_requests = int(s.get("requests", s["batch"] * rounds))
     preset = REPO / "scenarios" / "engines" / f"{source['engine']}.yaml"
     over = [
         f"name=published-{row['id']}", "seed=1", f"hardware.gpu={s['gpu']}", f"model={s['model']}",
         "hardware.gpus_per_replica=1", "step_time={model: auto}",
-        f"stop={{requests: {s['batch'] * rounds}, warmup_requests: 0}}",
+        f"stop={{requests: {n_requests}, warmup_requests: 0}}",
         f"workload={{arrival: {{process: closed, clients: {s['batch']}, think_s: 0}}, "
         f"prompt: {{dist: fixed, value: {s['prompt']}}}, output: {{dist: fixed, value: {s['output']}}}}}",
         f"engine.max_num_seqs={s['batch']}",
@@ -82,6 +85,8 @@ def scenario_of(row: dict, source: dict):
     # the source's own settings, as its methodology states them (e.g. a benchmark config's KV
     # block count), given like --set so the preset's rules leave them alone
     over += [f"{k}={v}" for k, v in (source.get("set") or {}).items()]
+    # and the row's own (e.g. an engine limit its benchmark tool derived from the row's lengths)
+    over += [f"{k}={v}" for k, v in (row.get("set") or {}).items()]
     sc = servesim.load_scenario(str(preset), over)
     extra = {}  # offline benchmarks (no HTTP server): no request-path time, where the engine models one
     for field in ("api_request_s", "api_token_s"):
