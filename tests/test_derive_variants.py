@@ -197,3 +197,24 @@ def test_expert_parallelism_is_not_priced_by_a_pack(tmp_path, monkeypatch):
     assert c.model == "roofline" and c.reason.startswith("expert parallelism over 2 GPUs")
     with pytest.raises(PackError, match="expert parallelism"):
         build_step_model(ep.override({"step_time": {"model": "pack"}}))
+
+
+@pytest.mark.parametrize("model_name,gpu,tp,pack", [
+    ("llama-3.1-8b", "h200", 1, "pack h200/llama-3.1-8b-fp8 (derived from h200/llama-3.1-8b"),
+    ("llama-3.1-8b", "h100-80g", 1, "pack transferred from h200/llama-3.1-8b-fp8 (derived from"),
+    ("llama-3.1-70b", "h100-80g", 2, "pack transferred from h200/llama-3.1-70b-fp8-tp2 (derived from")])
+def test_fp8_llama_runs_end_to_end_on_the_shipped_derived_packs(model_name, gpu, tp, pack):
+    """The issue's FP8 runs (llama-3.1-8b on h100-80g and h200, 70B on 2x H100) on the shipped
+    derived FP8 packs (transferred within the Hopper class), named so in summary.json."""
+    import servesim
+    from servesim.simulate import simulate
+
+    sc = servesim.scenario_from_dict({
+        "model": {"name": model_name, "quantization": "fp8"}, "hardware": {"gpu": gpu},
+        "engine": {"tensor_parallel_size": tp, "max_model_len": 8192},
+        "workload": {"arrival": {"process": "poisson", "rate": 20.0}, "prompt": {"dist": "fixed", "value": 512},
+                     "output": {"dist": "fixed", "value": 64}},
+        "stop": {"requests": 100}}, "t")
+    r = simulate(sc)
+    assert r.summary["requests"]["completed"] == 100
+    assert r.summary["step_model"]["label"].startswith(pack), r.summary["step_model"]["label"]

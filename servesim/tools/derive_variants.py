@@ -573,5 +573,11 @@ def write_derived(gpu: str, out: Path, models: list[str], tps: list[int], quanti
                              "servesim/tools/derive_variants.py; held-out errors: calibration/VALIDATION.md).")
             path = Path(out) / gpu / f"{pack_stem(shape, tp)}.csv"
             write_pack(rows, meta, path)
+            # the efficiency summary every pack YAML records (servesim calibrate efficiency --write)
+            from servesim.perf.efficiency import pack_efficiency
+            from servesim.perf.pack import read_pack
+
+            meta["efficiency"] = pack_efficiency(read_pack(path))
+            write_pack(rows, meta, path)
             written.append(path)
     return written
