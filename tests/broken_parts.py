@@ -99,18 +99,21 @@ def grant_without_blocks(kv, computed, rid, n):
 def broken_demote_loses():
     """kv/ptiers.py's ``tier_demote`` that drops every other block sent down without storing or
     counting it (the block counts as sent)."""
+    import numpy as np
+
     from servesim.jit import pure
     from servesim.kv.ptiers import tier_demote
 
     inner = pure(tier_demote)
     calls = [0]
 
-    def demote(kv, h):
-        calls[0] += 1
-        if calls[0] % 2 == 0:
-            kv.ps[0].demoted += 1
-            return
-        inner(kv, h)
+    def demote(kv, hs, n):
+        for h in hs[:n]:
+            calls[0] += 1
+            if calls[0] % 2 == 0:
+                kv.ps[0].demoted += 1
+                continue
+            inner(kv, np.array([h]), 1)
 
     return demote
 
@@ -119,18 +122,17 @@ def broken_demote_never_evicts():
     """A ``tier_demote`` whose first tier stores every block and never evicts (no capacity check)."""
     from servesim.kv.ptiers import INSERTED, REFRESHED
 
-    def demote(kv, h):
-        kv.ps[0].demoted += 1
-        if kv.t_in[0, h]:
-            kv.t_stat[0, REFRESHED] += 1
-            return
-        kv.t_in[0, h] = True
-        kv.t_size[0] += 1
-        kv.t_stat[0, INSERTED] += 1
+    def demote(kv, hs, n):
+        for h in hs[:n]:
+            kv.ps[0].demoted += 1
+            if kv.t_in[0, h]:
+                kv.t_stat[0, REFRESHED] += 1
+                continue
+            kv.t_in[0, h] = True
+            kv.t_size[0] += 1
+            kv.t_stat[0, INSERTED] += 1
 
     return demote
-
-    return receive
 
 
 # ------------------------------------------------------------------------- batch_limits

@@ -152,7 +152,8 @@ def test_prefix_caching_runs_compiled():
 
 
 def test_hash_ids_are_deterministic_and_dense():
-    """Chain hashes are interned by value (np.unique), not by Python's hash(): the same chains
+    """Chain hashes are interned by value (np.unique, ids in order of first appearance), not by
+    Python's hash(): the same chains
     give the same ids in any process, and ids index the cache map densely."""
     from servesim.kv.pstate import make_prefix_kv
     from types import SimpleNamespace
@@ -162,8 +163,8 @@ def test_hash_ids_are_deterministic_and_dense():
                             num_output=np.zeros(n, np.int32), klass=np.zeros(n, np.int8))
     hs = np.array([2**62, -5, 7, 2**62, -5, 11], dtype=np.int64)
     kv = make_prefix_kv(8, 2, table, np.array([0, 2, 4, 6]), hs)
-    assert kv.uniq.tolist() == [-5, 7, 11, 2**62]
-    assert kv.chain.tolist() == [3, 0, 1, 3, 0, 2]
+    assert kv.uniq.tolist() == [2**62, -5, 7, 11]  # numbered in order of first appearance
+    assert kv.chain.tolist() == [0, 1, 2, 0, 1, 3]
     assert len(kv.cache_blk) == 4 and (kv.cache_blk == -1).all()
     assert int(kv.s[0].free) == 8 and kv.qsize.tolist() == [8, 0]
 

@@ -144,32 +144,33 @@ def kv_allocate_decodes(kv, computed, ids, nb):
     if kv.prefix:
         return px_grow(kv, computed, ids, nb, 1, False)
     bs = kv.block_size
+    held = kv.held
     if kv.kind == STATIC:
         for i in range(nb):
             r = ids[i]
-            if int(computed[r]) + 1 > int(kv.held[r]) * bs:
+            if int(computed[r]) + 1 > int(held[r]) * bs:
                 return False
         return True
     if kv.kind == PAGED:
         total = 0
         for i in range(nb):
             r = ids[i]
-            total += -(-(int(computed[r]) + 1) // bs) - int(kv.held[r])
+            total += -(-(int(computed[r]) + 1) // bs) - int(held[r])
         if total > kv.s[0].free:
             return False
         if total != 0:
             for i in range(nb):
                 r = ids[i]
                 want = -(-(int(computed[r]) + 1) // bs)
-                if want > kv.held[r]:
-                    kv.held[r] = want
+                if want > held[r]:
+                    held[r] = want
             kv.s[0].free -= total
         return True
     top = 0
     total = 0
     for i in range(nb):
         r = ids[i]
-        need = _elastic_hold_pos(kv, int(computed[r]) + 1) - int(kv.held[r])
+        need = _elastic_hold_pos(kv, int(computed[r]) + 1) - int(held[r])
         if i == 0 or need > top:
             top = need
         if need > 0:
@@ -180,9 +181,9 @@ def kv_allocate_decodes(kv, computed, ids, nb):
         return False
     for i in range(nb):
         r = ids[i]
-        need = _elastic_hold_pos(kv, int(computed[r]) + 1) - int(kv.held[r])
+        need = _elastic_hold_pos(kv, int(computed[r]) + 1) - int(held[r])
         if need > 0:
-            kv.held[r] += need
+            held[r] += need
     kv.s[0].free -= total
     return True
 
@@ -277,22 +278,23 @@ def kv_commit_decodes(kv, computed, ids, nb):
     if kv.prefix:
         px_grow(kv, computed, ids, nb, 0, True)
         return
+    held = kv.held
     if kv.kind == PAGED:
         bs = kv.block_size
         extra = 0
         for i in range(nb):
             r = ids[i]
             want = -(-int(computed[r]) // bs)
-            extra += want - int(kv.held[r])
-            kv.held[r] = want
+            extra += want - int(held[r])
+            held[r] = want
         kv.s[0].free -= extra
         return
     extra = 0
     for i in range(nb):
         r = ids[i]
-        need = _elastic_hold_pos(kv, int(computed[r])) - int(kv.held[r])
+        need = _elastic_hold_pos(kv, int(computed[r])) - int(held[r])
         if need > 0:
-            kv.held[r] += need
+            held[r] += need
             extra += need
     kv.s[0].free -= extra
 

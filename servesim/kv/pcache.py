@@ -58,7 +58,7 @@ import numpy as np
 
 from servesim.jit import bisect_right, kernel
 from servesim.kv.dlist import dl_append
-from servesim.kv.pqueue import PLAN_STEPS, PRIORITY, hm_remove, observe, plan_queue, q_unlink, release, take, take_plan
+from servesim.kv.pqueue import PLAN_STEPS, PRIORITY, _unlink, hm_remove, observe, plan_queue, release, take, take_plan
 from servesim.kv.ptiers import tier_of, tiers_check, tiers_fetch
 from servesim.kv.runs import run_demand_into, slots_per_step
 
@@ -147,29 +147,37 @@ def _register(kv, rid, upto):
     if upto <= a:
         return
     kv.reg[rid] = upto
+    onext, chain, cache_blk, bhash, bclass = kv.onext, kv.chain, kv.cache_blk, kv.bhash, kv.bclass
+    g = kv.klass[rid]
+    hot_missing = kv.ps[0].hm_size > 0  # (only hm_remove changes it here, never from 0)
     b = kv.oends[0, rid]
     for _ in range(a - kv.nhit[rid]):
-        b = kv.onext[b]
+        b = onext[b]
     for j in range(a, upto):
-        h = kv.chain[o + j]
-        if kv.cache_blk[h] < 0 and kv.bhash[b] < 0:
-            kv.cache_blk[h] = b
-            kv.bhash[b] = h
-            kv.bclass[b] = kv.klass[rid]
-            if kv.ps[0].hm_size:
+        h = chain[o + j]
+        if cache_blk[h] < 0 and bhash[b] < 0:
+            cache_blk[h] = b
+            bhash[b] = h
+            bclass[b] = g
+            if hot_missing:
                 hm_remove(kv, h)
-        b = kv.onext[b]
+        b = onext[b]
 
 
 @kernel(inline=True)
 def _touch(kv, rid, m):
     """Take a reference on ``rid``'s ``m`` pending hit blocks (a ref-0 block leaves its queue)."""
     a = kv.off[rid]
+    pend_blk, ref = kv.pend_blk, kv.ref
+    qnext, qprev, qends, qid, qsize = kv.qnext, kv.qprev, kv.qends, kv.qid, kv.qsize
+    idle = 0
     for j in range(m):
-        b = kv.pend_blk[a + j]
-        if kv.ref[b] == 0:
-            q_unlink(kv, b)
-        kv.ref[b] += 1
+        b = pend_blk[a + j]
+        if ref[b] == 0:
+            _unlink(qnext, qprev, qends, qid, qsize, b)
+            idle += 1
+        ref[b] += 1
+    kv.s[0].free -= idle
 
 
 @kernel(inline=True)
@@ -214,16 +222,18 @@ def px_lookup(kv, computed, rid, now):
         ps.watch_t = now
         ps.watch_gen += 1
         ps.watch_any = 0
+    chain, watch, cache_blk, pend_blk, ref = kv.chain, kv.watch, kv.cache_blk, kv.pend_blk, kv.ref
+    gen = ps.watch_gen
     for j in range(a, a + n):
-        kv.watch[kv.chain[j]] = ps.watch_gen
+        watch[chain[j]] = gen
     if n:
         ps.watch_any = 1
     if kv.hot_min > 0 and not kv.seen[rid]:
         kv.seen[rid] = True
         observe(kv, rid, n, now)
     m = 0
-    while m < n and kv.cache_blk[kv.chain[a + m]] >= 0:
-        kv.pend_blk[a + m] = kv.cache_blk[kv.chain[a + m]]
+    while m < n and cache_blk[chain[a + m]] >= 0:
+        pend_blk[a + m] = cache_blk[chain[a + m]]
         m += 1
     bs = kv.block_size
     if kv.t_cap.shape[0] and m < n:
@@ -235,16 +245,17 @@ def px_lookup(kv, computed, rid, now):
         total = -(-known // bs)
         need = total - m
         for j in range(m):
-            if kv.ref[kv.pend_blk[a + j]] == 0:
+            if ref[pend_blk[a + j]] == 0:
                 need += 1
         if need <= kv.s[0].free:
             where = np.empty(n - m, dtype=np.int64)
             w = 0
+            t_in = kv.t_in
             for j in range(a + m, a + n):
-                h = kv.chain[j]
-                if kv.cache_blk[h] >= 0:
+                h = chain[j]
+                if cache_blk[h] >= 0:
                     break
-                t = tier_of(kv, h)
+                t = tier_of(t_in, h)
                 if t < 0:
                     break
                 where[w] = t
@@ -256,10 +267,11 @@ def px_lookup(kv, computed, rid, now):
     if m == 0:
         return np.int64(0), 0.0
     kv.pend[rid] = m
-    r = kv.ready[kv.pend_blk[a]]
+    ready = kv.ready
+    r = ready[pend_blk[a]]
     for j in range(1, m):
-        if kv.ready[kv.pend_blk[a + j]] > r:
-            r = kv.ready[kv.pend_blk[a + j]]
+        if ready[pend_blk[a + j]] > r:
+            r = ready[pend_blk[a + j]]
     return np.int64(m * bs), r
 
 
@@ -278,12 +290,13 @@ def _fetch(kv, computed, rid, m, where, w, now, total):
     take(kv, total - m, True, new)
     _new_row(kv, rid, m, new, total - m)
     _register(kv, rid, m + w)
+    ready, pend_blk = kv.ready, kv.pend_blk
     for j in range(w):
-        kv.ready[new[j]] = ready_at
+        ready[new[j]] = ready_at
     r1 = 0.0
     for j in range(m):
-        if kv.ready[kv.pend_blk[a + j]] > r1:
-            r1 = kv.ready[kv.pend_blk[a + j]]
+        if ready[pend_blk[a + j]] > r1:
+            r1 = ready[pend_blk[a + j]]
     if r1 > ready_at:
         ready_at = r1
     kv.load_ready[rid] = ready_at
@@ -303,11 +316,12 @@ def px_grow(kv, computed, ids, nb, plus, keyed):
     stepwise allocation takes them: block ``slot`` of a request now at ``c`` tokens was first
     needed ``slot * bs - c`` steps from now, ties in batch order."""
     bs = kv.block_size
+    held = kv.held
     total = 0
     grown = 0
     for i in range(nb):
         r = ids[i]
-        need = -(-(np.int64(computed[r]) + plus) // bs) - kv.held[r]
+        need = -(-(np.int64(computed[r]) + plus) // bs) - held[r]
         if need > 0:
             total += need
             grown += 1
@@ -322,12 +336,12 @@ def px_grow(kv, computed, ids, nb, plus, keyed):
         t = 0
         for i in range(nb):
             r = ids[i]
-            need = -(-(np.int64(computed[r]) + plus) // bs) - kv.held[r]
+            need = -(-(np.int64(computed[r]) + plus) // bs) - held[r]
             for _ in range(need):
                 _own_append(onext, oprev, oends, ref, r, blocks[t])
                 t += 1
             if need > 0:
-                kv.held[r] += need
+                held[r] += need
         return True
     key = np.empty(total, dtype=np.int64)
     who = np.empty(total, dtype=np.int64)
@@ -335,10 +349,10 @@ def px_grow(kv, computed, ids, nb, plus, keyed):
     gi = 0
     for i in range(nb):
         r = ids[i]
-        need = -(-(np.int64(computed[r]) + plus) // bs) - kv.held[r]
+        need = -(-(np.int64(computed[r]) + plus) // bs) - held[r]
         if need <= 0:
             continue
-        for slot in range(kv.held[r], kv.held[r] + need):
+        for slot in range(held[r], held[r] + need):
             key[t] = (slot * bs - np.int64(computed[r])) * grown + gi
             who[t] = r
             t += 1
@@ -347,7 +361,7 @@ def px_grow(kv, computed, ids, nb, plus, keyed):
     for t in range(total):
         _own_append(onext, oprev, oends, ref, who[order[t]], blocks[t])
     for t in range(total):
-        kv.held[who[t]] += 1
+        held[who[t]] += 1
     return True
 
 
@@ -371,9 +385,10 @@ def px_allocate(kv, computed, rid, n):
     if m < 0:
         m = 0
     else:
+        pend_blk, bhash, chain = kv.pend_blk, kv.bhash, kv.chain
         for j in range(m):
-            b = kv.pend_blk[a + j]
-            if kv.bhash[b] != kv.chain[a + j]:  # evicted since the lookup
+            b = pend_blk[a + j]
+            if bhash[b] != chain[a + j]:  # evicted since the lookup
                 m = j
                 c = m * bs
                 computed[rid] = c
@@ -381,8 +396,9 @@ def px_allocate(kv, computed, rid, n):
                 break
     need = -(-(c + n) // bs) - m
     idle = 0
+    pend_blk, ref = kv.pend_blk, kv.ref
     for j in range(m):
-        if kv.ref[kv.pend_blk[a + j]] == 0:
+        if ref[pend_blk[a + j]] == 0:
             idle += 1
     if need + idle > kv.s[0].free:
         if m:
@@ -410,14 +426,15 @@ def px_free(kv, computed, rid):
     g = kv.klass[rid]
     b = kv.oends[1, rid]
     j = kv.nhit[rid] - 1
-    ref, bclass, oprev = kv.ref, kv.bclass, kv.oprev
+    ref, bclass, oprev, cache_blk, chain = kv.ref, kv.bclass, kv.oprev, kv.cache_blk, kv.chain
+    o = kv.off[rid]
     priority = kv.evict == PRIORITY
     while True:
         if b >= 0:
             blk = b
             b = oprev[b]
         elif j >= 0:
-            blk = _hit_block(kv, rid, j)
+            blk = cache_blk[chain[o + j]]  # a hit block (_hit_block)
             j -= 1
         else:
             break
@@ -465,17 +482,18 @@ def px_stable_steps(kv, computed, ids, nb, k):
     plan = np.empty(PLAN_STEPS, dtype=np.int64)
     steps = take_plan(kv, total, True, plan)
     gen = kv.ps[0].watch_gen
+    qends, qnext, bhash, watch = kv.qends, kv.qnext, kv.bhash, kv.watch
     p = 0
     for step in range(steps):
-        b = kv.qends[0, plan_queue(kv, step)]
+        b = qends[0, plan_queue(kv, step)]
         for _ in range(plan[step]):
             if b < 0:
                 break
-            h = kv.bhash[b]
-            if h >= 0 and kv.watch[h] == gen:
+            h = bhash[b]
+            if h >= 0 and watch[h] == gen:
                 # position p of the take order is taken at step 2 + (first i: demand[i] > p)
                 return bisect_right(demand, p) + 1
-            b = kv.qnext[b]
+            b = qnext[b]
             p += 1
     return k
 

@@ -23,7 +23,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from servesim.jit import struct_ref
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+from servesim.jit import kernel, struct_ref
 
 
 PAGED, ELASTIC, STATIC = 0, 1, 2
@@ -228,13 +231,48 @@ def make_kv(kind, num_blocks: int, block_size: int, n_requests: int, *, base_blo
 # arrays at every kernel call that takes it, and in an iteration of chunked prefill those calls
 # (one per request admitted, chunked or finished) were most of the time. Same field names, same
 # kernels; the uncompiled path keeps the NamedTuple.
-KVStateType, KVStateRef, make_kv_ref = struct_ref("KVStateType", "KVStateRef", list(KVState._fields), "make_kv_ref",
+#
+# The arrays in the StructRef are *unowned* views (no meminfo: numba's reference count updates on
+# them are a test of a null pointer), and the pool itself rides along in ``keep``, which owns
+# them for as long as the StructRef lives. Every ``kv.field`` read in a compiled kernel, and
+# every array a kernel hands to an inlined helper, would otherwise be an atomic increment and
+# decrement: in the Mooncake example (prefix caching, ~750 blocks a request) those were a third
+# of the run (benchmarks/RESULTS.md, issue 31).
+_REF_FIELDS = list(KVState._fields) + ["keep"]
+KVStateType, KVStateRef, _new_kv_ref = struct_ref("KVStateType", "KVStateRef", _REF_FIELDS, "_new_kv_ref",
                                                  __name__, __file__)
 
 
+@intrinsic
+def _unowned(typingctx, x):
+    """``x``; an array without its meminfo and parent (a view its owner must outlive)."""
+    if not isinstance(x, types.Array):
+        return x(x), lambda context, builder, sig, args: args[0]
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, value=args[0])
+        ary.meminfo = cgutils.get_null_value(ary.meminfo.type)
+        ary.parent = cgutils.get_null_value(ary.parent.type)
+        return ary._getvalue()
+
+    return x(x), codegen
+
+
+def _borrowing_constructor():
+    """``make_kv_ref(kv)``: the StructRef of pool ``kv``, its arrays unowned, ``kv`` kept. Compiled
+    from source naming each field (as jit.struct_constructor), attributed to this module."""
+    args = ", ".join(f"_unowned(kv.{f})" for f in KVState._fields)
+    ns: dict = {"_new_kv_ref": _new_kv_ref, "_unowned": _unowned, "__name__": __name__}
+    exec(compile(f"def make_kv_ref(kv):\n    return _new_kv_ref({args}, kv)\n", __file__, "exec"), ns)
+    return kernel(ns["make_kv_ref"])
+
+
+make_kv_ref = _borrowing_constructor()
+
+
 def compiled_kv(kv: KVState):
-    """The pool as compiled kernels take it (sharing ``kv``'s arrays)."""
-    return make_kv_ref(*kv)
+    """The pool as compiled kernels take it (sharing ``kv``'s arrays, and keeping ``kv``)."""
+    return make_kv_ref(kv)
 
 
 def copy_kv(kv: KVState) -> KVState:

@@ -57,13 +57,19 @@ def hot_queue(kv):
 
 
 @kernel(inline=True)
+def _queue(evict, bhash, bclass, b, hot, hq):
+    """The queue a freed block ``b`` joins (the pool's fields as arguments: loops read them once)."""
+    if hot:
+        return hq
+    if evict == LRU or bhash[b] < 0:
+        return MAIN
+    return 1 + bclass[b]
+
+
+@kernel(inline=True)
 def queue_of(kv, b, hot):
     """The queue a freed block ``b`` joins."""
-    if hot:
-        return hot_queue(kv)
-    if kv.evict == LRU or kv.bhash[b] < 0:
-        return MAIN
-    return 1 + kv.bclass[b]
+    return _queue(kv.evict, kv.bhash, kv.bclass, b, hot, hot_queue(kv))
 
 
 @kernel(inline=True)
@@ -156,31 +162,45 @@ def take(kv, n, allow_hot, out):
             out[got] = b
             got += 1
     kv.s[0].free -= got
-    bhash = kv.bhash
-    for i in range(got):
-        if bhash[out[i]] >= 0:
-            evict_block(kv, out[i])
+    evict_blocks(kv, out, got)
     return got
 
 
 @kernel
-def evict_block(kv, b):
-    """Block ``b`` (just taken) forgets its prefix: out of the cache map, into the lower tiers,
-    onto the list of hot hashes missing from L1 if it is hot."""
-    h = kv.bhash[b]
-    kv.cache_blk[h] = -1
-    kv.bhash[b] = -1
-    kv.bclass[b] = NC - 1
-    kv.ready[b] = 0.0
-    kv.ps[0].evictions += 1
-    n = kv.ps[0].evlog_n
-    if n < kv.evlog.shape[0]:
-        kv.evlog[n] = kv.uniq[h]
-        kv.ps[0].evlog_n = n + 1
-    if kv.hot_min > 0 and kv.counts[h] >= kv.hot_min:
-        hm_add(kv, h)
+def evict_blocks(kv, out, got):
+    """The cached blocks among ``out[:got]`` (just taken, in that order) forget their prefixes:
+    out of the cache map, into the lower tiers, onto the list of hot hashes missing from L1 if
+    hot. Each of those three structures sees the blocks in the order taken, so doing each for
+    the whole batch in turn is evicting the blocks one at a time; the pool's arrays are read once
+    (reading them per block was most of the Mooncake example's time, in reference counts)."""
+    bhash, cache_blk, bclass, ready, evlog, uniq = kv.bhash, kv.cache_blk, kv.bclass, kv.ready, kv.evlog, kv.uniq
+    hs = np.empty(got, dtype=np.int64)
+    m = 0
+    for i in range(got):
+        b = out[i]
+        h = bhash[b]
+        if h < 0:
+            continue
+        cache_blk[h] = -1
+        bhash[b] = -1
+        bclass[b] = NC - 1
+        ready[b] = 0.0
+        hs[m] = h
+        m += 1
+    if m == 0:
+        return
+    ps = kv.ps[0]
+    ps.evictions += m
+    n = ps.evlog_n
+    for i in range(min(m, evlog.shape[0] - n)):
+        evlog[n + i] = uniq[hs[i]]
+    ps.evlog_n = min(n + m, evlog.shape[0])
+    if kv.hot_min > 0:
+        for i in range(m):
+            if is_hot(kv, hs[i]):
+                hm_add(kv, hs[i])
     if kv.t_cap.shape[0]:
-        tier_demote(kv, h)
+        tier_demote(kv, hs, m)
 
 
 # ------------------------------------------------------------------ hot hashes missing from L1
@@ -205,8 +225,13 @@ def hm_remove(kv, h):
 
 # ------------------------------------------------------------------------------ preload
 @kernel(inline=True)
+def _hot(hot_min, counts, h):
+    return hot_min > 0 and counts[h] >= hot_min
+
+
+@kernel(inline=True)
 def is_hot(kv, h):
-    return kv.hot_min > 0 and kv.counts[h] >= kv.hot_min
+    return _hot(kv.hot_min, kv.counts, h)
 
 
 @kernel
@@ -214,14 +239,15 @@ def release(kv, rel, nrel):
     """Freed blocks ``rel[:nrel]`` (ref count 0, in release order) join their queues: hashed hot
     ones the hot queue while it has room (``hot_max``), the rest by the policy."""
     qnext, qprev, qends, qid, qsize, bhash = kv.qnext, kv.qprev, kv.qends, kv.qid, kv.qsize, kv.bhash
+    bclass, counts = kv.bclass, kv.counts
     room = kv.hot_max - qsize[hot_queue(kv)] if kv.hot_min > 0 else 0
     for i in range(nrel):
         b = rel[i]
         hot = False
-        if room > 0 and bhash[b] >= 0 and is_hot(kv, bhash[b]):
+        if room > 0 and bhash[b] >= 0 and _hot(kv.hot_min, counts, bhash[b]):
             hot = True
             room -= 1
-        _push(qnext, qprev, qends, qid, qsize, b, queue_of(kv, b, hot))
+        _push(qnext, qprev, qends, qid, qsize, b, _queue(kv.evict, bhash, bclass, b, hot, hot_queue(kv)))
     kv.s[0].free += nrel
 
 
@@ -299,7 +325,7 @@ def preload(kv, now):
     h = kv.hm_ends[0, 0]
     while h >= 0 and m < room:
         nx = kv.hm_next[h]
-        w = tier_of(kv, h)
+        w = tier_of(kv.t_in, h)
         if w >= 0:
             hs[m] = h
             where[m] = w
