@@ -436,7 +436,7 @@ def run_built(b: Built, seed: int | None = None) -> Result:
     sim_time = fleet.now
     b.table.end_s = sim_time
     for e in engines:
-        close_open_waits(e.rep.st, sim_time)  # requests still waiting: blocked seconds up to the end
+        close_open_waits(e.st, sim_time)  # requests still waiting: blocked seconds up to the end
     if not sim_time <= MAX_SECONDS:  # (a closed loop's arrivals are decided during the run)
         raise ScenarioError(f"the run reached simulated time {sim_time:.4g} s; {TIME_BOUND_WHY} (shorten the run: "
                             f"stop.requests, stop.duration_s, think times)")
@@ -471,7 +471,7 @@ def run_built(b: Built, seed: int | None = None) -> Result:
         if faults is not None:
             summary["faults"] = faults
     summary["model"] = sc.model_shape.summary(sc.tp, sc.pp)  # params, active params, kv_bytes_per_token
-    summary["extrapolation"] = extrapolation_report([e.rep.tab for e in engines])  # share beyond the pack's grid
+    summary["extrapolation"] = extrapolation_report([e.tab for e in engines])  # share beyond the pack's grid
     resolved_text, summary["resolved_scenario"] = resolved_info(sc, seed)
     return Result(sc, summary, b.table, rec, memory, b.model.describe(), b.workload.notes,
                   request_labels(b.table, specs), resolved_text,

@@ -45,7 +45,7 @@ def _engine(policy: str, kv: str) -> dict:
 def test_requests_that_can_never_fit_are_rejected_at_the_boundary(policy, kv):
     sc = scenario_from_dict(merge(BASE, {"engine": _engine(policy, kv), "stop": {"requests": 8}}))
     probe = build(sc)  # the engine's bound: the most token slots one request can ever hold
-    slots = probe.replica.engines[0].rep.cfg.max_slots
+    slots = probe.replica.engines[0].cfg.max_slots
 
     def req(t, total):  # a request needing ``total - 1`` slots (its last token is never stored)
         prompt = max(1, total // 2)

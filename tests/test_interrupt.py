@@ -58,7 +58,7 @@ def ctrl_c_at(*iterations):
 
 def assert_consistent(b):
     """The replica's state after an interrupt: counts, places, KV blocks agree."""
-    st = b.replica.engines[0].rep.st
+    st = b.replica.engines[0].st
     s = st.s
     status = st.status
     assert int(s.arrived) == int(np.isin(status, [WAITING, RUNNING, FINISHED, REJECTED]).sum())
@@ -222,7 +222,7 @@ def test_a_fleet_stops_at_a_consistent_boundary(router):
     assert r["arrived"] == r["completed"] + r["rejected"] + r["in_flight"]
     engines = [(i, b.replica.engines[e]) for i, info in enumerate(b.fleet.replicas) for e in info.engines]
     for i, eng in engines:  # every engine's KV blocks balance, held by running requests only
-        kv, status = eng.rep.kv, eng.rep.st.status
+        kv, status = eng.kstate, eng.st.status
         mine = b.replica.replica_of == i
         assert int(kv.held.sum()) + int(kv.s[0].free) == kv.num_blocks
         assert (kv.held[mine & (status != RUNNING)] == 0).all()

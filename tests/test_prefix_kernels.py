@@ -148,7 +148,7 @@ def test_prefix_caching_runs_compiled():
                        "kv_tiers": [{"kind": "cpu", "capacity_gib": 1}]})
     b = build(scenario_from_dict(raw))
     assert b.replica.path == "compiled", b.replica.why
-    assert b.kv.prefix_caching and b.replica.engines[0].rep.kv.prefix == 1
+    assert b.kv.prefix_caching and b.replica.engines[0].kstate.prefix == 1
 
 
 def test_hash_ids_are_deterministic_and_dense():

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from servesim.engine.driver import Replica
+from servesim.engine.driver import Engine
 from servesim.hardware import GPUS
 from servesim.jit import pure
 from servesim.kv.kernels import KVState, kv_max_slots
@@ -68,8 +68,10 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", 
                   kv_bytes_per_token: int = 0, force_python: str | None = None, spec=None,
                   user_parts: dict | None = None, buffers: tuple[int, int] | None = None,
                   stop_when_drained: bool = True, routed: bool = False, report_ended: bool = False,
-                  shared=None, scalars: np.ndarray | None = None, groups: tuple | None = None) -> Replica:
-    """One replica over ``table``. ``routed``: a fleet's replica (its requests come from the
+                  shared=None, scalars: np.ndarray | None = None, groups: tuple | None = None,
+                  index: int = 0, plan=None, direct: bool = False) -> Engine:
+    """One replica (a kernel instance, the fleet's engine ``index``; ``plan``: its memory plan)
+    over ``table``; ``direct``: see :class:`~servesim.engine.driver.Engine`. ``routed``: a fleet's replica (its requests come from the
     router, closed loops are the fleet's; ``report_ended`` lists ended requests for them), else
     its inbox holds the arrivals and ``groups`` the closed loops (:func:`closed_groups`, drawn
     here if None), ``shared``: the fleet's per-request working arrays
@@ -107,12 +109,11 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", 
     if warmup_id >= 0 or (warmup > 0 and warmup >= n):  # (warm-up covering every request: no ITL)
         rec0.itl_from = INF
     send_first_requests(st, rec0, table, groups)
-    rep = Replica(cfg, st, kv_state if kv_state is not None else kv_obj, tab if tab is not None else np.zeros(1),
-                  recorder, kv_object=None if kv_state is not None else kv_obj,
+    return Engine(cfg, st, kv_state if kv_state is not None else kv_obj, tab if tab is not None else np.zeros(1),
+                  recorder, scalars=s, index=index, plan=plan, pool=kv_obj,
+                  kv_object=None if kv_state is not None else kv_obj,
                   model_object=None if tab is not None else model, on_iteration=on_iteration,
-                  progress=progress, user_parts=user_parts, force_python=force_python)
-    rep.scalars = s
-    return rep
+                  progress=progress, user_parts=user_parts, force_python=force_python, direct=direct)
 
 
 def arrival_cap(sc, workload: Workload, n: int) -> int:

@@ -60,8 +60,8 @@ from typing import Callable
 import numpy as np
 
 from servesim.engine import kernel as K
-from servesim.engine.driver import HeldInterrupt
-from servesim.engine.fleet_engine import SCALAR_INDEX, Engine, FleetInbox, entry_point
+from servesim.engine.driver import SCALAR_INDEX, Engine, HeldInterrupt, entry_point
+from servesim.engine.fleet_engine import FleetInbox
 from servesim.engine.load_index import FleetLoads, StaticLoads
 from servesim.engine.router import LoadView, Router
 from servesim.request import PENDING
@@ -87,9 +87,9 @@ class Fleet:
         self.loads = FleetLoads(self)  # (engine/load_index.py: the loads kept incrementally)
         self.view = LoadView(len(replicas), self._loads_requests, self._loads_tokens, self._tree)
         self._t = 0.0
-        paths = {e.rep.path for e in engines}
+        paths = {e.path for e in engines}
         self.path = "compiled" if paths == {"compiled"} else "python"
-        whys = sorted({e.rep.why for e in engines if e.rep.why})
+        whys = sorted({e.why for e in engines if e.why})
         self.why = "; ".join(whys)
         self.decisions: list | None = None  # (rid, replica, loads) per routing when recording
         self._scalars = scalars
@@ -163,7 +163,7 @@ class Fleet:
             new = self.factories[e](old.recorder)
             new.s.set_f("now", max(t, old.s.get_f("now")))
             new.s.set_f("itl_from", old.s.get_f("itl_from"))
-            new.rep.rec.itl_from = old.rep.rec.itl_from
+            new.recorder.itl_from = old.recorder.itl_from
             if self._is_shut:
                 new.s.set_i("inbox_shut", 1)
             self.engines[e] = new
@@ -250,7 +250,7 @@ class Fleet:
     @property
     def kv_object(self):
         """The Python KV manager of a fleet of one engine (None: the compiled pool, or several)."""
-        return self.engines[0].rep.kv_object if len(self.engines) == 1 else None
+        return self.engines[0].kv_object if len(self.engines) == 1 else None
 
     def arrival_cursor(self) -> int:
         """The first open-loop row not yet sent (the fleet inbox's, or a solo engine's own)."""

@@ -1,7 +1,7 @@
 """A replica's kernel from Python: compiled, or the same source as plain Python.
 
-:class:`Replica` owns a replica's arrays (sched/state.py), its KV manager and its step-time
-tables, and picks :func:`servesim.engine.kernel.advance` -- compiled by numba when every piece is
+:class:`Engine` owns one kernel instance's arrays (sched/state.py), its KV pool and its
+step-time tables, and calls :func:`servesim.engine.kernel.advance` -- compiled by numba when every piece is
 built in, else the same source uncompiled (``servesim.jit.pure``) with object-level pieces bound
 in: a user's step-time model, an iteration hook, the reference prefix-cache object of the tests. Either way
 the kernel writes into the request table's columns and the recorder's buffers, so everything
@@ -32,20 +32,22 @@ import signal
 import threading
 from typing import Callable
 
+import numpy as np
+
 from servesim.engine import kernel as K
 from servesim.errors import PolicyBug
 from servesim.jit import pure
 from servesim.kv import kernels as kvk
 from servesim.perf import kernels as pk
 from servesim.sched import parts, reserve
-from servesim.sched.state import ScalarsMirror, compiled_state
+from servesim.sched.state import SCALARS, ScalarsMirror, compiled_state
 
 PY_RETURN_EVERY = 1 << 8  # the Python engine's segments between returns (Ctrl-C latency)
 ERRORS = {
     K.E_BUDGET: "token budget exceeded: {arg} tokens scheduled > max_num_batched_tokens",
     K.E_SEQS: "max_num_seqs exceeded: {arg} running",
     K.E_EMPTY_NEW: "a scheduled request computes no token",
-    K.E_SLOTS: "request {arg} computes past the KV slots it holds (a policy bug)",  # (Replica._slots_message)
+    K.E_SLOTS: "request {arg} computes past the KV slots it holds (a policy bug)",  # (Engine._slots_message)
     K.E_STALL: "scheduler returned an empty batch with work pending and nothing left to wait for (a policy bug)",
     K.E_HORIZON: "the policy asked to be woken at an instant the idle engine has already reached, so it would "
                  "wait for it forever (a policy bug: a horizon must lie ahead of the current time)",
@@ -143,16 +145,68 @@ class HeldInterrupt:
             signal.signal(signal.SIGINT, self._old)
 
 
-class Replica:
-    """One replica's state and its kernel. ``path`` says which engine runs it and why. The
-    fleet's loop calls the kernel (engine/fleet_engine.py ``Engine``, engine/cluster.py)."""
+SCALAR_INDEX = {name: i for i, name in enumerate(SCALARS.names)}
 
-    scalars = None  # the state's scalar records (``st.s`` as an array), set by engine.build
 
-    def __init__(self, cfg, st, kv, tab, recorder, *, kv_object=None, model_object=None,
-                 on_iteration: Callable | None = None, progress: Callable[[int], None] | None = None,
-                 user_parts: dict | None = None, force_python: str | None = None):
-        self.cfg, self.kv, self.tab, self.rec, self.progress = cfg, kv, tab, recorder, progress
+def entry_point(dispatcher, *args):
+    """The compiled machine-code entry of ``dispatcher`` for these arguments' types: calls skip
+    numba's per-call typing of the NamedTuple arguments (~20 us of an advance call)."""
+    from numba import typeof
+
+    sig = tuple(typeof(a) for a in args)
+    dispatcher.compile(sig)
+    return dispatcher.overloads[sig].entry_point
+
+
+class Scalars:
+    """Fast reads and writes of an engine's scalars: views of the record array (compiled), or
+    the Python mirror's attributes (uncompiled)."""
+
+    def __init__(self, st, array: np.ndarray | None):
+        self.mirror = st.s if isinstance(st.s, ScalarsMirror) else None
+        if self.mirror is None:  # (a plain ndarray view: a recarray's indexing is ~1 us)
+            plain = array.view(np.ndarray)
+            self.f = plain.view(np.float64)
+            self.i = plain.view(np.int64)
+
+    def get_f(self, name: str) -> float:
+        return getattr(self.mirror, name) if self.mirror is not None else float(self.f[SCALAR_INDEX[name]])
+
+    def get_i(self, name: str) -> int:
+        return getattr(self.mirror, name) if self.mirror is not None else int(self.i[SCALAR_INDEX[name]])
+
+    def set_f(self, name: str, v: float) -> None:
+        if self.mirror is not None:
+            setattr(self.mirror, name, float(v))
+        else:
+            self.f[SCALAR_INDEX[name]] = v
+
+    def set_i(self, name: str, v: int) -> None:
+        if self.mirror is not None:
+            setattr(self.mirror, name, int(v))
+        else:
+            self.i[SCALAR_INDEX[name]] = v
+
+
+class Engine:
+    """One kernel instance -- a replica, or a virtual engine of a pipeline replica -- as the
+    fleet's loop (engine/cluster.py) calls it: advance to a bound, take a routed request in,
+    read its load and the requests it ended. It owns the instance's arrays (sched/state.py,
+    ``st``; ``scalars``: ``st.s`` as a record array), the KV its kernels see (``kstate``: the
+    pool's state, or a Python manager) and the pool or manager ``build_kv`` made (``kv``: its
+    counters feed the summary), its step-time tables and its recorder. ``path`` says which
+    engine runs it (compiled, or the same source as Python) and ``why``.
+
+    Compiled, a call passes one pointer (kernel.EngineRef); ``direct`` (a solo fleet's engine,
+    called a few times a run): the kernel's own entry, whose arguments numba unboxes at each call."""
+
+    def __init__(self, cfg, st, kstate, tab, recorder, *, scalars: np.ndarray, index: int = 0, plan=None,
+                 pool=None, kv_object=None, model_object=None, on_iteration: Callable | None = None,
+                 progress: Callable[[int], None] | None = None, user_parts: dict | None = None,
+                 force_python: str | None = None, direct: bool = False):
+        self.cfg, self.kstate, self.tab, self.recorder, self.progress = cfg, kstate, tab, recorder, progress
+        self.kv = pool if pool is not None else kstate
+        self.index, self.plan, self.scalars = index, plan, scalars
         self.kv_object = kv_object
         overrides: dict = {**(object_kv_overrides(kv_object) if kv_object is not None else {}),
                            **(object_model_overrides(model_object) if model_object is not None else {}),
@@ -163,26 +217,120 @@ class Replica:
         if why:
             self.path = "python"
             self.why = ", ".join(why)
-            self._advance = pure(K.advance, overrides)
+            kernel = pure(K.advance, overrides)
             if K.advance not in overrides:  # (the rebuilt loop's own globals: see the module docstring)
-                self._advance.__globals__["PROGRESS_EVERY"] = PY_RETURN_EVERY
+                kernel.__globals__["PROGRESS_EVERY"] = PY_RETURN_EVERY
             st = st._replace(s=ScalarsMirror(st.s))
         else:
             self.path = "compiled"
             self.why = ""
-            self._advance = K.advance
         self.st = st  # the arrays, as Python sees them
         compiled = self.path == "compiled"
-        self.kst = compiled_state(st) if compiled else st  # as the kernel sees them
-        self.kkv = kvk.compiled_kv(kv) if compiled else kv
+        self.kst = kst = compiled_state(st) if compiled else st  # as the kernel sees them
+        self.kkv = kkv = kvk.compiled_kv(kstate) if compiled else kstate
         recorder.itl_from = float(st.s.itl_from)
+        self.s = Scalars(st, scalars)
+        if compiled and direct:
+            adv = entry_point(K.advance, cfg, kst, kkv, tab, 0.0)
+            self._advance = lambda until: adv(cfg, kst, kkv, tab, until)
+            self._route = self._work = None
+        elif compiled:  # one pointer per call (kernel.EngineRef)
+            ref = K.make_engine_ref(cfg, kst, kkv, tab)
+            adv = entry_point(K.advance_ref, ref, 0.0)
+            route = entry_point(K.route_in_ref, ref, 0)
+            work = entry_point(K.outstanding_work_ref, ref, 0.0)
+            self._advance = lambda until: adv(ref, until)
+            self._route = lambda rid: route(ref, rid)
+            self._work = lambda t: work(ref, t)
+            self._ref = ref
+        else:
+            route, work = pure(K.route_in), pure(K.outstanding_work)
+            self._advance = lambda until: kernel(cfg, kst, kkv, tab, until)
+            self._route = lambda rid: route(cfg, kst, rid)
+            self._work = lambda t: work(cfg, kst, t)
+        self.in_next = st.in_next
+        self.routed = 0
+
+    def advance(self, until: float) -> int:
+        """Run up to ``until`` (engine/kernel.py ``advance``); returns its code."""
+        code = self._advance(until)
+        if code == K.FLUSH:  # (not at PROGRESS: the Python engine returns it more often -- Ctrl-C,
+            self._drain()    # above -- and draining groups the recorder's float sums)
+        elif code == K.ERROR:
+            self._drain()
+            self.raise_error()
+        return code
+
+    def route_in(self, rid: int) -> None:
+        self._route(rid)
+        self.routed += 1
+        self.recorder.note_arrivals(self.st.arrival[rid])  # waits during a step count (metrics/collect.py)
+
+    def append_inbox(self, ids: np.ndarray) -> None:
+        """Send ``ids`` (in arrival order) to an engine that has not started: its inbox list."""
+        if not len(ids):
+            return
+        assert not self.s.get_i("inflight") and self.s.get_i("in_head") < 0
+        nxt = self.in_next
+        nxt[ids[:-1]] = ids[1:]
+        nxt[ids[-1]] = -1
+        self.s.set_i("in_head", int(ids[0]))
+        self.s.set_i("in_tail", int(ids[-1]))
+        self.routed += len(ids)
+        self.recorder.note_arrivals(self.st.arrival[ids])
+
+    def last_arrival_by(self, t: float) -> float | None:
+        """The latest arrival at or before ``t`` among the requests routed here and not pulled yet
+        (None: none)."""
+        r = self.s.get_i("in_head")
+        arrival = self.st.arrival
+        last = None
+        while r >= 0 and arrival[r] <= t:
+            last = float(arrival[r])
+            r = int(self.in_next[r])
+        return last
+
+    def work(self, t: float) -> int:
+        return int(self._work(t))
+
+    def outstanding(self) -> int:
+        return self.routed - self.s.get_i("ended")
+
+    def take_ended(self) -> list[int]:
+        """Requests ended since the last look (routed with report_ended), in the order they ended."""
+        s = self.s
+        r = s.get_i("end_head")
+        if r < 0:
+            return []
+        out = []
+        nxt = self.in_next
+        while r >= 0:
+            out.append(r)
+            r = int(nxt[r])
+        s.set_i("end_head", -1)
+        s.set_i("end_tail", -1)
+        return out
+
+    def next_key(self, code: int) -> float:
+        """When this engine next needs a call: its iteration's end, its idle wake-up, or now
+        (a boundary it has not planned yet)."""
+        s = self.s
+        if s.get_i("inflight"):
+            return s.get_f("t_end")
+        if code == K.UNTIL:
+            return s.get_f("wake")
+        return s.get_f("now")
+
+    def finish(self) -> None:
+        self._drain()
+        self._finish()
 
     def raise_error(self) -> None:
         """The invariant failure the kernel reported (``st.s.error``), as an exception."""
         st = self.st
         err = int(st.s.error)
         if err == K.E_KV:
-            msg = kvk.check_message(self.kv, int(st.s.error_arg)) if self.kv_object is None else \
+            msg = kvk.check_message(self.kstate, int(st.s.error_arg)) if self.kv_object is None else \
                 f"KV invariant violated (code {int(st.s.error_arg)})"
             raise AssertionError(msg)
         if err == K.E_SLOTS:
@@ -198,14 +346,14 @@ class Replica:
         st = self.st
         nb = int(st.s.b_len)
         new = int(st.b_new[:nb][st.b_ids[:nb] == r].sum())
-        bs = int(self.kv.block_size)
-        blocks = int(self.kv.held[r])
+        bs = int(self.kstate.block_size)
+        blocks = int(self.kstate.held[r])
         return (f"request {r} computes up to token {int(st.computed[r]) + new} ({int(st.computed[r])} computed + "
                 f"{new} this step) but holds {blocks * bs} KV slots ({blocks} blocks of {bs}): the policy "
                 f"admitted it past the KV pool (a policy bug; sim.check_invariants)")
 
     def _drain(self) -> None:
-        st, rec, s = self.st, self.rec, self.st.s
+        st, rec, s = self.st, self.recorder, self.st.s
         m = int(s.itl_len)
         if m:
             rec.itl.add(st.itl_v[:m].copy(), st.itl_w[:m].copy())
@@ -218,10 +366,11 @@ class Replica:
 
     def _finish(self) -> None:
         s = self.st.s
-        self.rec.itl_from = float(s.itl_from)
-        self.rec.cpu_s += float(s.cpu_s)
-        self.rec.extra_s += float(s.extra_s)
-        self.rec.swap_outs += int(s.swap_outs)
+        rec = self.recorder
+        rec.itl_from = float(s.itl_from)
+        rec.cpu_s += float(s.cpu_s)
+        rec.extra_s += float(s.extra_s)
+        rec.swap_outs += int(s.swap_outs)
         s.cpu_s = 0.0
         s.extra_s = 0.0
         s.swap_outs = 0

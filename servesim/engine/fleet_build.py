@@ -20,7 +20,8 @@ import numpy as np
 
 from servesim.engine.build import arrival_cap, build_replica, client_columns, closed_groups, send_first_requests
 from servesim.engine.cluster import Fleet
-from servesim.engine.fleet_engine import Engine, FleetInbox
+from servesim.engine.driver import Engine
+from servesim.engine.fleet_engine import FleetInbox
 from servesim.engine.router import make_router
 from servesim.memory import MemoryPlan, plan_memory
 from servesim.request import RequestTable, Workload
@@ -128,15 +129,14 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
                 def make(rec, i=len(engines), gsc=gsc, ve_plan=ve_plan, model=model, why=why, u=u, plan=plan):
                     """Engine ``i`` as built (fresh: empty queues, an empty KV pool) over ``rec``."""
                     kv = build_kv(gsc, ve_plan, table, workload, env, shared_links)
-                    rep = build_replica(gsc, table, kv, model, rec, seed, workload=workload,
-                                        on_iteration=on_iteration, progress=progress if solo else None,
-                                        kv_bytes_per_token=plan.kv_bytes_per_token,
-                                        force_python=why, spec=u.spec if u else None,
-                                        user_parts={**(u.overrides if u else {}), **(kernel_overrides or {})},
-                                        buffers=buffers, stop_when_drained=stop_when_drained, routed=not solo,
-                                        report_ended=closed and not solo, shared=shared, scalars=scalars[i:i + 1],
-                                        groups=groups if solo else ())
-                    return Engine(rep, i, ve_plan, kv)
+                    return build_replica(gsc, table, kv, model, rec, seed, workload=workload,
+                                         on_iteration=on_iteration, progress=progress if solo else None,
+                                         kv_bytes_per_token=plan.kv_bytes_per_token,
+                                         force_python=why, spec=u.spec if u else None,
+                                         user_parts={**(u.overrides if u else {}), **(kernel_overrides or {})},
+                                         buffers=buffers, stop_when_drained=stop_when_drained, routed=not solo,
+                                         report_ended=closed and not solo, shared=shared, scalars=scalars[i:i + 1],
+                                         groups=groups if solo else (), index=i, plan=ve_plan, direct=solo)
 
                 ids.append(len(engines))
                 factories.append(make)
@@ -145,8 +145,8 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
             replicas.append(ReplicaInfo(g.name, gsc.hardware.gpu, gsc.tp, pp, placement.stages[r], ids,
                                         model.describe(), model))
             r += 1
-    inbox = None if solo else fleet_inbox(sc, table, workload, groups, engines[0].rep.cfg, delay_in,
-                                          compiled=all(e.rep.path == "compiled" for e in engines))
+    inbox = None if solo else fleet_inbox(sc, table, workload, groups, engines[0].cfg, delay_in,
+                                          compiled=all(e.path == "compiled" for e in engines))
     router = make_router(sc.cluster, len(members), workload, stream(seed, "router"))
     warmup = sc.stop.warmup_requests
     fleet = Fleet(engines, members, router, inbox, table, closed=closed, delay_in=delay_in, delay_out=delay_out,

@@ -154,7 +154,7 @@ class FleetLoads:
                         run = eng.s.get_i("inflight") == INFLIGHT_RUN
                         k = eng.s.get_i("run_k") if run else 0
                     if run:
-                        ends = eng.rep.st.ends
+                        ends = eng.st.ends
                         done = int(np.searchsorted(ends[:k], t, "right"))
                         if done < k and ends[done] < nxt:
                             nxt = float(ends[done])

@@ -62,8 +62,8 @@ class FleetHandle:
 
     @property
     def _reps(self) -> list:
-        """Each engine's driver, as it is now (a failed replica's engines are new ones)."""
-        return [e.rep for e in self._fleet.engines]
+        """Each engine (engine/driver.py), as it is now (a failed replica's engines are new ones)."""
+        return self._fleet.engines
 
     # -- observe ------------------------------------------------------------------------------
     @property
@@ -100,8 +100,8 @@ class FleetHandle:
         used, total = [], []
         for r in self._reps:
             kv = r.kv_object if r.kv_object is not None else None
-            used.append(int(kv.used_blocks) if kv is not None else int(pure(kvk.kv_used_blocks)(r.kv)))
-            total.append(int(r.kv.num_blocks))
+            used.append(int(kv.used_blocks) if kv is not None else int(pure(kvk.kv_used_blocks)(r.kstate)))
+            total.append(int(r.kstate.num_blocks))
         u, t = self._per_replica(used), self._per_replica(total)
         return u / np.maximum(t, 1)
 
