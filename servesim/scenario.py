@@ -30,7 +30,7 @@ from servesim.fields import (
     Seed,
 )
 from servesim.policy_catalog import POLICIES, policy_names, read_options
-from servesim.config.engines import canonical, engine_rules
+from servesim.config.engines import canonical, engine_rules, graph_rules
 from servesim.config.kv import TierConfig
 from servesim.models import MODELS, ModelShape, with_precision
 from servesim.config.dists import (  # noqa: F401 (re-exported: scenario's public types)
@@ -234,7 +234,14 @@ class Scenario(Frozen):
             new = EngineConfig.model_validate({**e.model_dump(exclude_unset=True), **updates})
             object.__setattr__(new, "__pydantic_fields_set__", set(given))
             object.__setattr__(self, "engine", new)
-        self._engine_notes = tuple(notes)
+        st = self.step_time  # the version's CUDA-graph capture rule (after the engine's own)
+        st_given = frozenset(st.model_fields_set)
+        st_updates, st_notes = graph_rules(self, st_given)
+        if st_updates:
+            new_st = type(st).model_validate({**st.model_dump(exclude_unset=True), **st_updates})
+            object.__setattr__(new_st, "__pydantic_fields_set__", set(st_given))
+            object.__setattr__(self, "step_time", new_st)
+        self._engine_notes = tuple(notes + st_notes)
         return self
 
     @model_validator(mode="after")

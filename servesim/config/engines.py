@@ -265,6 +265,120 @@ def _lmdeploy_v0_2(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], li
                      f"cache_max_entry_count, BlockManager.cc GetBlockCount)")
     return out, notes
 
+# ------------------------------------------------------------------------------ CUDA graphs
+# Which iterations replay a CUDA graph, per engine version (step_time.cuda_graph_max_batch /
+# cuda_graph_max_tokens; servesim/perf/packmodel.py prices a replay at its kernels' time and the
+# rest at max(kernels, the eager CPU launch floor)). Each rule returns (max_batch, max_tokens, why).
+
+def _vllm_v1_capture(sc: "Scenario") -> int:
+    """vLLM V1 (v0.10.x): the largest CUDA-graph capture size. vllm/config.py SchedulerConfig:
+    cuda_graph_sizes defaults to [min(2 x max_num_seqs, 512)], which CompilationConfig expands to
+    1, 2, 4 and the multiples of 8 up to it; VllmConfig._set_cudagraph_sizes drops the sizes above
+    max_num_batched_tokens."""
+    e = sc.engine
+    top = min(2 * e.max_num_seqs, 512)
+    sizes = [x for x in [1, 2, 4] + list(range(8, top + 1, 8)) if x <= e.max_num_batched_tokens]
+    return max(sizes) if sizes else 0
+
+
+def _graphs_vllm_v1(sc: "Scenario") -> tuple[int, int, str]:
+    # vllm/v1/worker/gpu_model_runner.py (v0.10.x), execute_model: a step whose scheduled tokens
+    # are at most the largest capture size runs the piecewise CUDA graphs (torch.compile'd model,
+    # attention between the pieces), padded to a capture size; a larger step runs the compiled
+    # model eagerly. Decode and mixed steps alike (v0.11's FULL_AND_PIECEWISE adds full decode
+    # graphs under the same cap: priced the same here).
+    cap = _vllm_v1_capture(sc)
+    e = sc.engine
+    return cap, cap, (f"piecewise for every step of <= {cap} tokens = the largest capture size "
+                      f"(min(2 x max_num_seqs {e.max_num_seqs}, 512, max_num_batched_tokens "
+                      f"{e.max_num_batched_tokens})), eager above (vLLM V1 vllm/config.py cuda_graph_sizes, "
+                      f"vllm/v1/worker/gpu_model_runner.py v0.10.x)")
+
+
+def _graphs_vllm_v0(version: str) -> Callable[["Scenario"], tuple[int, int, str]]:
+    def rule(sc: "Scenario") -> tuple[int, int, str]:
+        # vllm/worker/model_runner.py (v0.4.2 and v0.6.x): _BATCH_SIZES_TO_CAPTURE = 1, 2, 4, 8..256
+        # (at most max_num_seqs rounded up to a capture size); a step replays a graph only when it
+        # is decode-only and its batch fits the largest captured size, else it runs eager
+        return 256, 0, (f"decode-only, batches of <= 256 sequences (_BATCH_SIZES_TO_CAPTURE); prefill "
+                        f"and mixed steps eager (vLLM {version} vllm/worker/model_runner.py)")
+    return rule
+
+
+def _sglang_graph_bs(sc: "Scenario") -> int:
+    """python/sglang/srt/server_args.py (v0.5.x), _handle_gpu_memory_settings: cuda_graph_max_bs
+    by GPU memory and tp (35-60 GiB: 32 below tp 4, else 160; 60-160 GiB: 256 / 512; larger: 512)."""
+    mib = GPUS[sc.hardware.gpu].memory_bytes / MIB
+    small = sc.tp < 4
+    if mib < 60 * 1024:
+        return 32 if small else 160
+    if mib < 160 * 1024:
+        return 256 if small else 512
+    return 512
+
+
+def _graphs_sglang(sc: "Scenario") -> tuple[int, int, str]:
+    # python/sglang/srt/model_executor/cuda_graph_runner.py (v0.5.x): CudaGraphRunner captures
+    # ForwardMode.DECODE batches up to cuda_graph_max_bs (can_run: batch <= max_bs); extend
+    # (prefill) and mixed batches run eager (piecewise prefill graphs are opt-in there)
+    bs = _sglang_graph_bs(sc)
+    return bs, 0, (f"decode-only, batches of <= {bs} sequences: cuda_graph_max_bs for "
+                   f"{sc.hardware.gpu} at tp {sc.tp} (SGLang server_args.py _handle_gpu_memory_settings, "
+                   f"model_executor/cuda_graph_runner.py v0.5.x)")
+
+
+def _graphs_sglang_v0_3(sc: "Scenario") -> tuple[int, int, str]:
+    # python/sglang/srt/model_executor/cuda_graph_runner.py (v0.3.2): capture sizes 1, 2, 4 and
+    # 8..160 in steps of 8, at most server_args.cuda_graph_max_bs (160 by default); decode only
+    return 160, 0, ("decode-only, batches of <= 160 sequences (SGLang 0.3.2 cuda_graph_runner.py "
+                    "capture sizes, server_args.py cuda_graph_max_bs)")
+
+
+def _graphs_tensorrt_llm(sc: "Scenario") -> tuple[int, int, str]:
+    # tensorrt_llm/llmapi/llm_args.py (v1.0), CudaGraphConfig: max_batch_size 0 -> 128; the
+    # PyTorch model engine replays a graph for generation-only batches. Without enable_padding
+    # (its default) only the captured sizes 1..32, 64, 128 replay; servesim takes 128 as a cap,
+    # so batches of 33-63 and 65-127 are priced as graphs (a bound, not the exact set)
+    return 128, 0, ("decode-only, batches of <= 128 sequences (TensorRT-LLM llm_args.py CudaGraphConfig "
+                    "v1.0; unpadded sizes between its captured 32, 64 and 128 also priced as graphs)")
+
+
+GRAPH_RULES: dict[str, Callable[["Scenario"], tuple[int, int, str]]] = {
+    "vllm-v1": _graphs_vllm_v1,
+    "vllm-v0": _graphs_vllm_v0("0.6"),
+    "vllm-v0.4": _graphs_vllm_v0("0.4.2"),
+    "sglang": _graphs_sglang,
+    "sglang-v0.3": _graphs_sglang_v0_3,
+    "tensorrt-llm": _graphs_tensorrt_llm,
+    # lmdeploy, lmdeploy-v0.2: TurboMind launches its kernels from C++, so neither the Python
+    # eager floor nor vLLM's capture rule applies; servesim keeps its default (every decode batch
+    # replays, prefills eager) and says so in the header
+}
+
+
+def graph_rules(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str]]:
+    """Updates to step_time's CUDA-graph caps not in ``given`` and the header note, for ``sc``'s
+    preset (after the engine rules: V1's cap follows max_num_seqs and the token budget). Only a
+    pack or auto step model with cuda_graph on has caps."""
+    name = sc.engine.preset
+    st = sc.step_time
+    if name is None or getattr(st, "model", None) not in ("pack", "auto") or not st.cuda_graph:
+        return {}, []
+    rule = GRAPH_RULES.get(canonical(name))
+    if rule is None:
+        return {}, [f"cuda graphs: every decode batch, prefills eager (servesim's default: no capture rule "
+                    f"for {canonical(name)}, whose engine launches from C++)"]
+    batch, tokens, why = rule(sc)
+    out: dict[str, Any] = {}
+    if "cuda_graph_max_batch" not in given:
+        out["cuda_graph_max_batch"] = batch
+    if tokens and "cuda_graph_max_tokens" not in given:
+        out["cuda_graph_max_tokens"] = tokens
+    if not out:
+        return {}, []
+    return out, [f"cuda graphs: {why}" + ("" if len(out) == 1 + bool(tokens) else " (step_time gives the rest)")]
+
+
 RULES: dict[str, tuple[str, Rule]] = {
     # preset name: (what it stands for, its automatic rules)
     "vllm-v0": ("vLLM 0.6.x, the V0 engine", _vllm_v0),

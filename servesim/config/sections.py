@@ -278,11 +278,37 @@ class RooflineStepConfig(Frozen):
         return self
 
 
+GraphCap = Optional[Annotated[int, Field(ge=1, le=1 << 20)]]
+
+
+def _caps_need_graphs(cfg) -> None:
+    """``cuda_graph_max_batch`` / ``cuda_graph_max_tokens``: which iterations replay a CUDA graph
+    (the rest pay the eager CPU launch floor), the engine version's capture rule, filled by
+    ``engine.preset`` when not given (servesim/config/engines.py; docs/calibration.md). Unset,
+    every pure-decode iteration replays and no prefill does. Both need graphs on."""
+    for name in ("cuda_graph_max_batch", "cuda_graph_max_tokens"):
+        v = getattr(cfg, name)
+        if v is not None and not cfg.cuda_graph:
+            raise ValueError(f"step_time.{name} = {v} needs cuda_graph: true (an eager engine replays "
+                             f"no graphs); remove it or set cuda_graph: true")
+
+
 class PackStepConfig(Frozen):
     """Measured kernel timings from a calibration pack, found from (gpu, model, tp)."""
 
     model: Literal["pack"]
     cuda_graph: bool = True  # decode iterations replay a CUDA graph (the pack's graph overheads)
+    # pure-decode iterations of more sequences than this run eager (vLLM V0: 256; SGLang:
+    # cuda_graph_max_bs); unset: any decode batch replays (engine.preset fills it)
+    cuda_graph_max_batch: GraphCap = None
+    # every iteration of at most this many new tokens replays, prefills and mixed steps too (vLLM
+    # V1's piecewise graphs up to its largest capture size); unset: prefills run eager
+    cuda_graph_max_tokens: GraphCap = None
+
+    @model_validator(mode="after")
+    def _caps(self) -> "PackStepConfig":
+        _caps_need_graphs(self)
+        return self
 
 
 class AutoStepConfig(Frozen):
@@ -292,6 +318,16 @@ class AutoStepConfig(Frozen):
 
     model: Literal["auto"]
     cuda_graph: bool = True  # with a pack: decode iterations replay a CUDA graph, as vLLM/SGLang do
+    # with a pack: decode iterations of more sequences run eager (engine.preset fills it; unset: none)
+    cuda_graph_max_batch: GraphCap = None
+    # with a pack: every iteration of at most this many tokens replays, prefills too (vLLM V1's
+    # piecewise graphs; engine.preset fills it; unset: prefills run eager)
+    cuda_graph_max_tokens: GraphCap = None
+
+    @model_validator(mode="after")
+    def _caps(self) -> "AutoStepConfig":
+        _caps_need_graphs(self)
+        return self
 
 
 StepTimeConfig = Annotated[

@@ -15,6 +15,8 @@ def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
     cfg = sc.step_time
     hw = sc.hardware
     cross = {}
+    caps = dict(graph_max_batch=getattr(cfg, "cuda_graph_max_batch", None) or 0,
+                graph_max_tokens=getattr(cfg, "cuda_graph_max_tokens", None) or 0)
     if cross_hops:
         link = hw.inter_server_link
         cross = dict(cross_hops=cross_hops, link_bytes_per_s=link.bandwidth_gb_s * 1e9, link_latency_s=link.latency_s)
@@ -31,11 +33,11 @@ def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
 
             src = choice.pack.split("/")[0]
             return PackStepModel(transfer_pack(load_pack(src, sc.model_shape, sc.tp), hw.gpu, sc.model_shape),
-                                 sc.model_shape, tp=sc.tp, pp=sc.pp, cuda_graph=cfg.cuda_graph, **cross)
+                                 sc.model_shape, tp=sc.tp, pp=sc.pp, cuda_graph=cfg.cuda_graph, **cross, **caps)
         if choice.model == "pack":
             from servesim.perf.packmodel import load_pack_model
 
-            return load_pack_model(hw.gpu, sc.model_shape, tp=sc.tp, pp=sc.pp, cuda_graph=cfg.cuda_graph, **cross)
+            return load_pack_model(hw.gpu, sc.model_shape, tp=sc.tp, pp=sc.pp, cuda_graph=cfg.cuda_graph, **cross, **caps)
         return RooflineStepModel(GPUS[hw.gpu], sc.model_shape, sc.tp, sc.pp, note="uncalibrated: " + choice.reason,
                                  expert_parallel=sc.engine.enable_expert_parallel, **cross)
     if isinstance(cfg, RooflineStepConfig):
@@ -70,5 +72,5 @@ def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
             raise PackError(f"step_time.model: pack: {problem}; use step_time: {{model: roofline}} or leave "
                             f"step_time out (docs/models.md)")
         return load_pack_model(hw.gpu, sc.model_shape, tp=sc.tp, pp=sc.pp,
-                               cuda_graph=cfg.cuda_graph, **cross)
+                               cuda_graph=cfg.cuda_graph, **cross, **caps)
     raise TypeError(f"unknown step_time config {cfg!r}")  # pragma: no cover

@@ -129,8 +129,11 @@ class PackConsts(NamedTuple):
     sr_slope: float
     cpu_slope: float
     far: float  # the lattices' last context point
-    decode_in_graph: bool  # pure-decode iterations replay a CUDA graph (no CPU floor)
+    decode_in_graph: bool  # pure-decode iterations replay a CUDA graph (no CPU floor) ...
+    graph_max_batch: int  # ... of at most this many sequences (0: any); more run eager
     all_in_graph: bool  # every iteration does
+    graph_max_tokens: int  # (with decode_in_graph) every iteration of at most this many tokens
+    #                        does, prefills too: piecewise capture (vLLM V1); 0: none
     x_hops: int  # stage boundaries that cross servers: latency + bytes / bandwidth of the link
     x_bw: float  # inter-server link bytes/s
     x_latency: float  # seconds
@@ -270,12 +273,27 @@ def pack_extend(tab, max_tokens, max_seqs):
 
 # --- pack: iterations ------------------------------------------------------------------------
 
-@kernel
-def pack_decode_s(pk, const_ms, cpu_ms, attn_ms):
-    """A pure-decode iteration from its parts: all but attention, the CPU floor (eager), and the
-    per-layer attention."""
-    ms = const_ms + pk.layers * attn_ms
+@kernel(inline=True)
+def pack_in_graph(pk, nb, tokens, pure_decode):
+    """Whether an iteration of ``nb`` sequences and ``tokens`` new tokens replays a CUDA graph
+    (else it pays the eager CPU floor): every iteration with ``all_in_graph``; a pure decode up
+    to ``graph_max_batch`` sequences (0: any); any iteration up to ``graph_max_tokens`` tokens
+    (piecewise capture; 0: none). servesim/config/engines.py sets the caps per engine version."""
+    if pk.all_in_graph:
+        return True
     if not pk.decode_in_graph:
+        return False
+    if pure_decode and (pk.graph_max_batch == 0 or nb <= pk.graph_max_batch):
+        return True
+    return pk.graph_max_tokens > 0 and tokens <= pk.graph_max_tokens
+
+
+@kernel
+def pack_decode_s(pk, nb, const_ms, cpu_ms, attn_ms):
+    """A pure-decode iteration of ``nb`` sequences from its parts: all but attention, the CPU
+    floor (eager), and the per-layer attention."""
+    ms = const_ms + pk.layers * attn_ms
+    if not pack_in_graph(pk, nb, nb, True):
         ms = max(ms, cpu_ms)
     return ms * 1e-3
 
@@ -322,7 +340,7 @@ def iteration_seconds(tab, new, ctx, nb):
     cpu_ms = cpu[nb] if nb < cpu.shape[0] else pack_cpu_ms(tab, nb)
     if n_pre == 0:
         dec = tab.pk_dec_const
-        return pack_decode_s(pk, dec[nb] if nb < dec.shape[0] else pack_dec_const_ms(tab, nb), cpu_ms, attn[0])
+        return pack_decode_s(pk, nb, dec[nb] if nb < dec.shape[0] else pack_dec_const_ms(tab, nb), cpu_ms, attn[0])
     grid = tab.pk_pre_grid
     flat = tab.pk_pre_flat
     k = 0
@@ -337,7 +355,7 @@ def iteration_seconds(tab, new, ctx, nb):
     ms += pk.layers * np_sum(attn, n_pre)
     if n_pre < nb:
         ms += pk.layers * attn[n_pre]
-    if not pk.all_in_graph:
+    if not pack_in_graph(pk, nb, tokens, False):
         ms = max(ms, cpu_ms)
     return ms * 1e-3
 
@@ -368,7 +386,7 @@ def decode_seconds(tab, num_seqs, context_sum, steps, out):
     cpu = tab.pk_cpu
     cpu_ms = cpu[num_seqs] if num_seqs < cpu.shape[0] else pack_cpu_ms(tab, num_seqs)
     for j in range(steps):
-        out[j] = pack_decode_s(pk, const_ms, cpu_ms, out[j])
+        out[j] = pack_decode_s(pk, num_seqs, const_ms, cpu_ms, out[j])
 
 
 # --- extrapolation accounting (servesim/perf/extrapolation.py) --------------------------------

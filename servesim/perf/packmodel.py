@@ -15,6 +15,13 @@ cached contexts summing to ``S``, the others prefill chunks ``(t_i, c_i)``) cost
     time = max(K, C(n))         eager: C(n) = the CPU's launch time of one forward, from the
                                 overhead_eager calibration rows (C(b) = kernels(b) + overhead_eager(b))
 
+Which iterations replay a graph is the engine version's capture rule (``cuda_graph`` on): pure
+decodes of at most ``graph_max_batch`` sequences (vLLM V0, SGLang, TensorRT-LLM capture decode
+batches only, up to a batch cap; 0: any batch), and with ``graph_max_tokens`` any iteration of at
+most that many tokens, prefills included (vLLM V1's piecewise graphs around the attention); the
+rest run eager. ``graph_scope="all"`` replays every iteration (the profiler's graph-mode forwards).
+servesim/config/engines.py sets the caps per preset from each engine's source (docs/model.md).
+
 ``L`` counts all layers: with pipeline parallelism one iteration passes every stage in turn, so the
 model returns that latency (the roofline model does the same); send_recv adds one activation hop per
 stage boundary.
@@ -93,14 +100,17 @@ class PackStepModel(KernelModel):
 
     ``cuda_graph`` replays iterations as CUDA graphs: with ``graph_scope="decode"`` (the default,
     vLLM's classic capture) only pure-decode iterations, with ``"all"`` every iteration (how the
-    profiler's graph-mode validation forwards were measured).
+    profiler's graph-mode validation forwards were measured). ``graph_max_batch`` caps the decode
+    batches that replay (0: any); ``graph_max_tokens`` also replays every iteration of at most
+    that many tokens, prefills included (vLLM V1's piecewise capture; 0: none).
     """
 
     name = "pack"
 
     def __init__(self, pack: Pack, shape: ModelShape, tp: int = 1, pp: int = 1,
                  cuda_graph: bool = False, loglog: bool = False, graph_scope: str = "decode", *,
-                 cross_hops: int = 0, link_bytes_per_s: float = 0.0, link_latency_s: float = 0.0):
+                 cross_hops: int = 0, link_bytes_per_s: float = 0.0, link_latency_s: float = 0.0,
+                 graph_max_batch: int = 0, graph_max_tokens: int = 0):
         if pp < 1:
             raise PackError(f"pipeline-parallel degree must be >= 1, got {pp}")
         if not 0 <= cross_hops <= pp - 1 or (cross_hops and not link_bytes_per_s > 0):
@@ -108,6 +118,12 @@ class PackStepModel(KernelModel):
         self.cross_hops, self.link_bytes_per_s, self.link_latency_s = cross_hops, link_bytes_per_s, link_latency_s
         if graph_scope not in ("decode", "all"):
             raise PackError(f"graph_scope must be 'decode' or 'all', got {graph_scope!r}")
+        for name, v in (("graph_max_batch", graph_max_batch), ("graph_max_tokens", graph_max_tokens)):
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
+                raise PackError(f"{name} must be an integer >= 0 (0: no cap / none), got {v!r}")
+            if v and not cuda_graph:
+                raise PackError(f"{name} {v} needs cuda_graph on (an eager model replays no graphs)")
+        self.graph_max_batch, self.graph_max_tokens = int(graph_max_batch), int(graph_max_tokens)
         pack.require(required_ops(tp, pp, cuda_graph, moe=pack.is_moe))
         check_shape(pack, shape)
         self.pack, self.shape, self.tp, self.pp, self.cuda_graph = pack, shape, tp, pp, cuda_graph
@@ -288,7 +304,8 @@ class PackStepModel(KernelModel):
                     lin_raw_end=float(self._lin_ms(np.array([float(self.n_table)]))[0]),
                     ar_slope=curve["all_reduce"][1], sr_slope=curve["send_recv"][1],
                     cpu_slope=curve["cpu_floor"][1], far=FAR, decode_in_graph=self._decode_in_graph,
-                    all_in_graph=self._all_in_graph, x_hops=self.cross_hops, x_bw=self.link_bytes_per_s,
+                    all_in_graph=self._all_in_graph, graph_max_batch=self.graph_max_batch,
+                    graph_max_tokens=self.graph_max_tokens, x_hops=self.cross_hops, x_bw=self.link_bytes_per_s,
                     x_latency=self.link_latency_s),
             pk_lin=self._lin, pk_seq=seq, pk_cpu=self._cpu if complete else None,
             pk_dec_const=self._dec_const, pk_tails=tails, pk_ar=curve["all_reduce"][0],
@@ -321,8 +338,27 @@ class PackStepModel(KernelModel):
             origin = f"derived from {origin}"
         what = origin if meta.get("source") in ("derived", "transferred") else f"{meta.get('source')}: {origin}"
         return (f"pack {self.pack.gpu}/{self.pack.csv_path.stem} ({what}), tp {self.tp}, pp {self.pp}, "
-                f"{'cuda graph for decode' if self.cuda_graph else 'eager'}"
+                f"{self._graph_words()}"
                 + (f", {self.cross_hops} stage hop(s) between servers" if self.cross_hops else ""))
+
+    def _graph_words(self) -> str:
+        """The capture rule in the header's words (unchanged text without caps)."""
+        if not self.cuda_graph:
+            return "eager"
+        words = "cuda graph for decode" + (f" up to {self.graph_max_batch} seqs" if self.graph_max_batch else "")
+        if self.graph_max_tokens:
+            words += f", piecewise for any iteration up to {self.graph_max_tokens} tokens"
+        return words
+
+    def in_graph(self, seqs: int, tokens: int, pure_decode: bool) -> bool:
+        """Whether such an iteration replays a graph (the kernels' pack_in_graph, in Python)."""
+        if self._all_in_graph:
+            return True
+        if not self._decode_in_graph:
+            return False
+        if pure_decode and (self.graph_max_batch == 0 or seqs <= self.graph_max_batch):
+            return True
+        return self.graph_max_tokens > 0 and tokens <= self.graph_max_tokens
 
     # -- diagnostics (not in the hot path) -----------------------------------------------------
     def breakdown_ms(self, new_tokens: np.ndarray, context: np.ndarray) -> dict[str, float]:
@@ -342,7 +378,7 @@ class PackStepModel(KernelModel):
             "attn_prefill": self.layers * float(self.prefill_attn(new[~is_dec], ctx[~is_dec]).sum()),
             "attn_decode": self.layers * float(self.decode_attn(n_dec, kv)[0]) if n_dec else 0.0,
         }
-        in_graph = self._all_in_graph or (self._decode_in_graph and n_dec == n)
+        in_graph = self.in_graph(n, int(new.sum()), n_dec == n)
         busy = sum(out.values())
         out["cpu_wait"] = 0.0 if in_graph else max(self._cpu_at(n) - busy, 0.0)
         return out
@@ -359,11 +395,12 @@ _MODEL_CODE = ("models/shape.py", "models/precision.py", "hardware.py", "perf/ba
 
 @lru_cache(maxsize=32)
 def _cached_model(gpu: str, shape: ModelShape, tp: int, pp: int, cuda_graph: bool,
-                  graph_scope: str, cross: tuple = (0, 0.0, 0.0), where: str = "") -> PackStepModel:
+                  graph_scope: str, cross: tuple = (0, 0.0, 0.0), where: str = "",
+                  caps: tuple = (0, 0)) -> PackStepModel:
     def build() -> PackStepModel:
         return PackStepModel(load_pack(gpu, shape, tp), shape, tp=tp, pp=pp, cuda_graph=cuda_graph,
                              graph_scope=graph_scope, cross_hops=cross[0], link_bytes_per_s=cross[1],
-                             link_latency_s=cross[2])
+                             link_latency_s=cross[2], graph_max_batch=caps[0], graph_max_tokens=caps[1])
 
     csv_path = pack_path(gpu, shape, tp)
     yaml_path = csv_path.with_suffix(".yaml")
@@ -371,21 +408,24 @@ def _cached_model(gpu: str, shape: ModelShape, tp: int, pp: int, cuda_graph: boo
         return build()  # says which pack is missing and what exists
     # parsing the pack and building its tables is most of a small run's start-up: kept on disk
     key = (gpu, repr(shape), tp, pp, cuda_graph, graph_scope, cross, stamp(csv_path), stamp(yaml_path),
-           code_stamp(_MODEL_CODE))
+           code_stamp(_MODEL_CODE)) + ((caps,) if caps != (0, 0) else ())
     return disk_memo("pack-models", key, build)
 
 
 def load_pack_model(gpu: str, model: ModelShape | str, tp: int = 1, pp: int = 1,
                     cuda_graph: bool = False, *, graph_scope: str = "decode", cross_hops: int = 0,
-                    link_bytes_per_s: float = 0.0, link_latency_s: float = 0.0) -> PackStepModel:
+                    link_bytes_per_s: float = 0.0, link_latency_s: float = 0.0,
+                    graph_max_batch: int = 0, graph_max_tokens: int = 0) -> PackStepModel:
     """The step-time model for ``step_time: {model: pack}``: find the pack, validate, build.
 
     ``graph_scope`` (with ``cuda_graph``): ``"decode"`` replays only pure-decode iterations as
-    graphs, ``"all"`` every iteration. Models are immutable, so one instance per argument set is
+    graphs, ``"all"`` every iteration; ``graph_max_batch`` / ``graph_max_tokens``: the engine
+    version's capture caps (:class:`PackStepModel`). Models are immutable, so one instance per argument set is
     cached and shared.
     """
     if isinstance(model, str):  # a pack name: the model in the name's precision
         model = pack_shape(model)
     cross = (int(cross_hops), float(link_bytes_per_s), float(link_latency_s))
     where = str(pack_path(gpu, model, int(tp)))  # keys the cache by the file too (another pack root)
-    return _cached_model(gpu, model, int(tp), int(pp), bool(cuda_graph), graph_scope, cross, where)
+    caps = (int(graph_max_batch or 0), int(graph_max_tokens or 0))
+    return _cached_model(gpu, model, int(tp), int(pp), bool(cuda_graph), graph_scope, cross, where, caps)
