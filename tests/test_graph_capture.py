@@ -157,3 +157,11 @@ def test_header_and_model_name_the_rule():
     assert "cuda graph for decode up to 256 seqs" in m.describe()
     m = build_step_model(load_scenario(ENGINES / "vllm-v1.yaml"))
     assert "piecewise for any iteration up to 512 tokens" in m.describe()
+
+
+def test_sglang_memory_reserve_uses_the_same_graph_cap():
+    """server_args.py (v0.5.x) reserves cuda_graph_max_bs x 2 MiB: on a 40 GiB A100 at tp 1 that
+    is 32 x 2 (not 256 x 2): reserved = 512 + 4096 x 1.5 + 64 + 128 = 6848 MiB."""
+    sc = scenario_from_dict(bare("sglang", "a100-40g", engine={"scheduler": "chunked"}))
+    assert sc.step_time.cuda_graph_max_batch == 32
+    assert any("(40960 - 6848 reserved MiB)" in n for n in sc.engine_notes), sc.engine_notes

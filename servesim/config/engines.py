@@ -145,9 +145,9 @@ def _sglang(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str]
     if "gpu_memory_utilization" not in given:
         # server_args.py (v0.5.x), _handle_gpu_memory_settings: reserved MiB = 512 + max(chunk,
         # 2048) x 1.5 + cuda_graph_max_bs x 2 + tp x pp / 8 x 1024, at least 10 GiB on > 60 GiB
-        # GPUs; cuda_graph_max_bs 256 below tp 4, 512 from it (35-160 GiB GPUs);
+        # GPUs; cuda_graph_max_bs by memory and tp (_sglang_graph_bs: 256 / 512 on 60-160 GiB);
         # mem_fraction_static = round((memory - reserved) / memory, 3)
-        graph_bs = 256 if sc.tp < 4 else 512
+        graph_bs = _sglang_graph_bs(sc)
         reserved = 512 + max(chunk or 8192, 2048) * 1.5 + graph_bs * 2 + sc.tp * sc.pp / 8 * 1024
         if mib > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
