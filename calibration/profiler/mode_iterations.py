@@ -179,6 +179,8 @@ def _iter_tp_worker(rank: int, world: int, port: int, args, out_json: str) -> No
     cuda = args.device == "cuda"
     if cuda:
         torch.cuda.set_device(rank)
+    else:
+        torch.set_num_threads(1)  # one process per rank on a CPU: one thread each (setup() says why)
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     info = device_info(device)
