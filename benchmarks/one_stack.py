@@ -1,7 +1,8 @@
 """A lone replica vs the same scenario as a fleet of one, in one process (issue 35, "one stack").
 
 Two workloads, compiled engine, ``simulate()`` wall seconds (build, run and summary: what a user
-waits for) and ``env.run()`` alone:
+waits for), ``env.run()`` alone, and the CPU seconds of ``simulate()`` (less disturbed by other
+processes on a shared machine):
 
   open    workload (a) of benchmarks/cluster.py: Azure 2023 conversation lengths clipped to
           4,096 tokens, Poisson 6.45 req/s, A100-80G, Llama-3-8B, vllm, roofline step times,
@@ -10,7 +11,8 @@ waits for) and ``env.run()`` alone:
           5,000 requests (benchmarks/RESULTS.md, b0457fc)
 
 Each as a lone replica (no ``cluster:``) and as a fleet of one (``cluster.groups: [{replicas:
-1}]``), interleaved over ``--rounds`` after a warm-up of each. Run it on two checkouts
+1}]``), interleaved over ``--rounds`` after a warm-up of each; the minimum is the figure least
+disturbed by a shared machine's other work. Run it on two checkouts
 (``PYTHONPATH=<checkout> python benchmarks/one_stack.py``) to compare before and after.
 
 Usage:  python benchmarks/one_stack.py [--rounds 5]
@@ -41,11 +43,13 @@ def fleet_of_one(raw: dict) -> dict:
     return {**raw, "cluster": {"groups": [{"replicas": 1}]}}
 
 
-def once(raw: dict) -> tuple[float, float]:
+def once(raw: dict) -> tuple[float, float, float]:
+    """(wall s of simulate(), wall s of env.run(), CPU s of simulate())."""
     from servesim import scenario_from_dict
     from servesim.simulate import build, run_built
 
     sc = scenario_from_dict(raw)
+    c0 = time.process_time()
     t0 = time.perf_counter()
     b = build(sc)
     t1 = time.perf_counter()
@@ -54,7 +58,7 @@ def once(raw: dict) -> tuple[float, float]:
     b.env = _Done()  # run_built's env.run(): already run
     run_built(b)
     t3 = time.perf_counter()
-    return t3 - t0, t2 - t1
+    return t3 - t0, t2 - t1, time.process_time() - c0
 
 
 class _Done:
@@ -78,13 +82,11 @@ def main() -> None:
 
     print(f"{time.strftime('%Y-%m-%d %H:%M')} {platform.machine()} python {platform.python_version()} "
           f"servesim from {os.path.dirname(servesim.__file__)}, load average {os.getloadavg()[0]:.1f}")
-    print("| case | simulate() s, median (all) | env.run() s, median |")
-    print("|---|---|---|")
+    print("| case | simulate() wall s: min, median | env.run() wall s: min, median | simulate() CPU s: min, median |")
+    print("|---|---|---|---|")
     for name, ts in times.items():
-        tot = [t for t, _ in ts]
-        run = [r for _, r in ts]
-        print(f"| {name} | {statistics.median(tot):.3f} ({', '.join(f'{t:.3f}' for t in tot)}) | "
-              f"{statistics.median(run):.3f} |")
+        cols = [[x[i] for x in ts] for i in range(3)]
+        print(f"| {name} | " + " | ".join(f"{min(c):.4f}, {statistics.median(c):.4f}" for c in cols) + " |")
 
 
 if __name__ == "__main__":
