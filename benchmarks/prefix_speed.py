@@ -1,6 +1,7 @@
 """Prefix caching speed, side by side in one process: the kernels (compiled) against the same run
 without prefix caching, and against the Python reference manager (what prefix caching ran on
-before the kernels: kv/prefix.py bound into the uncompiled engine).
+before the kernels, kept frozen as tests/reference_kv: PrefixCacheKV bound into the uncompiled
+engine).
 
   no-reuse     speed.py's workload (a) (Azure 2023 conversation lengths, no prefix chains) at
                ``--requests``: prefix caching off (compiled) vs on (compiled): the cache finds
@@ -34,17 +35,18 @@ from servesim import scenario_from_dict  # noqa: E402
 from servesim.kv import factory  # noqa: E402
 from servesim.scenario import load_scenario  # noqa: E402
 from servesim.simulate import build, run_built  # noqa: E402
+from tests.reference_kv.build import build_reference  # noqa: E402
 
 
 def timed(make, reference: bool = False, repeat: int = 1):
     """(median run seconds, last result, engine path) of ``repeat`` runs of ``make()``."""
     times, res, path = [], None, ""
     for _ in range(repeat):
-        factory.OBJECT_REFERENCE = reference
+        factory.OBJECT_REFERENCE = build_reference if reference else None
         try:
             b = build(make())
         finally:
-            factory.OBJECT_REFERENCE = False
+            factory.OBJECT_REFERENCE = None
         path = b.replica.path
         t = time.perf_counter()
         res = run_built(b)

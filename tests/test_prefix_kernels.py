@@ -1,6 +1,6 @@
 """The prefix cache, its lower tiers and hot-prefix preload as kernels (kv/pcache.py, kv/pqueue.py,
-kv/ptiers.py) give exactly what the Python reference manager (kv/prefix.py, kv/tiers.py,
-kv/preload.py) gives, request by request.
+kv/ptiers.py) give exactly what the Python reference manager (tests/reference_kv/prefix.py, tests/reference_kv/tiers.py,
+tests/reference_kv/preload.py) gives, request by request.
 
 Random scenarios with prefix caching x LRU / priority eviction (protected shares) x preload x
 output-block hashing x lower tiers (L2, L3, links with channels and latency) x every policy x
@@ -24,6 +24,7 @@ from servesim.simulate import build, run_built
 from servesim.testing import strategies as sst
 from tests.conftest import BASE, merge
 from tests.prefix_face import KernelPrefixKV
+from tests.reference_kv.build import build_reference
 from tests.test_compiled_engine import assert_identical
 from tests.test_kv_golden import make_table
 from tests.test_kv_properties import Driver, mixes
@@ -31,7 +32,7 @@ from tests.test_kv_properties import Driver, mixes
 
 def run(raw, engine, reference=False):
     old = factory.OBJECT_REFERENCE
-    factory.OBJECT_REFERENCE = reference
+    factory.OBJECT_REFERENCE = build_reference if reference else None
     try:
         b = build(scenario_from_dict(merge(raw, {"sim": {"engine": engine}})))
     except ScenarioError as exc:  # a drawn tier smaller than one block is refused (kv/factory.py)
@@ -47,9 +48,9 @@ def run(raw, engine, reference=False):
 
 def pair(bs, specs, chains, klass, num_blocks, tiers, eviction, preload):
     """The reference manager and the kernels over two copies of one request table."""
-    from servesim.kv.preload import HotPrefixTracker
-    from servesim.kv.prefix import PrefixCacheKV
-    from servesim.kv.tiers import Link, LowerTier, TierStack
+    from tests.reference_kv.preload import HotPrefixTracker
+    from tests.reference_kv.prefix import PrefixCacheKV
+    from tests.reference_kv.tiers import Link, LowerTier, TierStack
 
     out = []
     for cls in (PrefixCacheKV, KernelPrefixKV):

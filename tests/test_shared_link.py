@@ -1,5 +1,5 @@
 """A KV tier's link shared by every replica of a fleet (``kv_tiers[i].shared_link``,
-kv/ptiers.py ``link_transfer``; kv/tiers.py in the Python reference): one contended resource. Fetches reach it in time order (the fleet loop advances an engine only up
+kv/ptiers.py ``link_transfer``; tests/reference_kv/tiers.py in the Python reference): one contended resource. Fetches reach it in time order (the fleet loop advances an engine only up
 to the next other engine's event), so its channels serve them first come first served -- as one
 SimPy resource would -- and two replicas on one link wait longer than each alone, by what an
 M/D/1 queue predicts."""
@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from servesim.kv import factory
-from servesim.kv import tiers as T
-from servesim.kv.tiers import Channels, Link
+from tests.reference_kv import tiers as T
+from tests.reference_kv.build import build_reference
+from tests.reference_kv.tiers import Channels, Link
 from servesim.simulate import build, run_built
 from tests.test_compiled_engine import assert_identical
 from tests.test_kv_sim import SESSIONS, sc
@@ -31,10 +32,10 @@ def two_turns(n: int, rate: float, replicas: int, shared: bool, bw_gb_s: float, 
 
 
 def simulate(scenario, reference=False):
-    """A run on the compiled kernels (or the Python reference manager, kv/prefix.py + kv/tiers.py,
+    """A run on the compiled kernels (or the Python reference manager, tests/reference_kv/prefix.py + tests/reference_kv/tiers.py,
     whose every fetch the ``fetches`` fixture sees)."""
     old = factory.OBJECT_REFERENCE
-    factory.OBJECT_REFERENCE = reference
+    factory.OBJECT_REFERENCE = build_reference if reference else None
     try:
         b = build(scenario)
     finally:

@@ -113,7 +113,7 @@ class TierConfig(_Frozen):
     GPU to it; ``channels`` transfers may run on it at once. ``shared_link``: in a fleet, every
     replica reaches this tier over the same link (a cluster-wide L3 such as Halo's Redis): one
     contended resource whose ``channels`` serve all replicas' fetches first come first served
-    (kv/tiers.py); each replica still holds its own copy of the tier's contents."""
+    (kv/ptiers.py); each replica still holds its own copy of the tier's contents."""
 
     kind: Literal[tuple(TIER_DEFAULTS)]  # type: ignore[valid-type]
     name: str | None = None

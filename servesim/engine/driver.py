@@ -39,7 +39,6 @@ from servesim.errors import PolicyBug
 from servesim.jit import pure
 from servesim.kv import kernels as kvk
 from servesim.perf import kernels as pk
-from servesim.sched import parts, reserve
 from servesim.sched.state import SCALARS, ScalarsMirror, compiled_state
 
 PY_RETURN_EVERY = 1 << 8  # the Python engine's segments between returns (Ctrl-C latency)
@@ -52,52 +51,6 @@ ERRORS = {
     K.E_HORIZON: "the policy asked to be woken at an instant the idle engine has already reached, so it would "
                  "wait for it forever (a policy bug: a horizon must lie ahead of the current time)",
 }
-
-
-def object_kv_overrides(kv_obj) -> dict:
-    """Bind the kernels' KV calls to a Python KV manager (servesim/kv/base.py's contract)."""
-
-    def decode_run(kv, computed, ids, nb, k_max, used):
-        k, u = kv_obj.decode_run(ids[:nb], int(k_max))
-        used[:k] = u[:k]
-        return k
-
-    def step_usage(kv, computed, holders, nh, ids, new, nb, k, used, out):
-        u = kv_obj.step_usage(ids[:nb], new[:nb], int(k), used[:k])
-        out[0, :k] = u.allocated - u.used - u.reserved_unused
-        out[1, :k] = u.reserved_unused
-        out[2, :k] = u.external
-
-    def check(kv, computed, holders, nh):
-        kv_obj.check()  # raises AssertionError with its own message
-        return 0
-
-    def lookup(kv, computed, rid, now):
-        hit = kv_obj.reuse_prefix(int(rid), now)
-        return hit.tokens, hit.ready_at
-
-    return {
-        parts.kv_stable_steps: lambda kv, computed, ids, nb, k: kv_obj.stable_steps(ids[:nb], int(k)),
-        kvk.kv_allocate: lambda kv, computed, rid, n: kv_obj.allocate(int(rid), int(n)),
-        kvk.kv_allocate_decodes: lambda kv, computed, ids, nb: kv_obj.allocate_decodes(ids[:nb]),
-        kvk.kv_free: lambda kv, rid: kv_obj.free(int(rid)),
-        kvk.kv_free_blocks: lambda kv: kv_obj.free_blocks,
-        kvk.kv_used_blocks: lambda kv: kv_obj.used_blocks,
-        kvk.kv_decode_run: decode_run,
-        kvk.kv_commit_decodes: lambda kv, computed, ids, nb: kv_obj.commit_decodes(ids[:nb]),
-        kvk.kv_step_usage: step_usage,
-        kvk.kv_check: check,
-        parts.kv_prefix_lookup: lookup,
-        parts.kv_holds: lambda kv, rid: kv_obj.held[rid] > 0,
-        parts.kv_held_blocks: lambda kv, rid: int(kv_obj.held[rid]),
-        # a prefix cache (the reference PrefixCacheKV) shares blocks: the engine's slots check
-        # is skipped there, as for the compiled prefix pool (kv/kernels.py kv_slots_held)
-        kvk.kv_slots_held: lambda kv, rid: -1 if getattr(kv_obj, "prefix_caching", True) else
-        int(kv_obj.held[rid]) * int(kv_obj.block_size),
-        parts.kv_blocks_to_take: lambda kv, computed, rid, n: max(
-            0, -(-(int(computed[rid]) + int(n)) // kv_obj.block_size) - int(kv_obj.held[rid])),
-        reserve.kv_waiting_blocks: lambda kv, rid: int(kv_obj.held[rid]),
-    }
 
 
 def object_model_overrides(model) -> dict:
@@ -208,7 +161,7 @@ class Engine:
         self.kv = pool if pool is not None else kstate
         self.index, self.plan, self.scalars = index, plan, scalars
         self.kv_object = kv_object
-        overrides: dict = {**(object_kv_overrides(kv_object) if kv_object is not None else {}),
+        overrides: dict = {**(kv_object.kernel_overrides() if kv_object is not None else {}),
                            **(object_model_overrides(model_object) if model_object is not None else {}),
                            **(hook_overrides(on_iteration) if on_iteration is not None else {}), **(user_parts or {})}
         why = [force_python] if force_python else []  # (the builder names every Python piece: simulate.engine_reasons)

@@ -12,8 +12,8 @@
 Every pool is kernels over one state (kv/kernels.py; the prefix cache's rules in kv/pcache.py,
 kv/pqueue.py, kv/ptiers.py): the factory returns the state itself, or for a prefix cache a
 :class:`~servesim.kv.pstate.PrefixPool` holding it (``.state``) with its counters for the reports.
-``OBJECT_REFERENCE`` builds the Python reference manager instead (kv/prefix.py: the equivalence
-tests bind it into the uncompiled engine).
+``OBJECT_REFERENCE`` (the tests') builds the frozen Python reference manager instead
+(tests/reference_kv: the equivalence tests bind it into the uncompiled engine).
 
 Prefix chains are mapped here to the engine's block size (and session turns get their output
 blocks' hashes, :mod:`servesim.kv.chains`). A workload without chains under prefix caching gives
@@ -31,8 +31,8 @@ from servesim.kv.kernels import ELASTIC, PAGED, STATIC, KVState, make_kv
 if TYPE_CHECKING:
     import simpy
 
+    from servesim.kv.pstate import PrefixPool
     from servesim.request import RequestTable
-    from servesim.kv.base import KVManager
     from servesim.memory import MemoryPlan
     from servesim.request import Workload
     from servesim.scenario import Scenario
@@ -41,7 +41,7 @@ GIB = 1 << 30
 
 
 def build_kv(sc: "Scenario", plan: "MemoryPlan", table: "RequestTable", workload: "Workload",
-             env: "simpy.Environment | None", shared: "SharedLinks | None" = None) -> "KVState | KVManager":
+             env: "simpy.Environment | None", shared: "SharedLinks | None" = None) -> "KVState | PrefixPool":
     """``shared``: the fleet's links marked ``shared_link`` (:class:`SharedLinks`); None for a
     lone replica (its links are its own)."""
     e = sc.engine
@@ -62,7 +62,9 @@ def build_kv(sc: "Scenario", plan: "MemoryPlan", table: "RequestTable", workload
     return build_prefix_cache(sc, plan, table, workload, env, shared)
 
 
-OBJECT_REFERENCE = False  # tests: build the Python reference object (kv/prefix.py) instead of the kernels' pool
+# tests: a builder of the frozen Python reference object (tests/reference_kv/build.py
+# ``build_reference``) to build instead of the kernels' pool; None: the kernels
+OBJECT_REFERENCE = None
 
 
 def build_prefix_cache(sc: "Scenario", plan: "MemoryPlan", table: "RequestTable", workload: "Workload",
@@ -101,32 +103,14 @@ def build_prefix_cache(sc: "Scenario", plan: "MemoryPlan", table: "RequestTable"
     if e.kv.preload is not None:
         p = e.kv.preload
         hot = (p.min_hits, p.window_s, max(1, int(p.max_share * plan.num_blocks)))
-    if OBJECT_REFERENCE:
-        return _reference_object(sc, plan, table, offsets, hashes, specs, block_bytes, hot, shared)
+    if OBJECT_REFERENCE is not None:
+        return OBJECT_REFERENCE(sc, plan, table, offsets, hashes, specs, block_bytes, hot, shared)
     from servesim.kv.pstate import PrefixPool, make_prefix_kv
 
     state = make_prefix_kv(plan.num_blocks, bs, table, offsets, hashes, eviction=e.prefix_cache_eviction,
                            protect_share=e.kv.protect_share, tiers=specs, block_bytes=block_bytes, hot=hot,
                            shared=shared)
     return PrefixPool(state, [t.name for t in specs])
-
-
-def _reference_object(sc, plan, table, offsets, hashes, specs, block_bytes, hot, shared):
-    """The Python reference manager (kv/prefix.py), for the kernels' equivalence tests."""
-    from servesim.kv.prefix import PrefixCacheKV
-    from servesim.kv.preload import HotPrefixTracker
-    from servesim.kv.tiers import Channels, Link, LowerTier, TierStack
-
-    tiers = None
-    if specs:
-        slots = [None if t.shared_row < 0 else shared.channels.setdefault(t.shared_row, Channels(t.channels))
-                 for t in specs]
-        tiers = TierStack([LowerTier(t.name, t.capacity, Link(f"{t.name}-link", t.bandwidth, t.latency, t.channels, c))
-                           for t, c in zip(specs, slots)], block_bytes)
-    e = sc.engine
-    return PrefixCacheKV(plan.num_blocks, e.block_size, table, offsets, hashes, eviction=e.prefix_cache_eviction,
-                         protect_share=e.kv.protect_share, tiers=tiers,
-                         hot=HotPrefixTracker(*hot) if hot is not None else None)
 
 
 def link_key(name: str, bw: float, lat: float, channels: int) -> tuple:
@@ -159,7 +143,7 @@ class SharedLinks:
         for r, k in enumerate(keys):
             self.free[r, : k[3]] = 0.0
         self.last = np.zeros(len(keys))
-        self.channels: dict = {}  # row -> tiers.Channels (the Python reference object)
+        self.channels: dict = {}  # row -> Channels of the Python reference object (tests/reference_kv)
 
     def __len__(self) -> int:
         return len(self.row)

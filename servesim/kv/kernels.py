@@ -420,8 +420,8 @@ def kv_slots_held(kv, rid):
     count is not known to say it: a prefix cache shares blocks between requests, and its lookups
     set ``computed`` to a hit before allocation places the blocks (kv/pcache.py), so a false
     alarm there is not ruled out and the check is skipped (px_check, in :func:`kv_check`, holds
-    its own invariants). The Python reference managers bind their own (engine/driver.py
-    ``object_kv_overrides``)."""
+    its own invariants). The Python reference managers bind their own
+    (tests/reference_kv/adapters.py)."""
     if kv.prefix:
         return np.int64(-1)
     return np.int64(kv.held[rid]) * np.int64(kv.block_size)

@@ -98,7 +98,7 @@ class Checker:
     def attach(self, built, kernel_overrides: dict | None = None) -> None:
         """Resolve what the watched ``schedule`` calls: the run's own bindings, composed as the
         engine's driver composes them (servesim/engine/driver.py)."""
-        from servesim.engine.driver import object_kv_overrides, object_model_overrides
+        from servesim.engine.driver import object_model_overrides
         from servesim.jit import pure
         from servesim.policy_catalog import POLICIES
         from servesim.sched import policies
@@ -114,7 +114,7 @@ class Checker:
         bound: dict[Any, Callable] = {}
         kv_obj = built.replica.kv_object
         if kv_obj is not None:
-            bound.update(object_kv_overrides(kv_obj))
+            bound.update(kv_obj.kernel_overrides())
         if getattr(built.model, "tables", None) is None:
             bound.update(object_model_overrides(built.model))
         user = None if sc.engine.scheduler in POLICIES else load_user_policy(sc.engine.scheduler)

@@ -13,7 +13,7 @@ from servesim.testing.invariants import InvariantViolation
 
 
 def check_tiers(stack, now: float | None = None) -> None:
-    """kv_conserved / kv_capacity of a tier stack (servesim/kv/tiers.py), recomputed from its
+    """kv_conserved / kv_capacity of a tier stack (the reference object's, tests/reference_kv/tiers.py), recomputed from its
     counters: what L1 sent down is stored or refreshed in L2, what L2 evicted goes to L3, what
     the last tier evicted is dropped; a tier holds stored - evicted blocks, at most its capacity."""
     sent = int(stack.demoted)

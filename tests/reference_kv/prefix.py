@@ -52,12 +52,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from servesim.kv.base import PrefixHit
-from servesim.kv.evict import make_eviction
-from servesim.kv.freeq import FreeLists
-from servesim.kv.preload import hot_mask, observe
+from tests.reference_kv.base import PrefixHit
+from tests.reference_kv.evict import make_eviction
+from tests.reference_kv.freeq import FreeLists
+from tests.reference_kv.preload import hot_mask, observe
 from servesim.kv.frag import StepUsage
-from servesim.kv.steps import Holders, run_demand, step_slots
+from tests.reference_kv.steps import Holders, run_demand, step_slots
 from servesim.request import NUM_CLASSES
 
 _EMPTY = np.empty(0, dtype=np.int64)
@@ -67,13 +67,19 @@ class PrefixCacheKV:
     name = "prefix"
     prefix_caching = True
 
+    def kernel_overrides(self) -> dict:
+        """The engine's KV kernel calls bound to this object (the driver binds them)."""
+        from tests.reference_kv.adapters import object_kv_overrides
+
+        return object_kv_overrides(self)
+
     def __init__(self, num_blocks: int, block_size: int, table, offsets: np.ndarray | None = None,
                  hashes: np.ndarray | None = None, *, eviction: str = "lru", protect_share=None,
                  tiers=None, hot=None, trace: bool = False):
         """``table``: the request table (``computed``, ``prompt``, ``num_output``, ``output``,
         ``klass`` columns); ``offsets``/``hashes``: per-request chains in engine blocks; ``tiers``:
-        a :class:`~servesim.kv.tiers.TierStack`; ``hot``: a
-        :class:`~servesim.kv.preload.HotPrefixTracker`; ``trace``: keep the eviction order."""
+        a :class:`~tests.reference_kv.tiers.TierStack`; ``hot``: a
+        :class:`~tests.reference_kv.preload.HotPrefixTracker`; ``trace``: keep the eviction order."""
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}")
         n = len(table.computed)
@@ -459,7 +465,7 @@ class PrefixCacheKV:
         if not ok:
             raise AssertionError("commit_decodes: the run used more blocks than the pool has")
 
-    # -- preload (servesim.kv.preload) ----------------------------------------------------------
+    # -- preload (tests.reference_kv.preload) ----------------------------------------------------------
     def _hot_mask(self, blocks: np.ndarray) -> np.ndarray:
         return hot_mask(self, blocks)
 

@@ -18,7 +18,7 @@ which a removed entry becomes a tombstone (-1); ``pos[b]`` is the index of block
 the tail reaches the end of the array (amortized O(1) per operation, capacity 2x the pool).
 
 :class:`FreeLists` holds several queues and pops from them in an order an eviction policy gives
-(see :mod:`servesim.kv.evict`): one queue reproduces vLLM's LRU; several give priority-aware and
+(see :mod:`tests.reference_kv.evict`): one queue reproduces vLLM's LRU; several give priority-aware and
 hot-prefix-protecting eviction.
 """
 

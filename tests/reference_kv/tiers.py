@@ -1,6 +1,6 @@
 """Lower KV tiers (Halo's L2 CPU DRAM and L3 remote store) and the links that reach them.
 
-L1 is the GPU pool of :class:`~servesim.kv.prefix.PrefixCacheKV`. Below it, each configured tier
+L1 is the GPU pool of :class:`~tests.reference_kv.prefix.PrefixCacheKV`. Below it, each configured tier
 is a hash-addressed block store with a capacity, reached from the GPU over its own link::
 
     GPU HBM (L1) ──PCIe / RDMA── CPU DRAM (L2) ──────────── capacity, LRU

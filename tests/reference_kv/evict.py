@@ -3,7 +3,7 @@
 A free block is either *plain* (holds nothing reusable) or *cached* (its KV has a prefix hash and
 a ref count of 0). Taking a cached block evicts its prefix. A policy decides (1) which queue a
 block joins when it becomes free and (2) in what order queues are drained. Within one queue the
-order is always FIFO = least recently freed first (see :mod:`servesim.kv.freeq`).
+order is always FIFO = least recently freed first (see :mod:`tests.reference_kv.freeq`).
 
 ``lru`` (vLLM ``BlockPool``): one queue for every free block, plain or cached, in the order they
 were freed. A request's blocks are freed tail first, so a sequence's last blocks are evicted before

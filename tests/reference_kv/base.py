@@ -3,7 +3,7 @@
 Policies ask; they never touch blocks. The engine advances decode runs through the same calls.
 The paged, static and elastic allocators and the prefix cache (with its tiers and preload)
 implement them as kernels over one pool state (kv/kernels.py: ``kv_allocate(kv, computed, rid, n)``
-and so on; kv/pcache.py). The Python reference prefix cache (kv/prefix.py), kept for the kernels'
+and so on; kv/pcache.py). The Python reference prefix cache (tests/reference_kv/prefix.py), kept for the kernels'
 equivalence tests, implements them as an object whose methods the engine binds in place of the
 kernels::
 
