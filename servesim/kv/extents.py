@@ -31,15 +31,22 @@ def extent_alloc(hole_start, hole_len, sc, fit, n):
         return -1
     start = hole_start[i]
     if hole_len[i] == n:
-        for j in range(i, nh - 1):
-            hole_start[j] = hole_start[j + 1]
-            hole_len[j] = hole_len[j + 1]
-        s.nholes = nh - 1
+        _drop_hole(hole_start, hole_len, sc, i)
     else:
         hole_start[i] += n
         hole_len[i] -= n
     s.free -= n
     return start
+
+
+@kernel(inline=True)
+def _drop_hole(hole_start, hole_len, sc, i):
+    """Remove hole ``i`` from the sorted hole list (``sc[0].nholes`` holes)."""
+    nh = sc[0].nholes
+    for j in range(i, nh - 1):
+        hole_start[j] = hole_start[j + 1]
+        hole_len[j] = hole_len[j + 1]
+    sc[0].nholes = nh - 1
 
 
 @kernel
@@ -57,10 +64,7 @@ def extent_release(hole_start, hole_len, sc, start, n):
     merge_right = i < nh and hole_start[i] == start + n
     if merge_left and merge_right:
         hole_len[i - 1] += n + hole_len[i]
-        for j in range(i, nh - 1):
-            hole_start[j] = hole_start[j + 1]
-            hole_len[j] = hole_len[j + 1]
-        s.nholes = nh - 1
+        _drop_hole(hole_start, hole_len, sc, i)
     elif merge_left:
         hole_len[i - 1] += n
     elif merge_right:

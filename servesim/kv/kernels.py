@@ -26,7 +26,7 @@ import numpy as np
 
 from servesim.jit import kernel
 from servesim.kv.pcache import check_text, px_allocate, px_check, px_free, px_grow, px_step_usage
-from servesim.kv.runs import _first_step, _repeat_every, run_demand_into, slots_per_step  # noqa: F401 (re-exported)
+from servesim.kv.runs import _first_step, _repeat_every, blocks_for, run_demand_into, slots_per_step  # noqa: F401 (re-exported)
 
 # the pool state and the static holes live in their own modules; every name stays importable here
 from servesim.kv.extents import (extent_alloc, extent_largest, extent_release, extent_unusable,  # noqa: F401
@@ -42,15 +42,9 @@ from servesim.kv.pool import (BAD_EXTENTS, BEST, COUNTS, ELASTIC, EXTENTS_SUM, F
 def kv_blocks_needed(kv, slots):
     """Blocks a paged or elastic request holding ``slots`` token slots holds (0 for 0): paged
     ``ceil(slots / bs)``; elastic the base reservation grown in chunks of ``growth`` blocks."""
-    bs = kv.block_size
     if kv.kind == ELASTIC:
-        if slots <= 0:
-            return 0
-        over = slots - kv.base * bs
-        if over > 0:
-            return kv.base + kv.growth * (-(-over // (kv.growth * bs)))
-        return kv.base
-    return -(-slots // bs)
+        return _elastic_hold_pos(kv, slots) if slots > 0 else 0
+    return blocks_for(slots, kv.block_size)
 
 
 @kernel
@@ -60,7 +54,7 @@ def _elastic_hold_pos(kv, slots):
     over = slots - kv.base * bs
     if over < 0:
         over = 0
-    return kv.base + kv.growth * (-(-over // (kv.growth * bs)))
+    return kv.base + kv.growth * blocks_for(over, kv.growth * bs)
 
 
 @kernel
@@ -155,13 +149,13 @@ def kv_allocate_decodes(kv, computed, ids, nb):
         total = 0
         for i in range(nb):
             r = ids[i]
-            total += -(-(int(computed[r]) + 1) // bs) - int(held[r])
+            total += blocks_for(int(computed[r]) + 1, bs) - int(held[r])
         if total > kv.s[0].free:
             return False
         if total != 0:
             for i in range(nb):
                 r = ids[i]
-                want = -(-(int(computed[r]) + 1) // bs)
+                want = blocks_for(int(computed[r]) + 1, bs)
                 if want > held[r]:
                     held[r] = want
             kv.s[0].free -= total
@@ -284,7 +278,7 @@ def kv_commit_decodes(kv, computed, ids, nb):
         extra = 0
         for i in range(nb):
             r = ids[i]
-            want = -(-int(computed[r]) // bs)
+            want = blocks_for(int(computed[r]), bs)
             extra += want - int(held[r])
             held[r] = want
         kv.s[0].free -= extra

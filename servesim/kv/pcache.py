@@ -60,7 +60,7 @@ from servesim.jit import bisect_right, kernel
 from servesim.kv.dlist import dl_append
 from servesim.kv.pqueue import PLAN_STEPS, PRIORITY, _unlink, hm_remove, observe, plan_queue, release, take, take_plan
 from servesim.kv.ptiers import tier_of, tiers_check, tiers_fetch
-from servesim.kv.runs import run_demand_into, slots_per_step
+from servesim.kv.runs import blocks_for, run_demand_into, slots_per_step
 
 # px_check codes (kernels.check_message gives the text)
 NEG_REF = 30  # a negative ref count
@@ -242,7 +242,7 @@ def px_lookup(kv, computed, rid, now):
         # lower tiers are searched only when the pool could hold them (a blocked queue head is
         # looked up at every pass)
         known = np.int64(kv.prompt[rid]) + kv.num_output[rid]
-        total = -(-known // bs)
+        total = blocks_for(known, bs)
         need = total - m
         for j in range(m):
             if ref[pend_blk[a + j]] == 0:
@@ -317,11 +317,12 @@ def px_grow(kv, computed, ids, nb, plus, keyed):
     needed ``slot * bs - c`` steps from now, ties in batch order."""
     bs = kv.block_size
     held = kv.held
+    needs = np.empty(nb, dtype=np.int64)  # blocks each request takes (<= 0: none)
     total = 0
     grown = 0
     for i in range(nb):
-        r = ids[i]
-        need = -(-(np.int64(computed[r]) + plus) // bs) - held[r]
+        need = blocks_for(np.int64(computed[ids[i]]) + plus, bs) - held[ids[i]]
+        needs[i] = need
         if need > 0:
             total += need
             grown += 1
@@ -336,7 +337,7 @@ def px_grow(kv, computed, ids, nb, plus, keyed):
         t = 0
         for i in range(nb):
             r = ids[i]
-            need = -(-(np.int64(computed[r]) + plus) // bs) - held[r]
+            need = needs[i]
             for _ in range(need):
                 _own_append(onext, oprev, oends, ref, r, blocks[t])
                 t += 1
@@ -349,7 +350,7 @@ def px_grow(kv, computed, ids, nb, plus, keyed):
     gi = 0
     for i in range(nb):
         r = ids[i]
-        need = -(-(np.int64(computed[r]) + plus) // bs) - held[r]
+        need = needs[i]
         if need <= 0:
             continue
         for slot in range(held[r], held[r] + need):
@@ -394,7 +395,7 @@ def px_allocate(kv, computed, rid, n):
                 computed[rid] = c
                 kv.ps[0].stale_hits += 1
                 break
-    need = -(-(c + n) // bs) - m
+    need = blocks_for(c + n, bs) - m
     idle = 0
     pend_blk, ref = kv.pend_blk, kv.ref
     for j in range(m):
@@ -556,7 +557,7 @@ def px_check(kv, computed):
                 return TWICE
             seen[table[j]] = r
             refs[table[j]] += 1
-        if kv.held[r] < -(-np.int64(computed[r]) // kv.block_size):
+        if kv.held[r] < blocks_for(np.int64(computed[r]), kv.block_size):
             return UNDER_HELD
     for b in range(nb):
         if refs[b] != kv.ref[b]:

@@ -14,6 +14,13 @@ import numpy as np
 from servesim.jit import kernel
 
 
+@kernel(inline=True)
+def blocks_for(slots, bs):
+    """Blocks of ``bs`` slots that ``slots`` token slots fill: ``ceil(slots / bs)``, the paged
+    rule (a request's last block is the only one partly empty), written once for every pool."""
+    return -(-slots // bs)
+
+
 @kernel
 def _first_step(x, threshold, period):
     """First decode step ``j >= 2`` at which ``x + j - 2`` (the slots before the step, ``x`` at
@@ -55,7 +62,7 @@ def slots_per_step(computed, holders, nh, ids, new, nb, k, bs, written, touched)
     for i in range(nh):
         c = int(computed[holders[i]])
         used0 += c
-        touched_all += -(-c // bs)
+        touched_all += blocks_for(c, bs)
     if nb == 0:
         for j in range(k):
             written[j] = used0
@@ -67,7 +74,7 @@ def slots_per_step(computed, holders, nh, ids, new, nb, k, bs, written, touched)
         c = int(computed[ids[i]])
         n = int(new[i])
         sum_new += n
-        t1 += -(-(c + n) // bs) - (-(-c // bs))
+        t1 += blocks_for(c + n, bs) - blocks_for(c, bs)
     for j in range(k):
         written[j] = used0 + sum_new + nb * j
     touched[0] = t1
