@@ -250,8 +250,8 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
         fns = scenario_processes(sc, processes, seed)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
-    return _with_processes(_build_fleet(sc, seed, workload, step_model, on_iteration, progress, cold=cold,
-                                        buffers=buffers, kernel_overrides=kernel_overrides, own_arrivals=bool(fns)),
+    return _with_processes(_build(sc, seed, workload, step_model, on_iteration, progress, cold=cold,
+                                  buffers=buffers, kernel_overrides=kernel_overrides, own_arrivals=bool(fns)),
                            fns)
 
 
@@ -297,9 +297,9 @@ def python_reasons(sc: Scenario, *, custom_model: bool, on_iteration: bool, user
     return why
 
 
-def _build_fleet(sc: Scenario, seed: int, workload, step_model, on_iteration, progress, *, cold: str,
-                 buffers, kernel_overrides, own_arrivals: bool = False) -> Built:
-    """The run's fleet (servesim/engine/fleet_build.py): replicas behind a router, or a lone
+def _build(sc: Scenario, seed: int, workload, step_model, on_iteration, progress, *, cold: str,
+           buffers, kernel_overrides, own_arrivals: bool = False) -> Built:
+    """Everything one run needs (servesim/engine/fleet_build.py): replicas behind a router, or a lone
     replica -- a fleet of one, whose engine keeps its arrivals in its own inbox (``Fleet.solo``)."""
     from servesim.engine.fleet_build import build_fleet
     from servesim.perf.base import KernelModel

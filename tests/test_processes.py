@@ -161,6 +161,35 @@ def test_every_replica_drained_is_refused():
         simulate(sc, processes=[drain_all])
 
 
+@pytest.mark.parametrize("act, says", [("drain", "drain/resume: a lone replica has no router"),
+                                       ("fail", "fail: a lone replica has no router")])
+def test_a_lone_replica_has_no_router_to_act_on(act, says):
+    """A lone replica is a solo fleet of one (engine/cluster.py): as before, it has no router a
+    process may act on. Its load is what reached it and has not ended."""
+    loads = []
+
+    def act_at_1(env, fleet):
+        yield env.timeout(1.0)
+        loads.append(fleet.outstanding().copy())
+        getattr(fleet, act)(0)
+
+    with pytest.raises(ValueError, match=says):
+        simulate(scenario_from_dict(merge(BASE, LONGER)), processes=[act_at_1])
+    assert loads[0].shape == (1,) and loads[0][0] > 0
+
+
+def test_a_fleet_of_one_refuses_to_drain_its_only_replica():
+    """A ``cluster:`` fleet of one runs solo too; draining its one replica is refused, as for
+    every replica of a routed fleet."""
+    def drain_at_1(env, fleet):
+        yield env.timeout(1.0)
+        fleet.drain(0)
+
+    one = merge(merge(BASE, LONGER), {"cluster": {"groups": [{"replicas": 1}]}})
+    with pytest.raises(ValueError, match="every replica would be drained"):
+        simulate(scenario_from_dict(one), processes=[drain_at_1])
+
+
 def test_router_refresh_makes_the_router_read_stale_loads():
     raw = merge(merge(BASE, LONGER), FLEET)
     exact = simulate(scenario_from_dict(raw))

@@ -1,4 +1,6 @@
-"""Build one replica for a scenario: request table, KV, step times, policy, arrays, driver."""
+"""Build one kernel instance of a fleet (a replica, or a virtual engine of one): the policy's
+configuration, its arrays over the request table, its closed loops when it holds its own
+arrivals, and the :class:`~servesim.engine.driver.Engine` that runs it."""
 
 from __future__ import annotations
 

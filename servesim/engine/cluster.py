@@ -544,7 +544,7 @@ class Fleet:
         return self._env.peek() if self._env is not None else INF
 
     def process(self, env):
-        """SimPy process: the whole fleet, then the clock catches up (as a lone replica does).
+        """SimPy process: the whole fleet, then the clock catches up to its final instant.
         ``dynamic`` (other processes on the clock: engine/processes.py): the loop runs every
         fleet event up to the time of SimPy's next event, yields to it, and goes on from there
         -- results equal the undisturbed run's bit for bit, because engines commit exactly what

@@ -1,7 +1,9 @@
-"""Build a fleet for a scenario: one request table, engines per replica group, the inbox, the router.
+"""Build every run's fleet: one request table, engines per replica group, the inbox, the router.
 
-Every replica group (``Scenario.replica_groups``) is built from its own one-replica scenario,
-exactly as a lone replica is (engine/build.py), with a routed inbox. A replica with
+A scenario without ``cluster:`` is a fleet of one replica, built here like any other (one build
+path). Every replica group (``Scenario.replica_groups``) is built from its own one-replica
+scenario (engine/build.py ``build_replica``), with a routed inbox unless the fleet is solo
+(``build_fleet``). A replica with
 ``pipeline_parallel_size`` ``pp > 1`` is ``pp`` engines -- vLLM's virtual engines: each has its own
 scheduler and running set and ``1/pp`` of the replica's KV blocks (vLLM divides
 ``num_gpu_blocks`` by the pipeline size), and every batch traverses all stages, so its iteration
