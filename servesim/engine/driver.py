@@ -300,7 +300,7 @@ class Engine:
         nb = int(st.s.b_len)
         new = int(st.b_new[:nb][st.b_ids[:nb] == r].sum())
         bs = int(self.kstate.block_size)
-        blocks = int(self.kstate.held[r])
+        blocks = int(pure(kvk.held_of)(self.kstate, r))
         return (f"request {r} computes up to token {int(st.computed[r]) + new} ({int(st.computed[r])} computed + "
                 f"{new} this step) but holds {blocks * bs} KV slots ({blocks} blocks of {bs}): the policy "
                 f"admitted it past the KV pool (a policy bug; sim.check_invariants)")

@@ -34,7 +34,8 @@ from servesim.kv.extents import (extent_alloc, extent_largest, extent_release, e
 from servesim.kv.pool import (BAD_EXTENTS, BEST, COUNTS, ELASTIC, EXTENTS_SUM, FIRST, FITS, KINDS,  # noqa: F401
                               NEGATIVE, OK, OVERLAP, PAGED, PAST_RESERVATION, PSCALARS, RELEASE_FULL,
                               RELEASE_OVERLAP, SCALARS, STATIC, STATIC_COUNTS, UNDER_RESERVATION, KVState,
-                              KVStateRef, KVStateType, compiled_kv, copy_kv, make_kv, make_kv_ref, scalars)
+                              KVStateRef, KVStateType, compiled_kv, copy_kv, held_drop, held_of, held_put,
+                              held_slot, make_kv, make_kv_ref, scalars)
 
 
 # ------------------------------------------------------------------------------ block counts
@@ -99,12 +100,12 @@ def kv_allocate(kv, computed, rid, n):
     slots = int(computed[rid]) + n
     if kv.kind == STATIC:
         return _static_allocate(kv, rid, slots)
-    need = kv_blocks_needed(kv, slots) - int(kv.held[rid])
+    need = kv_blocks_needed(kv, slots) - held_of(kv, rid)
     if need <= 0:
         return True
     if need > kv.s[0].free:
         return False
-    kv.held[rid] += need
+    kv.held[held_put(kv, rid)] += need
     kv.s[0].free -= need
     return True
 
@@ -112,7 +113,8 @@ def kv_allocate(kv, computed, rid, n):
 @kernel
 def _static_allocate(kv, rid, slots):
     s = kv.s[0]
-    if kv.held[rid] == 0:
+    held = held_of(kv, rid)
+    if held == 0:
         n = int(kv.reserve[rid])
         s.next_need = n
         if n > kv.num_blocks or slots > n * kv.block_size:
@@ -121,9 +123,11 @@ def _static_allocate(kv, rid, slots):
         if start < 0:
             s.failed += 1  # enough free blocks maybe, but no hole: external fragmentation
             return False
-        kv.start[rid] = start
-        kv.held[rid] = n
-    return slots <= int(kv.held[rid]) * kv.block_size
+        i = held_put(kv, rid)
+        kv.start[i] = start
+        kv.held[i] = n
+        held = n
+    return slots <= held * kv.block_size
 
 
 @kernel
@@ -142,29 +146,29 @@ def kv_allocate_decodes(kv, computed, ids, nb):
     if kv.kind == STATIC:
         for i in range(nb):
             r = ids[i]
-            if int(computed[r]) + 1 > int(held[r]) * bs:
+            if int(computed[r]) + 1 > held_of(kv, r) * bs:
                 return False
         return True
     if kv.kind == PAGED:
         total = 0
         for i in range(nb):
             r = ids[i]
-            total += blocks_for(int(computed[r]) + 1, bs) - int(held[r])
+            total += blocks_for(int(computed[r]) + 1, bs) - held_of(kv, r)
         if total > kv.s[0].free:
             return False
         if total != 0:
             for i in range(nb):
                 r = ids[i]
                 want = blocks_for(int(computed[r]) + 1, bs)
-                if want > held[r]:
-                    held[r] = want
+                if want > held_of(kv, r):
+                    held[held_put(kv, r)] = want
             kv.s[0].free -= total
         return True
     top = 0
     total = 0
     for i in range(nb):
         r = ids[i]
-        need = _elastic_hold_pos(kv, int(computed[r]) + 1) - int(held[r])
+        need = _elastic_hold_pos(kv, int(computed[r]) + 1) - held_of(kv, r)
         if i == 0 or need > top:
             top = need
         if need > 0:
@@ -175,9 +179,9 @@ def kv_allocate_decodes(kv, computed, ids, nb):
         return False
     for i in range(nb):
         r = ids[i]
-        need = _elastic_hold_pos(kv, int(computed[r]) + 1) - int(held[r])
+        need = _elastic_hold_pos(kv, int(computed[r]) + 1) - held_of(kv, r)
         if need > 0:
-            held[r] += need
+            held[held_put(kv, r)] += need
     kv.s[0].free -= total
     return True
 
@@ -190,18 +194,21 @@ def kv_free(kv, rid):
     if kv.prefix:
         px_free(kv, kv.computed, rid)
         return 0
+    i = held_slot(kv, rid)
+    if i < 0:
+        return 0
     if kv.kind == STATIC:
-        n = int(kv.held[rid])
+        n = int(kv.held[i])
         if n == 0:
             return 0
-        code = extent_release(kv.hole_start, kv.hole_len, kv.s, int(kv.start[rid]), n)
+        code = extent_release(kv.hole_start, kv.hole_len, kv.s, int(kv.start[i]), n)
         if code != 0:
             return code
-        kv.held[rid] = 0
-        kv.start[rid] = -1
+        kv.start[i] = -1
+        held_drop(kv, i)
         return 0
-    kv.s[0].free += kv.held[rid]
-    kv.held[rid] = 0
+    kv.s[0].free += kv.held[i]
+    held_drop(kv, i)
     return 0
 
 
@@ -242,7 +249,7 @@ def kv_decode_run(kv, computed, ids, nb, k_max, used):
             room = -1
             for i in range(nb):
                 r = ids[i]
-                left = int(kv.held[r]) * kv.block_size - int(computed[r])
+                left = held_of(kv, r) * kv.block_size - int(computed[r])
                 if i == 0 or left < room:
                     room = left
             k_max = max(1, min(k_max, room))
@@ -278,17 +285,18 @@ def kv_commit_decodes(kv, computed, ids, nb):
         extra = 0
         for i in range(nb):
             r = ids[i]
+            j = held_put(kv, r)
             want = blocks_for(int(computed[r]), bs)
-            extra += want - int(held[r])
-            held[r] = want
+            extra += want - int(held[j])
+            held[j] = want
         kv.s[0].free -= extra
         return
     extra = 0
     for i in range(nb):
         r = ids[i]
-        need = _elastic_hold_pos(kv, int(computed[r])) - int(held[r])
+        need = _elastic_hold_pos(kv, int(computed[r])) - held_of(kv, r)
         if need > 0:
-            held[r] += need
+            held[held_put(kv, r)] += need
             extra += need
     kv.s[0].free -= extra
 
@@ -383,16 +391,17 @@ def kv_check(kv, computed, holders, nh):
             return STATIC_COUNTS
         for i in range(nh):
             h = holders[i]
-            if int(computed[h]) > int(kv.held[h]) * kv.block_size:
+            if int(computed[h]) > held_of(kv, h) * kv.block_size:
                 return PAST_RESERVATION
         if nh > 1:
             starts = np.empty(nh, dtype=np.int64)
             for i in range(nh):
-                starts[i] = kv.start[holders[i]]
+                j = held_slot(kv, holders[i])
+                starts[i] = kv.start[j] if j >= 0 else -1
             order = np.argsort(starts)
             for i in range(nh - 1):
-                a, b = holders[order[i]], holders[order[i + 1]]
-                if kv.start[b] < kv.start[a] + kv.held[a]:
+                a = holders[order[i]]
+                if starts[order[i + 1]] < starts[order[i]] + held_of(kv, a):
                     return OVERLAP
         return OK
     if held_total + kv.s[0].free != kv.num_blocks:
@@ -402,7 +411,7 @@ def kv_check(kv, computed, holders, nh):
     if kv.kind == ELASTIC:
         for i in range(nh):
             h = holders[i]
-            if kv.held[h] < kv_blocks_needed(kv, int(computed[h])):
+            if held_of(kv, h) < kv_blocks_needed(kv, int(computed[h])):
                 return UNDER_RESERVATION
     return OK
 
@@ -418,7 +427,7 @@ def kv_slots_held(kv, rid):
     (tests/reference_kv/adapters.py)."""
     if kv.prefix:
         return np.int64(-1)
-    return np.int64(kv.held[rid]) * np.int64(kv.block_size)
+    return held_of(kv, rid) * np.int64(kv.block_size)
 
 
 def holes(kv) -> list[tuple[int, int]]:

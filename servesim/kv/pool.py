@@ -15,10 +15,29 @@ State (one record per pool, one row per request)::
     held[rid]                          blocks request ``rid`` holds (or reserved, static)
     start[rid], reserve[rid]           static: first block of its reservation (-1: none), blocks
                                        it reserves on admission (length 0 for other kinds)
+    hkeys, hstate                      a run of many requests (``n_requests > HASH_MIN``): held
+                                       and start are indexed by a local slot, not the request id
+                                       (:func:`held_slot`), see "Local slots" below
+
+Local slots. A replica of a fleet sees its share of the run's requests, and at one time only
+those holding KV; one int32 per request *of the whole run* per replica was 4.1 GB at 1,024
+replicas x 1M requests (benchmarks/RESULTS.md, issue 30). Past ``HASH_MIN`` requests ``held`` and
+``start`` are the values of an open-addressing map (linear probing, backward-shift deletion, no
+tombstones) keyed by ``hkeys[slot] = rid + 1`` (0: empty): its capacity is a power of two >= twice
+the most requests that can hold blocks at once (every holder holds >= 1 block: at most
+``num_blocks``, and at most ``n_requests``), of which only the first ``hstate[0] + 1`` slots are
+in use, doubled in place when half full (``hstate[1]``: entries). The arrays are anonymous
+memory maps, whose pages cost memory only once written (``np.zeros`` may take heap memory that
+calloc clears: 1,024 replicas paid ~150 MB for tables they barely used), so a replica pays for
+the concurrency it reached. Requests
+that hold nothing have no entry (their ``held`` reads 0). The values and every decision are
+those of the direct arrays (tests/test_kv_slots.py).
 """
 
 from __future__ import annotations
 
+import mmap
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -161,6 +180,9 @@ class KVState(NamedTuple):
     l_sfree: np.ndarray = _NO.f64_2
     l_slast: np.ndarray = _NO.f64
     l_late: np.ndarray = _NO.f64
+    # local slots (module docstring): empty for a pool indexed by request id
+    hkeys: np.ndarray = _NO.i32
+    hstate: np.ndarray = _NO.i64
 
     @property
     def prefix_caching(self) -> bool:
@@ -186,12 +208,164 @@ def _name(value, names: dict, field: str) -> int:
     return int(value)
 
 
+HASH_MIN = 4096  # past this many requests a pool keeps held/start in local slots (tests set -1)
+_HASH_MUL = 2654435761  # Knuth's multiplicative hash (odd: a permutation of rid mod any power of 2)
+_HASH_START = 64  # slots in use at first
+
+
+_ARENA = 64 << 20  # bytes per shared anonymous map (a map per pool: 16,384 replicas pass vm.max_map_count)
+_arena: list = [None, 0]  # the current map, bytes handed out (bump allocation: never reused)
+_arena_lock = threading.Lock()
+
+
+def lazy_zeros(n: int, dtype=np.int32) -> np.ndarray:
+    """``n`` zeros in anonymous mapped memory: a page costs memory once written, not before.
+    Small arrays are page-aligned slices of one shared map, which its arrays keep alive."""
+    size = -(-max(1, n * np.dtype(dtype).itemsize) // mmap.PAGESIZE) * mmap.PAGESIZE
+    if size > _ARENA // 4:
+        return np.frombuffer(mmap.mmap(-1, size), dtype=dtype, count=n)
+    with _arena_lock:
+        m, used = _arena
+        if m is None or used + size > len(m):
+            m, used = mmap.mmap(-1, _ARENA), 0
+        _arena[0], _arena[1] = m, used + size
+    return np.frombuffer(m, dtype=dtype, count=n, offset=used)
+
+
+def _local_slots(n: int, num_blocks: int, local) -> tuple[np.ndarray, np.ndarray, int]:
+    """(hkeys, hstate, length of held/start) of a pool for ``n`` requests: local slots when
+    ``local`` (None: when ``n > HASH_MIN``), else none (empty arrays, length ``n``)."""
+    if not (n > HASH_MIN if local is None else local):
+        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64), n
+    cap = 1 << max(1, 2 * max(1, min(n, num_blocks)) - 1).bit_length()
+    hstate = np.array([min(cap, _HASH_START) - 1, 0], dtype=np.int64)
+    return lazy_zeros(cap), hstate, cap
+
+
+@kernel(inline=True)
+def held_slot(kv, rid):
+    """Where ``rid``'s ``held``/``start`` live: ``rid`` itself, or its local slot (module
+    docstring), -1 when it has none (it holds nothing)."""
+    keys = kv.hkeys
+    if len(keys) == 0:
+        return np.int64(rid)
+    m = kv.hstate[0]
+    key = rid + 1
+    i = (np.int64(rid) * _HASH_MUL) & m
+    while True:
+        k = keys[i]
+        if k == key:
+            return i
+        if k == 0:
+            return np.int64(-1)
+        i = (i + 1) & m
+
+
+@kernel(inline=True)
+def held_of(kv, rid):
+    """Blocks ``rid`` holds (or reserved, static)."""
+    i = held_slot(kv, rid)
+    if i < 0:
+        return np.int64(0)
+    return np.int64(kv.held[i])
+
+
+@kernel
+def _held_grow(kv):
+    """Double the slots in use, entries placed again (the arrays are sized for the most)."""
+    hs = kv.hstate
+    old = hs[0] + 1
+    keys = kv.hkeys[:old].copy()
+    vals = kv.held[:old].copy()
+    static = len(kv.start) > 0
+    starts = kv.start[:old].copy() if static else vals
+    kv.hkeys[:old] = 0
+    kv.held[:old] = 0
+    if static:
+        kv.start[:old] = -1
+    m = 2 * old - 1
+    hs[0] = m
+    for j in range(old):
+        k = keys[j]
+        if k == 0:
+            continue
+        i = (np.int64(k - 1) * _HASH_MUL) & m
+        while kv.hkeys[i] != 0:
+            i = (i + 1) & m
+        kv.hkeys[i] = k
+        kv.held[i] = vals[j]
+        if static:
+            kv.start[i] = starts[j]
+
+
+@kernel
+def held_put(kv, rid):
+    """``rid``'s slot, made if it has none (the caller then writes a positive holding)."""
+    keys = kv.hkeys
+    if len(keys) == 0:
+        return np.int64(rid)
+    hs = kv.hstate
+    key = rid + 1
+    for _ in range(2):
+        m = hs[0]
+        i = (np.int64(rid) * _HASH_MUL) & m
+        while True:
+            k = keys[i]
+            if k == key:
+                return i
+            if k == 0:
+                break
+            i = (i + 1) & m
+        if 2 * (hs[1] + 1) <= m + 1 or m + 1 >= len(keys):
+            keys[i] = key
+            hs[1] += 1
+            return i
+        _held_grow(kv)
+    return np.int64(-1)  # not reached: the second pass has room
+
+
+@kernel
+def held_drop(kv, i):
+    """Zero slot ``i``'s holding; with local slots remove its entry (backward shift: the entries
+    after it in its probe run move up, so no lookup ever stops early)."""
+    kv.held[i] = 0
+    keys = kv.hkeys
+    if len(keys) == 0:
+        return
+    static = len(kv.start) > 0
+    hs = kv.hstate
+    m = hs[0]
+    keys[i] = 0
+    if static:
+        kv.start[i] = -1
+    hs[1] -= 1
+    j = i
+    while True:
+        j = (j + 1) & m
+        k = keys[j]
+        if k == 0:
+            return
+        h = (np.int64(k - 1) * _HASH_MUL) & m
+        # the entry at j may fill the hole at i unless its home h lies cyclically in (i, j]
+        if (i <= j and (h <= i or h > j)) or (i > j and h <= i and h > j):
+            keys[i] = k
+            kv.held[i] = kv.held[j]
+            keys[j] = 0
+            kv.held[j] = 0
+            if static:
+                kv.start[i] = kv.start[j]
+                kv.start[j] = -1
+            i = j
+
+
 def make_kv(kind, num_blocks: int, block_size: int, n_requests: int, *, base_blocks: int = 0,
-            growth_blocks: int = 0, reserve_tokens: np.ndarray | None = None, fit="first") -> KVState:
+            growth_blocks: int = 0, reserve_tokens: np.ndarray | None = None, fit="first",
+            local=None) -> KVState:
     """An empty pool of ``num_blocks`` blocks of ``block_size`` token slots for ``n_requests``
     requests. ``kind``: PAGED/ELASTIC/STATIC or its name. Elastic takes ``base_blocks`` and
     ``growth_blocks``; static takes ``reserve_tokens[rid]`` (slots request ``rid`` reserves on
-    admission) and ``fit`` (FIRST/BEST or "first"/"best")."""
+    admission) and ``fit`` (FIRST/BEST or "first"/"best"). ``local``: keep ``held``/``start`` in
+    local slots (module docstring); None: past ``HASH_MIN`` requests."""
     kind = _name(kind, KINDS, "kv kind")
     num_blocks, block_size, n = int(num_blocks), int(block_size), int(n_requests)
     if kind == ELASTIC:
@@ -203,11 +377,13 @@ def make_kv(kind, num_blocks: int, block_size: int, n_requests: int, *, base_blo
     if n < 0:
         raise ValueError(f"n_requests {n} must be >= 0")
     none32, none64 = np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
+    hkeys, hstate, nh = _local_slots(n, num_blocks, local)
+    held = lazy_zeros(nh) if len(hkeys) else np.zeros(nh, dtype=np.int32)
     if kind != STATIC:
         grow = kind == ELASTIC
         return KVState(kind, block_size, num_blocks, int(base_blocks) if grow else 0,
                        int(growth_blocks) if grow else 0, FIRST, scalars(num_blocks),
-                       np.zeros(n, dtype=np.int32), none32, none32, none64, none64)
+                       held, none32, none32, none64, none64, hkeys=hkeys, hstate=hstate)
     fit = _name(fit, FITS, "fit")
     if reserve_tokens is None or len(reserve_tokens) != n:
         raise ValueError(f"static KV needs reserve_tokens for each of the {n} requests")
@@ -222,8 +398,9 @@ def make_kv(kind, num_blocks: int, block_size: int, n_requests: int, *, base_blo
     rec = scalars(num_blocks, next_need)
     hole_len[0] = num_blocks
     rec[0].nholes = 1
-    return KVState(kind, block_size, num_blocks, 0, 0, fit, rec, np.zeros(n, dtype=np.int32),
-                   np.full(n, -1, dtype=np.int32), reserve, hole_start, hole_len)
+    # (with local slots ``start`` is read only where a slot is in use: no -1 fill)
+    start = lazy_zeros(nh) if len(hkeys) else np.full(nh, -1, dtype=np.int32)
+    return KVState(kind, block_size, num_blocks, 0, 0, fit, rec, held, start, reserve, hole_start, hole_len, hkeys=hkeys, hstate=hstate)
 
 
 # Compiled kernels receive the pool as a numba StructRef (one reference-counted pointer), as they
@@ -278,4 +455,5 @@ def compiled_kv(kv: KVState):
 def copy_kv(kv: KVState) -> KVState:
     """An independent copy (arrays and scalars)."""
     return kv._replace(s=kv.s.copy(), held=kv.held.copy(), start=kv.start.copy(), reserve=kv.reserve.copy(),
-                       hole_start=kv.hole_start.copy(), hole_len=kv.hole_len.copy())
+                       hole_start=kv.hole_start.copy(), hole_len=kv.hole_len.copy(), hkeys=kv.hkeys.copy(),
+                       hstate=kv.hstate.copy())

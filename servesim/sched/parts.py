@@ -28,7 +28,8 @@ import numpy as np
 
 from servesim.jit import kernel
 from servesim.kv.pcache import px_lookup, px_stable_steps
-from servesim.kv.kernels import STATIC, kv_allocate, kv_allocate_decodes, kv_blocks_needed, kv_free, kv_free_blocks
+from servesim.kv.kernels import (STATIC, held_of, kv_allocate, kv_allocate_decodes, kv_blocks_needed, kv_free,
+                                  kv_free_blocks)
 from servesim.request import RUNNING
 from servesim.sched.queues import enqueue, q_pop_front, queue_of, requeue, waiting_ids
 from servesim.sched.reserve import chunk_cap, fits, take
@@ -64,13 +65,13 @@ def kv_prefix_lookup(kv, computed, rid, now):
 
 @kernel(inline=True)
 def kv_holds(kv, rid):
-    return kv.held[rid] > 0
+    return held_of(kv, rid) > 0
 
 
 @kernel(inline=True)
 def kv_held_blocks(kv, rid):
     """Blocks ``rid`` holds: what preempting it gives back to the pool."""
-    return np.int64(kv.held[rid])
+    return held_of(kv, rid)
 
 
 @kernel(inline=True)
@@ -80,8 +81,8 @@ def kv_blocks_to_take(kv, computed, rid, n):
     large), nothing after. Lower-class preemption sizes its victims by this, so that it asks of
     every allocator what that allocator will take (make_room)."""
     if kv.kind == STATIC:
-        return np.int64(kv.reserve[rid]) if kv.held[rid] == 0 else np.int64(0)
-    need = np.int64(kv_blocks_needed(kv, np.int64(computed[rid]) + n)) - np.int64(kv.held[rid])
+        return np.int64(kv.reserve[rid]) if held_of(kv, rid) == 0 else np.int64(0)
+    need = np.int64(kv_blocks_needed(kv, np.int64(computed[rid]) + n)) - held_of(kv, rid)
     return need if need > 0 else np.int64(0)
 
 
