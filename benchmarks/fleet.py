@@ -32,6 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SIZES = (1, 24, 256, 1024, 4096, 16384)
 LOAD_READING = ("least-requests", "least-tokens", "priority", "affinity")
+SAMPLED = ("least-requests", "least-tokens", "priority")  # routers that take cluster.router_sample
 ROUTERS = ("round-robin", "random", "least-requests", "least-tokens", "affinity", "priority")
 
 
@@ -105,7 +106,8 @@ def main() -> None:
     ap.add_argument("--routers", default=",".join(ROUTERS))
     ap.add_argument("--requests", type=int, default=20_000)
     ap.add_argument("--rate", type=float, default=8.5, help="req/s per replica (capacity ~10.3: 85 %% load)")
-    ap.add_argument("--sample", type=int, default=0, help="cluster.router_sample (0: exact routers)")
+    ap.add_argument("--sample", default="0", help="cluster.router_sample, or several comma-separated: a row for "
+                    "each (0: exact routers), side by side in one run")
     ap.add_argument("--scan", action="store_true", help="also each load-reading row with the old scan of every replica")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per measurement")
     a = ap.parse_args()
@@ -115,15 +117,17 @@ def main() -> None:
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.machine()}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, python {platform.python_version()}; "
           f"{a.requests:,} requests per row, {a.rate} req/s per replica"
-          + (f", router_sample {a.sample}" if a.sample else ""))
+          + (f", router_sample {a.sample}" if a.sample != "0" else ""))
     print("| fleet | router | requests | build s | run s | sim req/s | x lone | peak RSS MB |")
     print("|---|---|---|---|---|---|---|---|")
     base = None
-    rows = [(1, None, False)] + [(int(n), r, s) for r in a.routers.split(",") for n in a.sizes.split(",")
-                                 for s in ((False, True) if a.scan and r in LOAD_READING else (False,))]
-    for n, router, scan in rows:
-        r = measure(n, router, a.requests, a.rate, a.sample if router else 0, a.timeout, scan)
-        name = r["router"] + (" (scan)" if scan else "")
+    samples = [int(d) for d in a.sample.split(",")]
+    rows = [(1, None, False, 0)] + [(int(n), r, s, d) for r in a.routers.split(",") for n in a.sizes.split(",")
+                                    for s in ((False, True) if a.scan and r in LOAD_READING else (False,))
+                                    for d in (samples if r in SAMPLED else (0,))]
+    for n, router, scan, d in rows:
+        r = measure(n, router, a.requests, a.rate, d, a.timeout, scan)
+        name = r["router"] + (" (scan)" if scan else "") + (f" d={d}" if d else "")
         if "error" in r:
             print(f"| {n:,} | {name} | {a.requests:,} | - | - | {r['error']} | - | - |", flush=True)
             continue

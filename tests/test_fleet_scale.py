@@ -104,3 +104,64 @@ def test_affinity_from_the_tree_equals_the_scan(cap):
     assert len(tree) >= 500 and tree == scan
     assert res_tree.summary["cluster"]["affinity"] == res_scan.summary["cluster"]["affinity"]
     assert res_tree.summary["cluster"]["affinity"]["overflows"] > 0  # the cap was reached
+
+
+def _view(loads):
+    from servesim.engine.router import LoadView
+
+    return LoadView(len(loads), lambda: loads, lambda: loads)
+
+
+@pytest.mark.parametrize("n", [1, 3, 16])
+def test_router_sample_unset_or_whole_fleet_is_the_exact_rule(n):
+    """d of 0 (unset) or >= N: the router never draws, and decides as the exact rule, request by
+    request, over changing loads (the engines' side: test_router_sample_power_of_d_choices)."""
+    from servesim.engine.router import LeastTokens
+
+    rng = np.random.default_rng(5)
+    exact = LeastTokens(n)
+    routers = []
+    for d in (0, n, n + 3):
+        r = LeastTokens(n)
+        r.sampling(d, np.random.default_rng(1))
+        routers.append(r)
+    loads = rng.integers(0, 5, n)
+    for rid in range(300):
+        want = exact.least(loads)
+        assert [r.choose(rid, 0, _view(loads)) for r in routers] == [want] * 3
+        loads[want] += int(rng.integers(1, 4))
+        loads[int(rng.integers(0, n))] = max(0, loads[int(rng.integers(0, n))] - 2)
+    assert all(r.sampled == 0 for r in routers)
+
+
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_router_sample_picks_the_least_of_d_draws_from_its_stream(d):
+    """Power of d choices: each decision is the least loaded of the next d replicas the router's
+    stream draws (ties: the first drawn; a drained replica drawn is drawn again), and the draws
+    are the stream's ``integers(0, N)`` in order, so a run is reproducible from its seed."""
+    from servesim.engine.router import LeastRequests
+
+    n = 11
+    rng = np.random.default_rng(d)
+    r = LeastRequests(n)
+    r.sampling(d, np.random.default_rng(42), block=7)
+    replay = np.random.default_rng(42).integers(0, n, 10_000).tolist()
+    k = 0
+    loads = rng.integers(0, 4, n)
+    counts = np.zeros(n, dtype=np.int64)
+    for rid in range(2000):
+        if rid == 1000:
+            r.set_active(3, False)
+        drawn = []
+        while len(drawn) < d:
+            x = replay[k]
+            k += 1
+            if not (rid >= 1000 and x == 3):
+                drawn.append(x)
+        best = min(drawn, key=lambda x: (loads[x], drawn.index(x)))
+        got = r.choose(rid, 0, _view(loads))
+        assert got == best and loads[got] == min(loads[x] for x in drawn)
+        counts[got] += 1
+        loads[got] += 1
+        loads[int(rng.integers(0, n))] = max(0, loads[int(rng.integers(0, n))] - 1)
+    assert r.sampled == 2000 and counts.min() > 0
