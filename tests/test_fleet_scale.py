@@ -165,3 +165,20 @@ def test_router_sample_picks_the_least_of_d_draws_from_its_stream(d):
         loads[got] += 1
         loads[int(rng.integers(0, n))] = max(0, loads[int(rng.integers(0, n))] - 1)
     assert r.sampled == 2000 and counts.min() > 0
+
+
+@pytest.mark.parametrize("router", ["least-tokens", "least-requests"])
+def test_router_sample_reads_alone_what_the_tree_holds(router):
+    """A sampling router reads only the replicas it drew (FleetLoads.one), not the tree of every
+    load: the same decisions as reading the tree brought up to date, request by request."""
+    raw = merge(merge(BASE, LOADED), {"cluster": {"router": router, "router_sample": 2}})
+    runs = []
+    for alone in (True, False):
+        b = build(scenario_from_dict(raw))
+        if not alone:
+            b.replica.view._one = None
+        b.replica.decisions = []
+        res = run_built(b)
+        runs.append(([(rid, r) for rid, r, _ in b.replica.decisions], res))
+    assert len(runs[0][0]) >= 600 and runs[0][0] == runs[1][0]
+    assert runs[0][1].requests.equals(runs[1][1].requests)

@@ -85,7 +85,8 @@ class Fleet:
         self.warmup_id, self.progress = warmup_id, progress
         self.replica_of = np.full(table.n, -1, dtype=np.int32)
         self.loads = FleetLoads(self)  # (engine/load_index.py: the loads kept incrementally)
-        self.view = LoadView(len(replicas), self._loads_requests, self._loads_tokens, self._tree)
+        self.view = LoadView(len(replicas), self._loads_requests, self._loads_tokens, self._tree,
+                             lambda kind, r: self.loads.one(kind, r, self._t))
         self._t = 0.0
         paths = {e.path for e in engines}
         self.path = "compiled" if paths == {"compiled"} else "python"

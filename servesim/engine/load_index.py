@@ -132,6 +132,19 @@ class FleetLoads:
             self.dirty = set()
         return self.req
 
+    def one(self, kind: str, r: int, t: float) -> int:
+        """Replica ``r``'s load of ``kind`` at ``t``, read alone (the trees' value once brought
+        up to date; neither tree changes): what a sampling router compares."""
+        f = self.fleet
+        vec = f._vector
+        v = 0
+        for e in self.members[r]:
+            if kind == "requests":
+                v += int(f.routed[e] - vec[e, SCALAR_INDEX["ended"]]) if vec is not None else f.engines[e].outstanding()
+            else:
+                v += f.engines[e].work(t)
+        return v
+
     def tokens(self, t: float) -> MinTree:
         steps, dirty = self.steps, self.tok_dirty
         while steps and steps[0][0] <= t:  # a step of its decode run ended since its last read

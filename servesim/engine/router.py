@@ -41,10 +41,22 @@ class LoadView:
     """Per-replica loads at the current arrival instant, computed on demand, cached per request."""
 
     def __init__(self, n: int, requests: Callable[[], np.ndarray], tokens: Callable[[], np.ndarray],
-                 index: Callable[[str], object] | None = None):
+                 index: Callable[[str], object] | None = None, one: Callable[[str, int], int] | None = None):
         self.n = n
         self._requests, self._tokens = requests, tokens
         self._index = index  # kind -> a MinTree of the loads (engine/load_index.py), or None
+        self._one = one  # (kind, replica) -> that replica's load now, read alone (or None)
+
+    def load(self, kind: str, r: int):
+        """Replica ``r``'s load of ``kind``: read alone where the fleet can (a sampling router
+        reads only the replicas it drew, and the tree of every load is not brought up to date),
+        else from the tree or the scan -- the same value (tests/test_fleet_scale.py)."""
+        if self._one is not None:
+            return self._one(kind, r)
+        tree = self.tree(kind)
+        if tree is not None:
+            return tree[r]
+        return (self.requests() if kind == "requests" else self.tokens())[r]
 
     def tree(self, kind: str):
         """The loads of ``kind`` ("requests" or "tokens") as a min segment tree kept up to date
@@ -99,14 +111,12 @@ class Router:
     def _least_sampled(self, view: LoadView, kind: str) -> int:
         """The least loaded of ``sample`` drawn replicas (ties: the first drawn); a drained
         replica drawn is drawn again."""
-        tree = view.tree(kind)
-        loads = None if tree is not None else (view.requests() if kind == "requests" else view.tokens())
         best, low = -1, None
         for _ in range(self.sample):
             r = self._draw()
             while self._skip(r):
                 r = self._draw()
-            v = tree[r] if tree is not None else loads[r]
+            v = view.load(kind, r)
             if low is None or v < low:
                 best, low = r, v
         self.sampled += 1
