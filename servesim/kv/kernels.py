@@ -331,11 +331,11 @@ def kv_step_usage(kv, computed, holders, nh, ids, new, nb, k, used, out):
         for i in range(nh):
             c = int(computed[holders[i]])
             written0 += c
-            touched += (c + bs - 1) // bs
+            touched += blocks_for(c, bs)
         for i in range(nb):
             c = int(computed[ids[i]])
             written0 += int(new[i])
-            touched += (c + int(new[i]) + bs - 1) // bs - (c + bs - 1) // bs
+            touched += blocks_for(c + int(new[i]), bs) - blocks_for(c, bs)
         reserved = (used0 - touched) * bs
         for j in range(k):
             a = (used0 if k == 1 else used[j]) * bs

@@ -317,12 +317,10 @@ def px_grow(kv, computed, ids, nb, plus, keyed):
     needed ``slot * bs - c`` steps from now, ties in batch order."""
     bs = kv.block_size
     held = kv.held
-    needs = np.empty(nb, dtype=np.int64)  # blocks each request takes (<= 0: none)
     total = 0
     grown = 0
-    for i in range(nb):
+    for i in range(nb):  # (no array of needs: most decode steps take no block, and allocate none)
         need = blocks_for(np.int64(computed[ids[i]]) + plus, bs) - held[ids[i]]
-        needs[i] = need
         if need > 0:
             total += need
             grown += 1
@@ -337,7 +335,7 @@ def px_grow(kv, computed, ids, nb, plus, keyed):
         t = 0
         for i in range(nb):
             r = ids[i]
-            need = needs[i]
+            need = blocks_for(np.int64(computed[r]) + plus, bs) - held[r]
             for _ in range(need):
                 _own_append(onext, oprev, oends, ref, r, blocks[t])
                 t += 1
@@ -350,7 +348,7 @@ def px_grow(kv, computed, ids, nb, plus, keyed):
     gi = 0
     for i in range(nb):
         r = ids[i]
-        need = needs[i]
+        need = blocks_for(np.int64(computed[r]) + plus, bs) - held[r]
         if need <= 0:
             continue
         for slot in range(held[r], held[r] + need):

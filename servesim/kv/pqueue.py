@@ -174,7 +174,13 @@ def evict_blocks(kv, out, got):
     the whole batch in turn is evicting the blocks one at a time; the pool's arrays are read once
     (reading them per block was most of the Mooncake example's time, in reference counts)."""
     bhash, cache_blk, bclass, ready, evlog, uniq = kv.bhash, kv.cache_blk, kv.bclass, kv.ready, kv.evlog, kv.uniq
-    hs = np.empty(got, dtype=np.int64)
+    m = 0
+    for i in range(got):
+        if bhash[out[i]] >= 0:
+            m += 1
+    if m == 0:  # (plain blocks only: no array to allocate)
+        return
+    hs = np.empty(m, dtype=np.int64)
     m = 0
     for i in range(got):
         b = out[i]
@@ -187,8 +193,6 @@ def evict_blocks(kv, out, got):
         ready[b] = 0.0
         hs[m] = h
         m += 1
-    if m == 0:
-        return
     ps = kv.ps[0]
     ps.evictions += m
     n = ps.evlog_n
