@@ -96,7 +96,7 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", 
     # a built-in pool's state (count allocators, or a prefix cache's PrefixPool), else a Python object
     kv_state = kv_obj if isinstance(kv_obj, KVState) else getattr(kv_obj, "state", None)
     if kv_state is None and force_python is None:
-        force_python = "the Python reference prefix cache (kv/prefix.py)"
+        force_python = "the Python reference prefix cache (tests/reference_kv/prefix.py)"
     max_slots = int(_pure(kv_max_slots)(kv_state)) if kv_state is not None else int(kv_obj.max_slots())
     cfg, class_slots = compose(
         e, spec if spec is not None else policy_spec(e.scheduler), max_model_len=sc.max_model_len, max_slots=max_slots,

@@ -399,7 +399,7 @@ class Fleet:
         return False
 
     prerouted = False
-    coupled = False  # engines share a KV-tier link (kv/tiers.py): advance in time order
+    coupled = False  # engines share a KV-tier link (kv/ptiers.py link_transfer): advance in time order
 
     def _run_solo(self):
         """One engine, nothing to route: its own inbox holds the arrivals (open-loop cursor,
