@@ -22,6 +22,8 @@ replica instead of O(N) per arrival.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
+
 import numpy as np
 
 from servesim.engine.fleet_engine import SCALAR_INDEX
@@ -168,7 +170,7 @@ class FleetLoads:
                         k = eng.s.get_i("run_k") if run else 0
                     if run:
                         ends = eng.st.ends
-                        done = int(np.searchsorted(ends[:k], t, "right"))
+                        done = bisect_right(ends, t, 0, k)  # (np.searchsorted's wrapper: 3x the time)
                         if done < k and ends[done] < nxt:
                             nxt = float(ends[done])
                 self.tok.set(r, w)
