@@ -224,9 +224,16 @@ def test_prerouted_fleet_equals_the_event_loop(raw, engine):
     np.testing.assert_array_equal(a.requests["replica"].to_numpy(), e.requests["replica"].to_numpy())
 
 
+def _rows_as_dicts(summary: dict) -> dict:
+    """``summary`` with its cluster's per-replica list as a dict by position (compared per field)."""
+    cluster = dict(summary["cluster"], per_replica=dict(enumerate(summary["cluster"]["per_replica"])))
+    return dict(summary, cluster=cluster)
+
+
 def test_large_fleets_get_smaller_buffers_and_the_same_results():
-    """Past 256 engines each engine's scratch and recorder buffers shrink (the fleet's address
-    space stays bounded); that only cuts fast-path runs and flushes more often."""
+    """A fleet engine's scratch and recorder buffers are sized to its share of the requests, and
+    shrink past 256 engines (the fleet's address space stays bounded); that only cuts fast-path
+    runs and flushes more often."""
     from servesim import scenario_from_dict
     from servesim.engine.fleet_build import fleet_buffers
     from servesim.sched.state import MAX_RUN_STEPS, STEP_BUFFER
@@ -236,6 +243,12 @@ def test_large_fleets_get_smaller_buffers_and_the_same_results():
     assert fleet_buffers(256) == (MAX_RUN_STEPS, STEP_BUFFER)
     assert fleet_buffers(300) == (STEP_BUFFER // 4, STEP_BUFFER // 2)
     assert fleet_buffers(10**6) == (1024, 2048)
+    # sized to the engine's share of the run's requests (32 rows a request, at least 512), a lone engine never
+    assert fleet_buffers(1, 10) == (MAX_RUN_STEPS, STEP_BUFFER)
+    assert fleet_buffers(24, 20_000) == (MAX_RUN_STEPS, STEP_BUFFER)  # 834 requests each: 32,768 rows
+    assert fleet_buffers(1024, 20_000) == (512, 1024)  # 20 each: 640 -> 1,024
+    assert fleet_buffers(16384, 20_000) == (256, 512)
+    assert fleet_buffers(300, 3000) == (256, 512)  # the run below
     raw = {"name": "big", "seed": 3, "stop": {"requests": 3000}, "hardware": {"gpu": "a100-80g", "replicas": 300},
            "model": "llama-3-8b", "engine": {"scheduler": "vllm"}, "step_time": {"model": "roofline"},
            "workload": {"arrival": {"process": "poisson", "rate": 2000.0},
@@ -243,10 +256,11 @@ def test_large_fleets_get_smaller_buffers_and_the_same_results():
                         "output": {"dist": "uniform", "min": 100, "max": 3000}},
            "cluster": {"router": "least-tokens"}}
     sc = scenario_from_dict(raw, "big")
-    scaled = run_built(build(sc))  # fleet_buffers(300)
+    scaled = run_built(build(sc))  # fleet_buffers(300, 3000): 512 rows
     full = run_built(build(sc, buffers=(MAX_RUN_STEPS, STEP_BUFFER)))
     tiny = run_built(build(sc, buffers=(64, 128)))  # runs cut and buffers flushed all the time
-    assert_summaries_equal(scaled.summary, full.summary)
+    # (per-replica rows compared field by field: their KV means and busy shares are time averages)
+    assert_summaries_equal(_rows_as_dicts(scaled.summary), _rows_as_dicts(full.summary))
     # every request's timestamps are the same; time averages are summed in other chunks, so they
     # may move in the last bits
     cols = ["arrival_s", "first_token_s", "finish_s", "preemptions"]

@@ -18,6 +18,8 @@ from servesim.sched.compose import compose, policy_spec
 from servesim.sched.state import new_scalars, new_state
 from servesim.workload.streams import stream
 
+ITL_CAP = 1 << 14  # new_state's ITL buffer (a lone replica's); a fleet engine's is at most half its recorder rows
+
 if TYPE_CHECKING:
     from servesim.metrics.collect import Recorder
 
@@ -112,7 +114,8 @@ def build_replica(sc, table: RequestTable, kv_obj, model, recorder: "Recorder", 
     fetches = kv_state is None or bool(kv_state.prefix) or force_python is not None or bool(user_parts)
     st = new_state(table, s=s[0], run_cap=cfg.max_seqs + 1, object_kv=fetches, **client_columns(groups, n),
                    class_slots=class_slots,
-                   **({"run_steps": buffers[0], "step_buffer": buffers[1]} if buffers else {}),
+                   **({"run_steps": buffers[0], "step_buffer": buffers[1],
+                      "itl_cap": min(ITL_CAP, buffers[1] // 2)} if buffers else {}),
                    **({"shared": shared} if shared is not None else {}))
     rec0 = s[0]
     rec0.ratio = cfg.ratio_init
