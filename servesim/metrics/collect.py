@@ -32,10 +32,10 @@ class BinnedSeries:
     SIGNALS = ("kv_blocks", "running", "waiting", "batch_tokens", "kv_internal_slots", "kv_reserved_slots",
                "kv_external_slots", "prefill_tokens")
 
-    def __init__(self, bin_s: float, max_bins: int = 1 << 16):
+    def __init__(self, bin_s: float, max_bins: int = 1 << 16, cap: int = 1024):
         self.bin_s = float(bin_s)
         self.max_bins = max_bins
-        self._cap = 1024
+        self._cap = int(cap)  # bins held at first (they grow on demand: a fleet engine's start small)
         self.integral = np.zeros((len(self.SIGNALS), self._cap))
         self.peak = np.zeros((len(self.SIGNALS), self._cap))
         self.t_end = 0.0
@@ -169,7 +169,10 @@ class Recorder:
 
     def __init__(self, timeseries_bin_s: float = 1.0, buffer: int | None = None):
         self.itl = WeightedSample()  # (gap, count) pairs; spills to disk beyond a memory limit
-        self.series = BinnedSeries(timeseries_bin_s)
+        n = int(buffer or Recorder.BUFFER)  # steps held before a flush
+        # a recorder of fewer rows (a fleet engine's share of the run: engine/fleet_build.py) starts
+        # with fewer bins too; a lone replica's 1,024 (same values either way: bins grow on demand)
+        self.series = BinnedSeries(timeseries_bin_s, cap=min(1024, max(16, n // 32)))
         self.iterations = 0
         self.busy_s = 0.0
         self.batch_seqs_sum = 0  # sum over iterations of running requests
@@ -178,7 +181,7 @@ class Recorder:
         self.cpu_s = 0.0  # engine CPU overhead inside busy time
         self.extra_s = 0.0  # non-compute time added by policies (e.g. swaps) inside busy time
         self.swap_outs = 0  # preemptions by swap (engine.preemption: swap, while host space is left)
-        n = self.BUFFER = int(buffer or Recorder.BUFFER)  # steps held before a flush
+        self.BUFFER = n
         self._start = np.empty(n)
         self._end = np.empty(n)
         self._vals = np.zeros((len(BinnedSeries.SIGNALS), n))
