@@ -107,8 +107,11 @@ def entry_point(dispatcher, *args):
     from numba import typeof
 
     sig = tuple(typeof(a) for a in args)
-    dispatcher.compile(sig)
-    return dispatcher.overloads[sig].entry_point
+    done = dispatcher.overloads.get(sig)  # (compile() of a compiled signature still costs ~75 us: a
+    if done is None:                      # fleet's build asked it 3 times an engine)
+        dispatcher.compile(sig)
+        done = dispatcher.overloads[sig]
+    return done.entry_point
 
 
 class Scalars:
