@@ -182,10 +182,10 @@ class Recorder:
         self.extra_s = 0.0  # non-compute time added by policies (e.g. swaps) inside busy time
         self.swap_outs = 0  # preemptions by swap (engine.preemption: swap, while host space is left)
         self.BUFFER = n
-        self._start = np.empty(n)
-        self._end = np.empty(n)
-        self._vals = np.zeros((len(BinnedSeries.SIGNALS), n))
-        self._itl_w = np.empty(n, dtype=np.int64)
+        # the step buffer of :meth:`steps`, made at its first call: the engines fold their own
+        # kernel buffers (engine/driver.py ``_drain`` -> :meth:`_fold`), so an engine's recorder
+        # never holds steps (11 float64 rows of ``n`` an engine, 2.8 MB at a lone replica's size)
+        self._start = self._end = self._vals = self._itl_w = None
         self._fill = 0
         # sorted arrival times at this engine within (t0, t1]: requests arriving during a step
         # wait until its end (BinnedSeries.add_arrival_waits); None: not counted
@@ -216,6 +216,11 @@ class Recorder:
         ``frag``: (internal, reserved, external) KV slots per step (see servesim/kv/frag.py);
         ``prefill``: the prefill tokens among ``batch_tokens`` (per step, or one value for all)."""
         k = len(ends)
+        if self._start is None:
+            m = self.BUFFER
+            self._start, self._end = np.empty(m), np.empty(m)
+            self._vals = np.zeros((len(BinnedSeries.SIGNALS), m))
+            self._itl_w = np.empty(m, dtype=np.int64)
         i = self._fill
         if i + k > self.BUFFER:
             self.flush()
