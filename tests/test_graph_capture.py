@@ -159,6 +159,23 @@ def test_header_and_model_name_the_rule():
     assert "piecewise for any iteration up to 512 tokens" in m.describe()
 
 
+def test_header_says_the_rule_is_unused_when_auto_falls_back_to_the_roofline():
+    """quickstart leaves step_time to auto; on a GPU without a pack auto takes the roofline, which
+    prices no graphs, so the preset's capture note must not read as if it applied."""
+    from typer.testing import CliRunner
+
+    from servesim.cli import app
+
+    root = ENGINES.parents[1] / "scenarios" / "quickstart.yaml"
+    out = CliRunner().invoke(app, ["check", str(root), "--set", "hardware.gpu=l40s", "--set", "engine.preset=vllm-v1"])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "roofline (uncalibrated)" in text
+    assert "cuda graphs: piecewise" in text and "not used: the roofline step model prices no CUDA graphs" in text
+    out = CliRunner().invoke(app, ["check", str(ENGINES / "vllm-v1.yaml")])  # a pack: no such words
+    assert "not used" not in " ".join(out.output.split()), out.output
+
+
 def test_sglang_memory_reserve_uses_the_same_graph_cap():
     """server_args.py (v0.5.x) reserves cuda_graph_max_bs x 2 MiB: on a 40 GiB A100 at tp 1 that
     is 32 x 2 (not 256 x 2): reserved = 512 + 4096 x 1.5 + 64 + 128 = 6848 MiB."""

@@ -43,7 +43,11 @@ def print_header(console: Console, built) -> None:
     say(f"simulator {rep.path} engine" + (f" -- {why}" if why else ""))
     w = built.workload
     wc = sc.workload
+    priced = getattr(built.model, "name", "")
     for note in getattr(sc, "load_notes", ()):
+        if note.startswith("cuda graphs:") and priced != "pack":
+            # the preset's capture rule is a pack's: a roofline (auto's fallback) prices no graph
+            note += f" -- not used: the {priced or 'chosen'} step model prices no CUDA graphs"
         console.print(f"note      {note}")
     if wc.streams is not None:
         source = f"{len(wc.streams)} streams" + (f", rate_scale {wc.rate_scale:g}" if wc.rate_scale != 1.0 else "")
