@@ -351,14 +351,15 @@ class PackStepModel(KernelModel):
         return words
 
     def in_graph(self, seqs: int, tokens: int, pure_decode: bool) -> bool:
-        """Whether such an iteration replays a graph (the kernels' pack_in_graph, in Python)."""
-        if self._all_in_graph:
-            return True
-        if not self._decode_in_graph:
-            return False
-        if pure_decode and (self.graph_max_batch == 0 or seqs <= self.graph_max_batch):
-            return True
-        return self.graph_max_tokens > 0 and tokens <= self.graph_max_tokens
+        """Whether such an iteration replays a graph: the kernels' own rule (``pack_in_graph``)
+        run as Python on this model's caps, so the diagnostics cannot drift from the hot path."""
+        from types import SimpleNamespace
+
+        from servesim.perf.kernels import pack_in_graph
+
+        caps = SimpleNamespace(all_in_graph=self._all_in_graph, decode_in_graph=self._decode_in_graph,
+                               graph_max_batch=self.graph_max_batch, graph_max_tokens=self.graph_max_tokens)
+        return bool(pack_in_graph.py_func(caps, seqs, tokens, pure_decode))
 
     # -- diagnostics (not in the hot path) -----------------------------------------------------
     def breakdown_ms(self, new_tokens: np.ndarray, context: np.ndarray) -> dict[str, float]:
