@@ -243,22 +243,31 @@ def _local_slots(n: int, num_blocks: int, local) -> tuple[np.ndarray, np.ndarray
 
 
 @kernel(inline=True)
+def _home(key, m):
+    """The slot a probe for ``key`` (request id + 1) starts from, in a table of ``m + 1`` slots."""
+    return (np.int64(key - 1) * _HASH_MUL) & m
+
+
+@kernel(inline=True)
+def _probe(keys, m, key):
+    """Linear probing from ``key``'s home slot (table size ``m + 1``, a power of two): the slot
+    holding ``key``, else the first empty one. The one probe rule of the local-slot map: lookups,
+    insertions and regrowth all walk it, so a key is always found where it was put."""
+    i = _home(key, m)
+    while keys[i] != key and keys[i] != 0:
+        i = (i + 1) & m
+    return i
+
+
+@kernel(inline=True)
 def held_slot(kv, rid):
     """Where ``rid``'s ``held``/``start`` live: ``rid`` itself, or its local slot (module
     docstring), -1 when it has none (it holds nothing)."""
     keys = kv.hkeys
     if len(keys) == 0:
         return np.int64(rid)
-    m = kv.hstate[0]
-    key = rid + 1
-    i = (np.int64(rid) * _HASH_MUL) & m
-    while True:
-        k = keys[i]
-        if k == key:
-            return i
-        if k == 0:
-            return np.int64(-1)
-        i = (i + 1) & m
+    i = _probe(keys, kv.hstate[0], rid + 1)
+    return i if keys[i] != 0 else np.int64(-1)
 
 
 @kernel(inline=True)
@@ -289,9 +298,7 @@ def _held_grow(kv):
         k = keys[j]
         if k == 0:
             continue
-        i = (np.int64(k - 1) * _HASH_MUL) & m
-        while kv.hkeys[i] != 0:
-            i = (i + 1) & m
+        i = _probe(kv.hkeys, m, k)  # (k is not yet in the cleared table: its first empty slot)
         kv.hkeys[i] = k
         kv.held[i] = vals[j]
         if static:
@@ -308,14 +315,9 @@ def held_put(kv, rid):
     key = rid + 1
     for _ in range(2):
         m = hs[0]
-        i = (np.int64(rid) * _HASH_MUL) & m
-        while True:
-            k = keys[i]
-            if k == key:
-                return i
-            if k == 0:
-                break
-            i = (i + 1) & m
+        i = _probe(keys, m, key)
+        if keys[i] == key:
+            return i
         if 2 * (hs[1] + 1) <= m + 1 or m + 1 >= len(keys):
             keys[i] = key
             hs[1] += 1
@@ -345,7 +347,7 @@ def held_drop(kv, i):
         k = keys[j]
         if k == 0:
             return
-        h = (np.int64(k - 1) * _HASH_MUL) & m
+        h = _home(k, m)
         # the entry at j may fill the hole at i unless its home h lies cyclically in (i, j]
         if (i <= j and (h <= i or h > j)) or (i > j and h <= i and h > j):
             keys[i] = k
