@@ -177,6 +177,10 @@ CASES = [
     ("inline-model-heads", merge(BASE, {"model": {"num_layers": 2, "hidden_size": 64, "num_heads": 6, "num_kv_heads": 4,
                                                   "head_dim": 16, "intermediate_size": 128, "vocab_size": 100}}), (),
      ["num_heads 6", "multiple of num_kv_heads 4"]),
+    ("step-time-without-its-model", {**BASE, "step_time": {"cuda_graph_max_batch": 128}}, (),
+     ["step_time.model is missing", "docs/scenario-reference.md"]),
+    ("graph-cap-below-one", merge(BASE, {"step_time": {"model": "auto", "cuda_graph_max_batch": 0}}), (),
+     ["cuda_graph_max_batch = 0", "greater than or equal to 1"]),
 ]
 
 

@@ -86,6 +86,10 @@ def _first_error(err: ValidationError, source: str) -> str:
         return f"{source}: {loc}: unknown field (check the spelling; see docs/scenario.md for the allowed fields)"
     if kind == "missing":
         return f"{source}: {loc}: required field is missing"
+    if kind == "union_tag_not_found":  # a tagged section (e.g. step_time) given without its tag
+        tag = (e.get("ctx") or {}).get("discriminator", "").strip("'")
+        return (f"{source}: {loc}.{tag} is missing: a {loc} section names its {tag} "
+                f"(see docs/scenario-reference.md for the allowed values)")
     shown = repr(value) if not isinstance(value, dict) else "{...}"
     if len(shown) > 80:
         shown = shown[:77] + "..."
