@@ -54,7 +54,6 @@ Every derived pack says ``source: derived`` and names its sources in ``origin``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -62,40 +61,16 @@ import numpy as np
 import pandas as pd
 
 from servesim.errors import PackError
-from servesim.hardware import GPUS
 from servesim.models import ModelShape
-from servesim.perf.pack import MLA_SHAPE_KEYS, MOE_SHAPE_KEYS, SHAPE_KEYS, WEIGHT_DTYPES, Pack, pack_root
+from servesim.perf.pack import MLA_SHAPE_KEYS, MOE_SHAPE_KEYS, SHAPE_KEYS, WEIGHT_DTYPES, Pack
+from servesim.tools.derive_common import IDW_POWER, _idw, _interp_log, read_survey, survey_root  # noqa: F401
+from servesim.tools.derive_moe import MoeRule, MoeShape, moe_layer_rows  # noqa: F401 (re-exported)
 
-IDW_POWER = 2.0
 #: layer GEMMs a weight format changes (lm_head stays bf16 in vLLM's FP8/AWQ/GPTQ checkpoints)
 PRECISION_GEMM_OPS: tuple[str, ...] = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 #: the survey variant that times each quantization's GEMMs
 SURVEY_VARIANT: dict[str, str] = {"fp8": "fp8", "awq": "int4", "gptq": "int4"}
 SURVEY_LATENT = 576  # the MLA survey's cached values per token (latent 512 + rope 64)
-
-
-def survey_root() -> Path:
-    """``calibration/surveys`` beside the pack folder (a source checkout)."""
-    return pack_root().parent / "surveys"
-
-
-def read_survey(gpu: str, name: str) -> pd.DataFrame:
-    path = survey_root() / gpu / f"{name}.csv"
-    if not path.is_file():
-        raise PackError(f"{path}: no {name} survey for gpu {gpu}; surveys exist for: "
-                        f"{', '.join(sorted(p.name for p in survey_root().glob('*') if p.is_dir())) or 'none'}")
-    return pd.read_csv(path)
-
-
-def _interp_log(x: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
-    """Linear in log x, held at the ends."""
-    return np.interp(np.log(np.maximum(np.asarray(x, np.float64), 1e-12)), np.log(xs), ys)
-
-
-def _idw(d: np.ndarray) -> np.ndarray:
-    if d.min() < 1e-12:
-        return (d < 1e-12).astype(np.float64)
-    return 1.0 / d ** IDW_POWER
 
 
 # --- GEMMs per weight format ------------------------------------------------------------------
@@ -202,125 +177,6 @@ class GridRatio:
         lc = np.log(np.maximum(np.asarray(context, np.float64), 1.0))
         rows = np.array([np.interp(lc, self.c, row) for row in self.v])  # (batches, n)
         return np.array([np.interp(lb[i], self.b, rows[:, i]) for i in range(lb.size)])
-
-
-# --- experts -----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class MoeShape:
-    """One MoE layer on one rank: experts, top-k, the expert's intermediate (per rank), hidden."""
-
-    experts: int
-    top_k: int
-    inter: int
-    hidden: int
-
-    @classmethod
-    def of(cls, shape: ModelShape, tp: int) -> "MoeShape":
-        return cls(shape.num_experts, shape.num_experts_per_tok, max(1, shape.moe_intermediate_size // tp),
-                   shape.hidden_size)
-
-    def label(self) -> str:
-        return f"{self.experts} experts top-{self.top_k}, I {self.inter}, h {self.hidden}"
-
-
-class MoeRule:
-    """Expert, router and combine times of an MoE layer from the MoE survey (rule: module doc)."""
-
-    def __init__(self, moe: pd.DataFrame, gpu: str, exclude: Optional[MoeShape] = None):
-        spec = GPUS[gpu]
-        self.flops, self.bw = spec.bf16_flops_per_s, spec.hbm_bytes_per_s
-        self.sources = []
-        for (E, k, inter, h), g in moe.groupby(["experts", "top_k", "inter", "k"]):
-            cfg = MoeShape(int(E), int(k), int(inter), int(h))
-            if cfg == exclude:
-                continue
-            curves = {}
-            for v, gv in g.groupby("variant"):
-                gv = gv.sort_values("tokens")
-                curves[v] = (gv.tokens.to_numpy(np.float64), gv.time_ms.to_numpy(np.float64))
-            M, t = curves["experts"]
-            eff = self.ideal_ms(cfg, M) / t
-            self.sources.append((cfg, M * cfg.top_k / cfg.experts, eff, curves))
-        if not self.sources:
-            raise PackError("MoE survey: no configuration left to derive from")
-
-    def ideal_ms(self, cfg: MoeShape, M, imbalance: float = 1.0) -> np.ndarray:
-        M = np.asarray(M, np.float64)
-        E, k, inter, h = cfg.experts, cfg.top_k, cfg.inter, cfg.hidden
-        hit = E * (1 - (1 - k / E) ** M)
-        nbytes = 2 * (hit * 3 * h * inter + M * k * (2 * h + 3 * inter))
-        flops = 2 * M * k * 3 * h * inter * imbalance
-        return 1e3 * np.maximum(flops / self.flops, nbytes / self.bw)
-
-    def _weights(self, cfg: MoeShape) -> np.ndarray:
-        d = np.array([np.hypot(np.log(3 * s.hidden * s.inter / (3 * cfg.hidden * cfg.inter)),
-                               np.log(s.experts / cfg.experts)) for s, _, _, _ in self.sources])
-        return _idw(d)
-
-    def experts_ms(self, cfg: MoeShape, M, imbalance: float = 1.0) -> np.ndarray:
-        M = np.asarray(M, np.float64)
-        w = self._weights(cfg)
-        x = M * cfg.top_k / cfg.experts
-        eff = sum(wi * _interp_log(x, xs, e) for wi, (_, xs, e, _) in zip(w, self.sources)) / w.sum()
-        return self.ideal_ms(cfg, M, imbalance) / eff
-
-    def _width_ms(self, op: str, cfg: MoeShape, M, width) -> np.ndarray:
-        from servesim.perf.packtables import Curve
-
-        M = np.asarray(M, np.float64)
-        ws = np.array([width(s) for s, _, _, _ in self.sources], np.float64)
-        wt = float(width(cfg))
-        d = np.abs(np.log(ws / wt))
-        w = _idw(d)
-        out = sum(wi * Curve(*src[3][op], monotone=False)(M * wt / wsi)
-                  for wi, wsi, src in zip(w, ws, self.sources))
-        return out / w.sum()
-
-    def gate_ms(self, cfg: MoeShape, M) -> np.ndarray:
-        return self._width_ms("gate", cfg, M, lambda s: s.hidden + s.experts)
-
-    def combine_ms(self, cfg: MoeShape, M) -> np.ndarray:
-        return self._width_ms("combine", cfg, M, lambda s: s.top_k * s.hidden)
-
-
-def moe_layer_rows(rule: MoeRule, transfer, shape: ModelShape, tp: int, grid: np.ndarray,
-                   imbalance: float = 1.0) -> tuple[list[tuple], dict]:
-    """``moe_gate``, ``moe_experts``, ``moe_combine`` rows of (shape, tp) on ``grid``, shared
-    experts and dense first layers folded in (module doc)."""
-    cfg = MoeShape.of(shape, tp)
-    h = shape.hidden_size
-    M = np.asarray(grid, np.float64)
-    L, d = shape.num_layers, shape.num_dense_layers
-    f = (L - d) / L
-
-    def mlp(inter: int) -> np.ndarray:
-        act = transfer.width_ms("act", inter, M)
-        return (transfer.gemm_ms(h, 2 * inter, M) + transfer.gemm_ms(inter, h, M)
-                + (act if act is not None else 0.0))
-
-    experts = rule.experts_ms(cfg, M, imbalance)
-    shared_i = shape.shared_expert_intermediate_size // tp
-    if shared_i:
-        experts = experts + mlp(shared_i)
-    if d:
-        experts = f * experts + (1 - f) * mlp(shape.intermediate_size // tp)
-    gate, combine = f * rule.gate_ms(cfg, M), f * rule.combine_ms(cfg, M)
-    rows = []
-    for op, t in (("moe_gate", gate), ("moe_experts", experts), ("moe_combine", combine)):
-        rows += [(op, int(m), 0, 0, 0, float(x), None) for m, x in zip(M, t)]
-    names = ", ".join(f"{s.label()}" for s, _, _, _ in rule.sources)
-    notes = {
-        "moe_experts": (f"{cfg.label()}: roofline of hit experts' weights + routed GEMMs (imbalance "
-                        f"{imbalance:g}) / efficiency at the same tokens per expert, IDW over the MoE "
-                        f"survey's {names}"
-                        + (f"; + shared experts (I {shared_i}) as a dense MLP" if shared_i else "")
-                        + (f"; x {f:.4f} + the dense MLP (I {shape.intermediate_size // tp}) x {1 - f:.4f} "
-                           f"({d} dense first layers of {L})" if d else "")),
-        "moe_gate": "router: t_src(M (h + E) / w_src) from the MoE survey" + (f", x {f:.4f}" if d else ""),
-        "moe_combine": "combine: t_src(M k h / w_src) from the MoE survey" + (f", x {f:.4f}" if d else ""),
-    }
-    return rows, notes
 
 
 # --- latent attention --------------------------------------------------------------------------
