@@ -137,7 +137,7 @@ def _md(df: pd.DataFrame) -> str:
         cells = []
         for col, v in zip(cols, r):
             if isinstance(v, float):
-                cells.append(f"{100 * v:.1f} %" if col in ("median", "p90", "max", "mean signed") else f"{v:.3g}")
+                cells.append(f"{100 * v:.1f} %" if col in ("median", "p90", "max", "mean signed", "signed median") else f"{v:.3g}")
             else:
                 cells.append(str(v))
         lines.append("| " + " | ".join(cells) + " |")
@@ -156,6 +156,12 @@ def main() -> None:
     print(_md(moe_leave_one_out()))
     print("\n### decode surveys, leave one context out\n")
     print(_md(grid_leave_one_out()))
+    from servesim.tools.derive_launches import launch_check, validation_check
+
+    print("\n### eager floor: launch-count rule, CPU-bound calibration walls from llama-3-8b's\n")
+    print(_md(launch_check()))
+    print("\n### eager floor: the same on the CPU-bound eager validation forwards\n")
+    print(_md(validation_check()))
 
 
 if __name__ == "__main__":
@@ -195,6 +201,14 @@ def held_out_summary(gpu: str, shape, cross_model: bool) -> dict:
         out["experts"] = (f"MoE layer, leave one surveyed configuration out: {rng(layer)} median (max "
                           f"{100 * layer['max'].max():.1f} %); survey kernel torch._grouped_mm (about half vLLM's "
                           f"fused-MoE speed at batch 10: docs/models.md, 'MoE and MLA on one GPU')")
+    if shape.is_moe or shape.is_mla:
+        from servesim.tools.derive_launches import launch_check
+
+        lc = launch_check(gpu).set_index("target")["signed median"]
+        out["eager floor"] = ("launch-count rule on the profiler's own forwards, llama-3-8b's CPU-bound eager walls "
+                              "predicting each measured pack's (signed median): "
+                              + ", ".join(f"{t.split('/')[-1]} {100 * v:+.0f} %" for t, v in lc.items())
+                              + " (calibration/VALIDATION.md, 'Eager floor of derived packs')")
     if shape.is_mla:
         mla = grid[grid.rule.str.startswith("MLA")]
         out["latent attention"] = (f"MLA decode, leave one surveyed context out: {rng(mla)} median; the surveyed "

@@ -48,6 +48,10 @@ attention"):
   latents) are not timed. The MLA survey ran a Triton kernel
   (FlashMLA, which engines use on Hopper, is faster at 128 heads): an upper bound there.
 
+* **Eager CPU floor** (MoE and MLA only): the base's launch time x the ratio of kernel launches per
+  forward (:mod:`servesim.tools.derive_launches`); dense and precision variants keep the base's
+  ``overhead_eager`` rows x the layer ratio.
+
 Every derived pack says ``source: derived`` and names its sources in ``origin``
 (``derived from h200/llama-3-8b + surveys ...``), which the run header prints.
 """
@@ -331,6 +335,12 @@ def derive_any(gpu: str, shape: ModelShape, tp: int, source_packs: list[Pack], i
     )
     if shape.is_moe:
         meta["moe_imbalance"] = float(imbalance)
+    if shape.is_moe or shape.is_mla:  # more launches per layer than the dense base: its CPU floor scaled
+        from servesim.tools.derive_launches import eager_rows
+
+        rows, rules["overhead_eager"] = eager_rows(rows, meta, shape, tp, base)
+        rules.pop("overheads", None)
+        rules["overhead_cuda_graph"] = f"rows of {base.gpu}/{base.stem} x layer ratio (graph gaps)"
     return rows, meta
 
 
