@@ -218,3 +218,28 @@ def test_fp8_llama_runs_end_to_end_on_the_shipped_derived_packs(model_name, gpu,
     r = simulate(sc)
     assert r.summary["requests"]["completed"] == 100
     assert r.summary["step_model"]["label"].startswith(pack), r.summary["step_model"]["label"]
+
+
+def test_moe_rule_reads_the_engine_class_backend_when_surveyed(tmp_path, monkeypatch):
+    """A survey with a ``backend`` column: derive reads the fused kernel's rows (triton-fused),
+    not grouped_mm's; without the column (the first survey) the rows are grouped_mm's; a backend
+    not surveyed is refused in one line."""
+    from servesim.tools import derive_common
+    from servesim.tools.derive_moe import moe_survey
+
+    old = read_survey("h200", "moe")
+    fused = old.assign(time_ms=old.time_ms * 0.5, backend="triton-fused")
+    both = pd.concat([old.assign(backend="grouped_mm"), fused], ignore_index=True)
+    (tmp_path / "h200").mkdir()
+    both.to_csv(tmp_path / "h200" / "moe.csv", index=False)
+    monkeypatch.setattr(derive_common, "survey_root", lambda: tmp_path)
+    m, backend = moe_survey("h200")
+    assert backend == "triton-fused" and np.allclose(m.time_ms.to_numpy(), fused.time_ms.to_numpy())
+    assert moe_survey("h200", "grouped_mm")[0].time_ms.sum() == pytest.approx(old.time_ms.sum())
+    with pytest.raises(PackError, match="backend 'loop' not surveyed"):
+        moe_survey("h200", "loop")
+    cfg = MoeShape.of(MODELS["qwen3-30b-a3b"], 1)
+    f, g = MoeRule(m, "h200"), MoeRule(moe_survey("h200", "grouped_mm")[0], "h200")
+    assert np.allclose(f.experts_ms(cfg, [10, 1000]), 0.5 * g.experts_ms(cfg, [10, 1000]))
+    old.to_csv(tmp_path / "h200" / "moe.csv", index=False)
+    assert moe_survey("h200")[1] == "grouped_mm"

@@ -82,8 +82,12 @@ def gemm_leave_one_shape_out(gpu: str = "h200", variants=("fp8", "int4")) -> pd.
     return pd.DataFrame(out)
 
 
-def moe_leave_one_out(gpu: str = "h200") -> pd.DataFrame:
-    m = read_survey(gpu, "moe")
+def moe_leave_one_out(gpu: str = "h200", backend: str | None = None) -> pd.DataFrame:
+    """Each surveyed MoE configuration's ops predicted from the other configurations, on one
+    experts backend's rows (default: the one derive uses, derive_moe.moe_survey)."""
+    from servesim.tools.derive_moe import moe_survey
+
+    m, _ = moe_survey(gpu, backend)
     out = []
     for (E, k, inter, h), s in m.groupby(["experts", "top_k", "inter", "k"]):
         cfg = MoeShape(int(E), int(k), int(inter), int(h))
@@ -196,11 +200,16 @@ def held_out_summary(gpu: str, shape, cross_model: bool) -> dict:
         out["fp8 kv"] = (f"decode ratio, leave one surveyed context out: {100 * r['median']:.1f} % median, max "
                          f"{100 * r['max']:.1f} %; no FP8-KV pack measured to check the whole")
     if shape.is_moe:
+        from servesim.tools.derive_moe import moe_survey
+
+        backend = moe_survey(gpu)[1]
         m = moe_leave_one_out(gpu)
         layer = m[m.op == "layer (sum)"]
-        out["experts"] = (f"MoE layer, leave one surveyed configuration out: {rng(layer)} median (max "
-                          f"{100 * layer['max'].max():.1f} %); survey kernel torch._grouped_mm (about half vLLM's "
-                          f"fused-MoE speed at batch 10: docs/models.md, 'MoE and MLA on one GPU')")
+        kernel = ("a fused MoE Triton kernel of the engines' class (calibration/profiler/triton_moe.py)"
+                  if backend == "triton-fused" else "torch._grouped_mm (about half vLLM's fused-MoE speed at "
+                  "batch 10: docs/models.md, 'MoE and MLA on one GPU')")
+        out["experts"] = (f"MoE layer, leave one surveyed configuration out ({backend} rows): {rng(layer)} median "
+                          f"(max {100 * layer['max'].max():.1f} %); survey kernel {kernel}")
     if shape.is_moe or shape.is_mla:
         from servesim.tools.derive_launches import launch_check
 

@@ -13,7 +13,28 @@ import pandas as pd
 from servesim.errors import PackError
 from servesim.hardware import GPUS
 from servesim.models import ModelShape
-from servesim.tools.derive_common import _idw, _interp_log
+from servesim.tools.derive_common import _idw, _interp_log, read_survey
+
+#: the MoE survey's experts backends, most engine-like first: ``triton-fused`` is a fused MoE
+#: Triton kernel of the class vLLM and SGLang run (calibration/profiler/triton_moe.py);
+#: ``grouped_mm`` is PyTorch's grouped GEMM after a sort-by-expert permutation (~48 % of HBM peak
+#: at batch 10 on the H200: docs/models.md, "MoE and MLA on one GPU")
+ENGINE_BACKENDS = ("triton-fused", "grouped_mm")
+
+
+def moe_survey(gpu: str, backend: Optional[str] = None) -> tuple[pd.DataFrame, str]:
+    """The MoE survey's rows of one experts backend, and its name: ``backend`` if given, else the
+    most engine-like one surveyed (``ENGINE_BACKENDS``). A survey without a ``backend`` column
+    (before the fused kernel) timed ``grouped_mm`` only."""
+    m = read_survey(gpu, "moe")
+    if "backend" not in m.columns:
+        m = m.assign(backend="grouped_mm")
+    m["backend"] = m["backend"].fillna("").astype(str).replace("", "grouped_mm")
+    have = list(dict.fromkeys(m.backend))
+    pick = backend or next((b for b in ENGINE_BACKENDS if b in have), have[0])
+    if pick not in have:
+        raise PackError(f"moe survey of {gpu}: backend {pick!r} not surveyed; surveyed: {', '.join(have)}")
+    return m[m.backend == pick].drop(columns="backend").reset_index(drop=True), pick
 
 @dataclass(frozen=True)
 class MoeShape:

@@ -68,7 +68,7 @@ from servesim.errors import PackError
 from servesim.models import ModelShape
 from servesim.perf.pack import MLA_SHAPE_KEYS, MOE_SHAPE_KEYS, SHAPE_KEYS, WEIGHT_DTYPES, Pack
 from servesim.tools.derive_common import IDW_POWER, _idw, _interp_log, read_survey, survey_root  # noqa: F401
-from servesim.tools.derive_moe import MoeRule, MoeShape, moe_layer_rows  # noqa: F401 (re-exported)
+from servesim.tools.derive_moe import MoeRule, MoeShape, moe_layer_rows, moe_survey  # noqa: F401 (re-exported)
 
 #: layer GEMMs a weight format changes (lm_head stays bf16 in vLLM's FP8/AWQ/GPTQ checkpoints)
 PRECISION_GEMM_OPS: tuple[str, ...] = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
@@ -302,8 +302,10 @@ def derive_any(gpu: str, shape: ModelShape, tp: int, source_packs: list[Pack], i
                                  f"qk {shape.qk_nope_head_dim + r} / v {shape.v_head_dim}, {H} heads)")
         surveys.append("mla")
     if shape.is_moe:
-        rule = MoeRule(read_survey(gpu, "moe"), gpu, exclude=moe_exclude)
+        survey, backend = moe_survey(gpu)
+        rule = MoeRule(survey, gpu, exclude=moe_exclude)
         new, notes = moe_layer_rows(rule, transfer, shape, tp, grid, imbalance)
+        notes["moe_experts"] += f" (survey backend {backend})"
         replace(new, ("gate_up_proj", "act", "down_proj"))
         rules.update(notes)
         for op in ("gate_up_proj", "act", "down_proj"):
