@@ -4,8 +4,9 @@ throughput": "MoE and MLA on one GPU").
 Each row replays a run published in a public pull request with the pack servesim derives for the
 model on the H200 (servesim/tools/derive_variants.py: the H200's llama-3-8b packs and op surveys,
 nothing of the model itself measured), transferred to the H100 by op-wise efficiency -- the
-default a planner gets after ``servesim calibrate derive --gpu h200 --model <model>`` -- and, for
-reference, the roofline at its default factors. Nothing is fitted to these rows.
+default a planner gets after ``servesim calibrate derive --gpu h200 --model <model>`` -- where the
+repository ships the model's own measured H200 pack, that pack too (transferred the same way),
+and, for reference, the roofline at its default factors. Nothing is fitted to these rows.
 
 * vLLM PR #23151 (https://github.com/vllm-project/vllm/pull/23151, description of 2025-08-19,
   "WO tuned configs (TP=1, EP=1, on H100)"): Qwen3-30B-A3B bf16, ``vllm serve`` (V1), random
@@ -75,18 +76,34 @@ def replay(row: dict, step_time: dict) -> dict:
             "ttft_ms": 1e3 * s["latency_s"]["ttft"]["mean"]}
 
 
+def measured(model: str, gpu: str = "h200") -> bool:
+    """Whether the repository ships a measured tp-1 pack of ``model`` for ``gpu``."""
+    from servesim.perf.pack import pack_path
+
+    path = pack_path(gpu, model, 1).with_suffix(".yaml")
+    return path.is_file() and "source: measured" in path.read_text()
+
+
 def main() -> None:
+    shipped = packmod.pack_root
+    own = {r["model"] for r in ROWS if measured(r["model"])}
     root = derived_root(sorted({r["model"] for r in ROWS}))
-    packmod.pack_root = lambda: root  # the derived packs are found as a planner's `derive` leaves them
     print("| row | step model | metric | published | simulated | error |")
     print("|---|---|---|---:|---:|---:|")
     for row in ROWS:
-        for name, st in (("derived pack (H200 -> H100)", {"model": "auto"}), ("roofline (defaults)", {"model": "roofline"})):
+        arms = [("derived pack (H200 -> H100)", {"model": "auto"}, root)]
+        if row["model"] in own:  # the model's own measured H200 pack, transferred like the derived one
+            arms.append(("measured pack (H200 -> H100)", {"model": "auto"}, None))
+        arms.append(("roofline (defaults)", {"model": "roofline"}, root))
+        for name, st, where in arms:
+            # the derived packs are found as a planner's `derive` leaves them; the measured as shipped
+            packmod.pack_root = (lambda: where) if where is not None else shipped
             got = replay(row, st)
             for metric, pub in row["published"].items():
                 sim = got[metric]
                 print(f"| {row['label']} | {name} | {metric} | {pub:,.2f} | {sim:,.2f} | {100 * (sim / pub - 1):+.0f} % |",
                       flush=True)
+    packmod.pack_root = shipped
     shutil.rmtree(root, ignore_errors=True)
 
 
