@@ -227,13 +227,15 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
           step_model: StepTimeModel | None = None, on_iteration: IterationHook | None = None,
           progress: Callable[[int], None] | None = None, *, cold: str = "compile",
           buffers: tuple[int, int] | None = None, kernel_overrides: dict | None = None,
-          processes: list | None = None) -> Built:
+          processes: list | None = None, workers: int | None = None, scheduler: str | None = None) -> Built:
     """Everything one run needs. ``cold``: what ``sim.engine: auto`` does when the compiled
     engine is not yet built on this machine (servesim/jit.py ``compiled_ready``) -- ``compile``
     it now (one to two minutes, once per kernel version; the library's default), run ``python``
     (the same source uncompiled: builds that only print a header), or ``auto``: Python for a run
     of at most :data:`SMALL_RUN_REQUESTS` requests, else compile (the CLI's choice; the header
-    says which)."""
+    says which). ``workers`` (default ``sim.workers``) over 1, or a Dask ``scheduler``
+    (``tcp://HOST:PORT``): the fleet runs sharded over that many worker processes, with the
+    results of one process (:func:`build_sharded`)."""
     from servesim.fields import MAX_SEED
 
     if cold not in ("compile", "python", "auto"):
@@ -244,6 +246,15 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
         raise ScenarioError(f"seed {seed!r}: a seed is an integer in 0..{MAX_SEED}")
     seed = int(seed)
+    n_workers = sc.sim.workers if workers is None else workers
+    if n_workers > 1 or scheduler is not None:
+        extra = [what for what, given in (("a step-time model of your own", step_model),
+                                          ("an iteration hook", on_iteration), ("kernel overrides", kernel_overrides),
+                                          ("processes", processes)) if given]
+        if extra:
+            raise ScenarioError(f"sim.workers = {n_workers}: {extra[0]} cannot be sent to worker processes "
+                                f"(allowed: none; or sim.workers: 1)")
+        return build_sharded(sc, seed, workload, workers=n_workers, scheduler=scheduler, cold=cold, buffers=buffers)
     from servesim.engine.processes import scenario_processes
 
     try:
@@ -361,6 +372,108 @@ def _build(sc: Scenario, seed: int, workload, step_model, on_iteration, progress
                  FleetParts(engines, replicas) if sc.is_fleet else None, main=main)
 
 
+def build_sharded(sc: Scenario, seed: int, workload: Workload | None = None, *, workers: int,
+                  scheduler: str | None = None, cold: str = "compile", buffers: tuple[int, int] | None = None) -> Built:
+    """A fleet run sharded over ``workers`` Dask worker processes (a LocalCluster, or those of
+    ``scheduler``): replicas partitioned, synchronised in windows of ``cluster.router_refresh_s``,
+    the results of one process with that refresh interval (servesim/engine/shard.py). The
+    workers start when the run does (``run_built``). ScenarioError (one line) for what sharding
+    cannot reproduce exactly."""
+    from functools import partial
+
+    from servesim.engine.fleet_build import fleet_buffers
+    from servesim.engine.router import make_router
+    from servesim.engine.shard import ShardedRun, run_sharded, shard_refusal
+    from servesim.memory import plan_memory
+    from servesim.workload.streams import stream
+
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ScenarioError(f"workers {workers!r}: a number of worker processes, at least 1")
+    why = shard_refusal(sc, workers)
+    if why is not None:
+        raise ScenarioError(why)
+    wl = workload if workload is not None else scenario_workload(sc, seed)
+    table = RequestTable(wl)
+    if sc.delay_in_s:  # (as engine/fleet_build.py: requests reach the router delay_in after their send)
+        table.arrival = np.where(np.isfinite(table.arrival), table.arrival + sc.delay_in_s, table.arrival)
+    reasons = []
+    for g in sc.replica_groups:
+        gw = python_reasons(g.scenario, custom_model=False, on_iteration=False,
+                            user=None if g.scenario.engine.scheduler in POLICIES else True,
+                            kernel_overrides=None, cold=cold, n_requests=len(wl))
+        reasons.append("; ".join(gw) if gw else None)
+    n_engines = sc.num_replicas  # (one engine per replica: shard_refusal)
+    buffers = buffers if buffers is not None else fleet_buffers(n_engines, len(wl))
+    try:
+        router = make_router(sc.cluster, sc.num_replicas, wl, stream(seed, "router"))
+        plan = plan_memory(sc.replica_groups[0].scenario)
+    except ValueError as exc:
+        raise ScenarioError(f"{sc.name}: {exc}") from None
+    run = ShardedRun(router, np.full(table.n, -1, dtype=np.int32))
+    warmup = sc.stop.warmup_requests
+    drained = sc.stop.requests is not None and len(wl) >= sc.stop.requests
+
+    def go():
+        from servesim.request import PENDING
+
+        try:
+            run_sharded(sc, seed, wl, table, run, workers=workers, scheduler=scheduler, reasons=reasons,
+                        buffers=buffers, stop_when_drained=drained,
+                        new_recorder=partial(Recorder, sc.metrics.timeseries_bin_s),
+                        warmup_id=warmup if 0 < warmup < table.n else -1)
+        except ValueError as exc:
+            raise ScenarioError(str(exc)) from None
+        run.replica_of[table.status == PENDING] = -1  # (sent by the router, never reached its replica)
+
+    b = Built(sc, _ShardClock(go), run, table, Recorder(sc.metrics.timeseries_bin_s), plan, _ShardModel(run),
+              wl, None, FleetParts(run.engines, run.replicas))
+    from servesim.engine.processes import scenario_processes
+
+    fns = scenario_processes(sc, None, seed)  # (the router's refreshes only: shard_refusal)
+    if fns:  # the summary's processes and scaling blocks, as one process writes them
+        from servesim.engine.processes import FleetHandle
+
+        handle = FleetHandle(None, _HandleFleet(sc), table)
+        handle._gpus = np.array([g.scenario.gpus_per_replica for g in sc.replica_groups for _ in range(g.replicas)],
+                                dtype=np.int64)
+        b.handle, b.processes = handle, fns
+    return b
+
+
+class _HandleFleet:
+    """What a FleetHandle reads of a sharded fleet: its replicas and delay; no retried arrivals."""
+
+    def __init__(self, sc):
+        self.replicas = [[r] for r in range(sc.num_replicas)]
+        self.delay_in = sc.delay_in_s
+
+    def restore_arrivals(self) -> None:
+        pass
+
+
+class _ShardClock:
+    """``Built.env`` of a sharded run: ``run()`` runs it (there is no SimPy clock to share)."""
+
+    def __init__(self, go):
+        self._go = go
+
+    def run(self, until=None):
+        self._go()
+
+
+class _ShardModel:
+    """The step-time line of a sharded fleet: its replicas' models, known once the workers built them."""
+
+    name = "fleet"
+
+    def __init__(self, run):
+        self._run = run
+
+    def describe(self) -> str:
+        reps = self._run.replicas
+        return "; ".join(dict.fromkeys(r.step_model for r in reps)) if reps else "built in the workers"
+
+
 class _FleetModel:
     """The run header's step-time line for a fleet: each distinct replica model."""
 
@@ -436,7 +549,8 @@ def run_built(b: Built, seed: int | None = None) -> Result:
     sim_time = fleet.now
     b.table.end_s = sim_time
     for e in engines:
-        close_open_waits(e.st, sim_time)  # requests still waiting: blocked seconds up to the end
+        if e.st is not None:  # (a sharded run's engines closed theirs in their workers)
+            close_open_waits(e.st, sim_time)  # requests still waiting: blocked seconds up to the end
     if not sim_time <= MAX_SECONDS:  # (a closed loop's arrivals are decided during the run)
         raise ScenarioError(f"the run reached simulated time {sim_time:.4g} s; {TIME_BOUND_WHY} (shorten the run: "
                             f"stop.requests, stop.duration_s, think times)")
@@ -480,9 +594,12 @@ def run_built(b: Built, seed: int | None = None) -> Result:
 
 def simulate(scenario: Scenario, seed: int | None = None, *, workload: Workload | None = None,
              step_model: StepTimeModel | None = None, on_iteration: IterationHook | None = None,
-             progress: Callable[[int], None] | None = None, processes: list | None = None) -> Result:
+             progress: Callable[[int], None] | None = None, processes: list | None = None,
+             workers: int | None = None, scheduler: str | None = None) -> Result:
     """Run one simulation of ``scenario`` (optionally with another seed) and return its Result.
     ``processes``: SimPy generator functions ``fn(env, fleet)`` run on the simulation's clock
-    beside the scenario's own (docs/processes.md)."""
-    b = build(scenario, seed, workload, step_model, on_iteration, progress, processes=processes)
+    beside the scenario's own (docs/processes.md). ``workers`` / ``scheduler``: the fleet sharded
+    over Dask worker processes (:func:`build`)."""
+    b = build(scenario, seed, workload, step_model, on_iteration, progress, processes=processes, workers=workers,
+              scheduler=scheduler)
     return run_built(b, seed)

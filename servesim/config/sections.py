@@ -358,6 +358,9 @@ class SimConfig(Frozen):
     # the CLI's first run on a machine runs up to 20,000 requests uncompiled rather than wait for
     # the compile. Both give the same results
     engine: Literal["auto", "python", "compiled"] = "auto"
+    # a fleet sharded over this many Dask worker processes (servesim/engine/shard.py): replicas
+    # partitioned, synchronised every cluster.router_refresh_s; the results of one process
+    workers: Annotated[int, Field(ge=1, le=1024)] = 1
 
 
 # ------------------------------------------------------------------ fields of some policies only

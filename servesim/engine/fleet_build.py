@@ -77,7 +77,7 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
                 force_python: Callable | None = None, step_model=None, on_iteration=None,
                 user: Callable | None = None, kernel_overrides: dict | None = None,
                 buffers: tuple[int, int] | None = None, stop_when_drained: bool = True,
-                progress: Callable[[int], None] | None = None):
+                progress: Callable[[int], None] | None = None, only: range | None = None):
     """``(fleet, engines, replica infos)``. ``new_recorder()``: an engine's recorder (the
     metrics floor's, handed down); ``force_python(group_scenario)``: the reasons that group must
     run uncompiled, or None; ``user(group_scenario)``: a user policy or None. ValueError (one
@@ -88,7 +88,11 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     so the engine keeps its arrivals in its own inbox -- open-loop cursor, closed loops, the
     arrival cap, the warm-up request (engine/inbox.py) -- and runs to the next SimPy event
     without returning per arrival or per completion (``Fleet._run_solo``). The same kernel, the
-    same results as routing each request to it (tests/test_cluster_identity.py, ``SOLO = False``)."""
+    same results as routing each request to it (tests/test_cluster_identity.py, ``SOLO = False``).
+
+    ``only``: build just these replicas (a shard of a fleet run over several processes,
+    engine/shard.py) and return ``(None, {engine index: engine}, {replica: info})`` -- engine and
+    replica indices stay the whole fleet's, so each engine is built exactly as in one process."""
     from servesim.kv.factory import SharedLinks, build_kv
     from servesim.perf.build import build_step_model
 
@@ -97,7 +101,7 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     closed = bool(groups)
     delay_in, delay_out = sc.delay_in_s, sc.delay_out_s
     n_engines = sum(g.replicas * g.scenario.pp for g in sc.replica_groups)
-    solo = SOLO and n_engines == 1 and not delay_in and not delay_out
+    solo = SOLO and n_engines == 1 and not delay_in and not delay_out and only is None
     if delay_in:
         open_rows = np.isfinite(table.arrival)
         table.arrival = np.where(open_rows, table.arrival + delay_in, table.arrival)
@@ -114,6 +118,9 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     factories: list[Callable] = []  # engine i afresh (a replica restarted after a failure)
     shared_links = None if solo else SharedLinks(sc)  # KV-tier links every replica uses (kv_tiers[i].shared_link)
     r = 0
+    ei = 0  # the next engine's index in the whole fleet
+    built: dict[int, Engine] = {}  # (``only``)
+    infos: dict[int, ReplicaInfo] = {}
     for gi, g in enumerate(sc.replica_groups):
         gsc = g.scenario
         where = "" if sc.cluster.groups is None else f"{g.label}: "
@@ -131,6 +138,10 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
         u = user(gsc) if user is not None else None
         models: dict[int, object] = {}
         for _ in range(g.replicas):
+            if only is not None and r not in only:
+                ei += pp
+                r += 1
+                continue
             hops = placement.cross_hops(r)
             if step_model is not None:
                 model = step_model
@@ -140,7 +151,7 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
                 model = models[hops]
             ids = []
             for _v in range(pp):
-                def make(rec, i=len(engines), gsc=gsc, ve_plan=ve_plan, model=model, why=why, u=u, plan=plan):
+                def make(rec, i=ei, gsc=gsc, ve_plan=ve_plan, model=model, why=why, u=u, plan=plan):
                     """Engine ``i`` as built (fresh: empty queues, an empty KV pool) over ``rec``."""
                     kv = build_kv(gsc, ve_plan, table, workload, env, shared_links)
                     return build_replica(gsc, table, kv, model, rec, seed, workload=workload,
@@ -152,13 +163,18 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
                                          report_ended=closed and not solo, shared=shared, scalars=scalars[i:i + 1],
                                          groups=groups if solo else (), index=i, plan=ve_plan, direct=solo)
 
-                ids.append(len(engines))
+                ids.append(ei)
                 factories.append(make)
                 engines.append(make(new_recorder(buffers[1])))
+                built[ei] = engines[-1]
+                ei += 1
             members.append(ids)
             replicas.append(ReplicaInfo(g.name, gsc.hardware.gpu, gsc.tp, pp, placement.stages[r], ids,
                                         model.describe(), model))
+            infos[r] = replicas[-1]
             r += 1
+    if only is not None:
+        return None, built, infos
     inbox = None if solo else fleet_inbox(sc, table, workload, groups, engines[0].cfg, delay_in,
                                           compiled=all(e.path == "compiled" for e in engines))
     router = make_router(sc.cluster, len(members), workload, stream(seed, "router"))

@@ -1,0 +1,365 @@
+"""One fleet over several processes: replicas partitioned over Dask workers, in windows of the
+router's refresh interval (``sim.workers``; issue 30).
+
+With ``cluster.router_refresh_s = R`` a router decides on the replicas' loads as of its last
+refresh, at ``0, R, 2R, ...`` (engine/processes.py ``refresh_process``; the times accumulate as
+SimPy's clock does, ``h + R``). In one process the refresh at ``h`` runs after every arrival at or
+before ``h`` is routed and every engine has committed what ends by ``h`` (engine/cluster.py
+``_run_events`` yields to the refresh only when both the next arrival and the next engine event
+are after it). So the arrivals in ``(h, h + R]`` are routed on the snapshot taken at ``h``, and
+nothing that happens inside the window changes a routing decision in it. That is what makes the
+fleet shardable without changing a result:
+
+* the coordinator (:func:`run_sharded`) holds the arrival stream and the router (its random
+  stream, pointer and counters): for each window it routes the window's arrivals on the last
+  snapshot and sends each worker the requests of its replicas;
+* each worker (:class:`ShardWorker`, a Dask actor) holds the engines of a contiguous range of
+  replicas, built exactly as in one process (engine/fleet_build.py ``build_fleet(only=...)``:
+  the same engine indices, buffers and seeds); it routes the requests into its engines' inboxes
+  (``route_in``, in time order: a decode run planned before an arrival was known is cut where it
+  would have been cut had it been known), advances every engine to the window's end and returns
+  its replicas' loads at that instant -- the values ``Fleet.refresh_loads`` reads;
+* the snapshot is the workers' loads side by side; windows without arrivals are skipped (their
+  snapshot is never read).
+
+An engine's results do not depend on the bounds it is advanced to (engine/cluster.py
+``Fleet.process``), nor on when a routed arrival entered its inbox before its time
+(``Fleet._run_prerouted`` sends every request first), so each engine runs as in one process.
+The end of the arrivals is told to the engines where one process tells them: after the last
+arrival is routed and before any engine plans at its instant (every engine is first advanced
+to just before it). At the end each worker returns its requests' rows, its engines' recorders
+and step-table tallies; ``servesim.simulate`` builds the Result from them as from one process's
+fleet. tests/test_shard.py compares requests.parquet with one process's, 2 and 4 workers.
+
+What this cannot reproduce exactly is refused before anything runs (:func:`shard_refusal`):
+closed loops, processes on the clock (rate schedules, autoscaling, faults, your own), pipeline
+replicas (the virtual engine is picked by live loads), KV tiers on a shared link, prefix caching,
+routers other than the built-in ones, and a load-reading router without a refresh interval.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from servesim.engine import kernel as K
+
+INF = float("inf")
+
+#: routers whose decisions read nothing but the load view (engine/router.py): shardable
+SHARDABLE_ROUTERS = ("round-robin", "random", "least-requests", "least-tokens", "affinity", "priority")
+
+
+def shard_refusal(sc, workers: int) -> str | None:
+    """Why ``sc`` cannot run over ``workers`` processes with the results of one (one line naming
+    the field, its value and what is allowed), or None."""
+    c = sc.cluster
+    head = f"sim.workers = {workers}"
+    if not sc.is_fleet:
+        return f"{head}: a lone replica has nothing to shard (give hardware.replicas > 1, or sim.workers: 1)"
+    if sc.num_replicas < workers:
+        return f"{head}: more workers than the fleet's {sc.num_replicas} replicas (allowed: 1..{sc.num_replicas})"
+    if c.router not in SHARDABLE_ROUTERS:
+        return (f"{head}: cluster.router {c.router!r} is not shardable (allowed: "
+                f"{', '.join(SHARDABLE_ROUTERS)}: routers that read only the load snapshot)")
+    reads = c.router not in ("round-robin", "random")
+    if reads and not c.router_refresh_s > 0:
+        return (f"{head}: cluster.router_refresh_s = {c.router_refresh_s}: router {c.router!r} reads live loads; "
+                f"a sharded fleet needs load snapshots (allowed: router_refresh_s > 0)")
+    w = sc.workload
+    from servesim.config.arrivals import ClosedArrival
+
+    if isinstance(w.arrival, ClosedArrival) or any(isinstance(s.arrival, ClosedArrival) for s in w.streams or ()):
+        return f"{head}: workload.arrival is a closed loop (allowed: open-loop arrivals; clients react to live completions)"
+    for name, value in (("rate_schedule", sc.rate_schedule), ("cluster.autoscale", c.autoscale),
+                        ("cluster.faults", c.faults)):
+        if value is not None:
+            return f"{head}: {name} is set (processes on the clock act on live state; allowed: none)"
+    if sc.processes:
+        return f"{head}: processes {list(sc.processes)!r} (act on live state; allowed: none)"
+    for g in sc.replica_groups:
+        gsc = g.scenario
+        if gsc.pp > 1:
+            return (f"{head}: pipeline_parallel_size {gsc.pp} (a replica's virtual engine is picked by live "
+                    f"loads; allowed: 1)")
+        if gsc.engine.enable_prefix_caching:
+            return f"{head}: engine.enable_prefix_caching = true (not yet merged across workers; allowed: false)"
+        if any(getattr(t, "shared_link", False) for t in gsc.kv_tiers or ()):
+            return f"{head}: kv_tiers with shared_link (engines on one link advance in time order; allowed: none)"
+    return None
+
+
+def partition(n: int, parts: int) -> list[range]:
+    """``n`` replicas in ``parts`` contiguous ranges, as even as can be."""
+    q, r = divmod(n, parts)
+    out, lo = [], 0
+    for i in range(parts):
+        hi = lo + q + (1 if i < r else 0)
+        out.append(range(lo, hi))
+        lo = hi
+    return out
+
+
+@dataclass
+class EngineOut:
+    """What the Result needs of one engine that ran in a worker (engine/driver.py ``Engine``)."""
+
+    recorder: object
+    plan: object
+    tab: object = None  # the step table's extrapolation tallies (kind, pk_ex)
+    kv: object = None
+    st: object = None  # (its waits are closed in the worker: run_built skips it)
+
+
+@dataclass
+class _Tab:
+    kind: int
+    pk_ex: np.ndarray
+
+
+@dataclass
+class _NoPrefix:
+    prefix_caching: bool = False
+
+
+#: the request table's columns the engines write (servesim/request.py RequestTable)
+ROW_COLUMNS = ("computed", "num_output", "t_first_sched", "t_first_token", "t_finish", "t_last_token",
+               "preemptions", "status", "reject_reason", "blocked")
+
+
+class ShardWorker:
+    """The engines of replicas ``lo..hi-1`` of a fleet (one engine each), in a worker process."""
+
+    def __init__(self, sc, seed: int, workload, lo: int, hi: int, reasons: list, buffers: tuple,
+                 stop_when_drained: bool, new_recorder):
+        import simpy
+
+        from servesim.engine.fleet_build import build_fleet
+        from servesim.policy_catalog import POLICIES
+        from servesim.request import RequestTable
+        from servesim.sched.custom import load_user_policy
+
+        self.table = table = RequestTable(workload)
+        why = {id(g.scenario): reasons[i] for i, g in enumerate(sc.replica_groups)}
+        users: dict = {}
+
+        def user(gsc):
+            name = gsc.engine.scheduler
+            if name in POLICIES:
+                return None
+            if name not in users:
+                users[name] = load_user_policy(name)
+            return users[name]
+
+        _, built, infos = build_fleet(sc, table, workload, seed, simpy.Environment(), new_recorder=new_recorder,
+                                      force_python=lambda gsc: why[id(gsc)], user=user, buffers=buffers,
+                                      stop_when_drained=stop_when_drained, only=range(lo, hi))
+        self.lo, self.hi = lo, hi
+        self.engines = [built[r] for r in range(lo, hi)]  # (one engine per replica: engine r is replica r)
+        self.infos = [replace(infos[r], model=None) for r in range(lo, hi)]
+        self.done = [False] * len(self.engines)
+        self.rids: list[np.ndarray] = []
+        self._refs = None
+        if all(e.path == "compiled" for e in self.engines):
+            from numba.typed import List
+
+            from servesim.engine.driver import entry_point
+
+            refs = List()
+            for e in self.engines:
+                refs.append(e._ref)
+            self._refs = refs
+            self._work_out = np.zeros(len(self.engines), dtype=np.int64)
+            self._fleet_work = entry_point(K.fleet_work, refs, 0.0, self._work_out)
+
+    def _advance_all(self, bound: float) -> None:
+        done = self.done
+        for i, eng in enumerate(self.engines):
+            if done[i]:
+                continue
+            while True:
+                code = eng.advance(bound)
+                if code == K.DONE:
+                    done[i] = True
+                    break
+                if code == K.UNTIL:
+                    break
+
+    def window(self, rids: np.ndarray, reps: np.ndarray, h: float, shut_at: float | None, warm):
+        """Route ``rids`` (arrival order) to replicas ``reps``, advance every engine to ``h`` and
+        return the loads at ``h`` (requests, tokens per replica; ``h`` inf: to the end).
+        ``shut_at``: the last arrival of the run (the engines learn no more come then);
+        ``warm``: (replica, arrival) of the warm-up request when it is among ``rids``."""
+        engines, lo = self.engines, self.lo
+        if warm is not None:  # inter-token gaps count from its arrival on (engine/cluster.py _route)
+            r_w, t_w = warm
+            for i, eng in enumerate(engines):
+                if i + lo != r_w:
+                    eng.s.set_f("itl_from", float(t_w))
+        if len(rids):
+            self.rids.append(rids)
+            for rid, r in zip(rids.tolist(), reps.tolist()):
+                if self.done[r - lo]:
+                    raise RuntimeError(f"request {rid} was routed to replica {r}, which has ended (a bug)")
+                engines[r - lo].route_in(rid)
+        if shut_at is not None:  # as one process: after routing the last arrival, before planning at it
+            self._advance_all(math.nextafter(shut_at, -INF))
+            for eng in engines:
+                eng.s.set_i("inbox_shut", 1)
+        self._advance_all(h)
+        if h == INF:
+            return None
+        req = np.array([e.routed - e.s.get_i("ended") for e in engines], dtype=np.int64)
+        if self._refs is not None:
+            self._fleet_work(self._refs, h, self._work_out)
+            tok = self._work_out.copy()
+        else:
+            tok = np.array([e.work(h) for e in engines], dtype=np.int64)
+        return req, tok
+
+    def status(self):
+        """(engines ended, the latest engine clock)."""
+        return sum(self.done), max(e.s.get_f("now") for e in self.engines)
+
+    def finish(self, end: float):
+        """After every worker ended: the recorders drained, waits still open closed at ``end``
+        (the fleet's final instant); the rows this worker's engines wrote, and its engines."""
+        from servesim.engine.waits import close_open_waits
+
+        for e in self.engines:
+            e.finish()
+        for e in self.engines:
+            close_open_waits(e.st, end)
+        rows = np.concatenate(self.rids) if self.rids else np.empty(0, dtype=np.int64)
+        cols = {name: getattr(self.table, name)[rows] for name in ROW_COLUMNS}
+        tabs: dict[int, _Tab] = {}
+        outs = []
+        for e in self.engines:
+            t = e.tab
+            if id(t) not in tabs:
+                tabs[id(t)] = _Tab(int(t.kind), np.asarray(t.pk_ex).copy())
+            outs.append(EngineOut(e.recorder, e.plan, tabs[id(t)], _NoPrefix()))
+        return rows, cols, outs, self.infos
+
+
+@dataclass
+class ShardedRun:
+    """One process's ``Fleet`` as ``simulate.run_built`` reads it, filled by :func:`run_sharded`."""
+
+    router: object
+    replica_of: np.ndarray
+    engines: list = field(default_factory=list)
+    replicas: list = field(default_factory=list)
+    now: float = 0.0
+    retired_kv: list = field(default_factory=list)
+    windows: int = 0
+    description: str = ""
+
+
+def connect(workers: int, scheduler: str | None):
+    """(client, cluster or None): a LocalCluster of ``workers`` single-threaded processes, or the
+    scheduler at ``scheduler``."""
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    if scheduler is not None:
+        return Client(scheduler, timeout="10s"), None
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                           silence_logs=logging.CRITICAL)
+    return Client(cluster), cluster
+
+
+def run_sharded(sc, seed: int, workload, table, run: ShardedRun, *, workers: int, scheduler: str | None,
+                reasons: list, buffers: tuple, stop_when_drained: bool, new_recorder, warmup_id: int) -> None:
+    """Run the fleet of ``sc`` over ``workers`` Dask worker processes (module docstring); fills
+    ``run`` and the rows of ``table`` (arrival times as routed: the cluster's ``delay_in`` added)."""
+    from servesim.engine.load_index import StaticLoads
+    from servesim.engine.router import LoadView
+
+    n_rep = sc.num_replicas
+    arr = table.arrival
+    n = len(arr)
+    if n and not (np.all(np.isfinite(arr)) and np.all(np.diff(arr) >= 0)):
+        raise ValueError("sim.workers: the open-loop arrivals are not finite and sorted (a bug)")
+    dur = sc.stop.duration_s
+    if dur is not None and n and arr[-1] >= dur:
+        raise ValueError(f"sim.workers = {workers}: an arrival at {arr[-1]:.6g} s is not before stop.duration_s = "
+                         f"{dur} (requests reaching replicas that ended: allowed only in one process)")
+    R = sc.cluster.router_refresh_s if run.router.reads_load else INF
+    client, cluster = connect(workers, scheduler)
+    try:
+        addrs = sorted(client.scheduler_info()["workers"])
+        k = min(workers, len(addrs))
+        parts = partition(n_rep, k)
+        wl = client.scatter(workload, broadcast=True)
+        actors = [client.submit(ShardWorker, sc, seed, wl, p.start, p.stop, reasons, buffers, stop_when_drained,
+                                new_recorder, actor=True, workers=[addrs[i]], pure=False).result()
+                  for i, p in enumerate(parts)]
+        run.description = f"{k} workers ({cluster and 'local processes' or scheduler})"
+        bounds = np.array([p.start for p in parts] + [n_rep])
+        snap: list = [np.zeros(n_rep, dtype=np.int64), np.zeros(n_rep, dtype=np.int64), None]
+
+        def tree(kind: str):
+            if snap[2] is None:
+                snap[2] = StaticLoads(snap[0], snap[1])
+            return snap[2].requests() if kind == "requests" else snap[2].tokens(0.0)
+
+        view = LoadView(n_rep, lambda: snap[0], lambda: snap[1], tree)
+        router, klass = run.router, table.klass
+
+        def call(rids, h: float, shut_at):
+            reps = run.replica_of[rids]
+            warm = None
+            if 0 <= warmup_id < n and len(rids) and rids[0] <= warmup_id <= rids[-1]:
+                warm = (int(run.replica_of[warmup_id]), float(arr[warmup_id]))
+            futs = []
+            for w, a in enumerate(actors):
+                sel = (reps >= bounds[w]) & (reps < bounds[w + 1])
+                futs.append(a.window(rids[sel], reps[sel], h, shut_at, warm))
+            out = [f.result() for f in futs]
+            run.windows += 1
+            if h < INF:
+                snap[0] = np.concatenate([o[0] for o in out])
+                snap[1] = np.concatenate([o[1] for o in out])
+                snap[2] = None
+
+        def route(i: int, j: int) -> np.ndarray:
+            rids = np.arange(i, j, dtype=np.int64)
+            if router.reads_load:
+                for rid in rids.tolist():
+                    run.replica_of[rid] = router.choose(rid, int(klass[rid]), view)
+            else:
+                run.replica_of[rids] = router.choose_many(j - i)
+            return rids
+
+        h, i = 0.0, 0
+        while True:
+            j = int(np.searchsorted(arr, h, side="right")) if h < INF else n
+            rids = route(i, j)
+            if j == n:
+                call(rids, INF, float(arr[-1]) if n else -INF)
+                break
+            call(rids, h, None)
+            i = j
+            nh = h + R
+            if arr[i] > nh:  # windows without arrivals: only the snapshot before the next one counts
+                while nh + R < arr[i]:
+                    nh += R
+                call(np.empty(0, dtype=np.int64), nh, None)
+                nh += R
+            h = nh
+        stats = [a.status().result() for a in actors]
+        run.now = max(s[1] for s in stats)
+        for a in [a.finish(run.now) for a in actors]:
+            rows, cols, outs, infos = a.result()
+            for name, v in cols.items():
+                getattr(table, name)[rows] = v
+            run.engines.extend(outs)
+            run.replicas.extend(infos)
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()

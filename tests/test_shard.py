@@ -1,0 +1,129 @@
+"""A fleet sharded over Dask worker processes (sim.workers; servesim/engine/shard.py) gives the
+results of one process with the same router refresh interval: requests.parquet byte for byte,
+and the summary. Refusals name the field, its value and what is allowed.
+
+A LocalCluster costs seconds to start (and each worker imports servesim), so the fast suite
+holds one identity run on 2 workers; the slow one shares a 4-worker cluster for the other
+routers and worker counts (``scheduler=`` its address: the first k workers of it)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+import pytest
+
+from servesim import scenario_from_dict, simulate
+from servesim.errors import ScenarioError
+
+
+def fleet(router="least-tokens", replicas=6, requests=300, refresh=0.25, **extra) -> dict:
+    raw = {"name": "shard", "seed": 3, "stop": {"requests": requests, "warmup_requests": 20},
+           "hardware": {"gpu": "a100-80g", "replicas": replicas}, "model": "llama-3-8b",
+           "engine": {"scheduler": "vllm"}, "sim": {"engine": "python"},
+           "workload": {"arrival": {"process": "poisson", "rate": 8.0 * replicas},
+                        "prompt": {"dist": "lognormal", "mean": 800, "sigma": 0.8, "min": 1, "max": 6000},
+                        "output": {"dist": "lognormal", "mean": 200, "sigma": 0.8, "min": 1, "max": 2000}},
+           "cluster": {"router": router, "router_refresh_s": refresh}}
+    for k, v in extra.items():
+        raw[k] = {**raw.get(k, {}), **v} if isinstance(v, dict) else v
+    w = raw["workload"]
+    if "sessions" in w:  # (a session's turns: new input and output per turn, as benchmarks/fleet.py)
+        del w["prompt"]
+        w["sessions"] = {**w["sessions"], "output": w.pop("output")}
+    return raw
+
+
+def parquet_digest(res, tmp_path, name: str) -> str:
+    out = res.write(tmp_path / name)
+    return hashlib.sha256((out / "requests.parquet").read_bytes()).hexdigest()
+
+
+def same_summary(a: dict, b: dict) -> list[str]:
+    return [k for k in a if k not in ("wall_s", "resolved_scenario") and a[k] != b.get(k)]
+
+
+def test_two_workers_equal_one_process(tmp_path):
+    sc = scenario_from_dict(fleet())
+    one = simulate(sc)
+    two = simulate(sc, workers=2)
+    assert two.requests.equals(one.requests)
+    assert parquet_digest(two, tmp_path, "two") == parquet_digest(one, tmp_path, "one")
+    assert same_summary(one.summary, two.summary) == []
+    assert (one.requests["replica"].nunique()) == 6  # (the router spread the work: a real test of routing)
+
+
+@pytest.fixture(scope="module")
+def four():
+    from distributed import LocalCluster
+
+    cluster = LocalCluster(n_workers=4, threads_per_worker=1, processes=True, dashboard_address=None,
+                           silence_logs=logging.CRITICAL)
+    yield cluster.scheduler_address
+    cluster.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("router,extra", [
+    ("least-requests", {}),
+    ("least-tokens", {"cluster": {"router_sample": 2}}),
+    ("priority", {"workload": {"classes": {"weights": [0.3, 0.7]}}}),
+    ("random", {}),
+    ("least-tokens", {"cluster": {"network_delay_s": 0.01}}),
+    ("affinity", {"workload": {"sessions": {"turns": {"dist": "fixed", "value": 3}, "think_s": 1.0,
+                                            "new_input": {"dist": "lognormal", "mean": 300, "sigma": 0.8, "min": 1,
+                                                          "max": 2000}}}}),
+    ("least-tokens", {"stop": {"requests": None, "duration_s": 5.0}}),
+])
+def test_workers_equal_one_process(four, tmp_path, router, extra):
+    raw = fleet(router, replicas=9, requests=400, **extra)
+    try:
+        sc = scenario_from_dict(raw)
+    except ScenarioError as exc:  # (a field this scenario family lacks: the case is wrong, not the code)
+        pytest.fail(str(exc))
+    one = simulate(sc)
+    ref = parquet_digest(one, tmp_path, "one")
+    for k in (2, 4):
+        res = simulate(sc, workers=k, scheduler=four)
+        assert parquet_digest(res, tmp_path, f"w{k}") == ref, k
+        assert same_summary(one.summary, res.summary) == [], k
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"cluster": {"router_refresh_s": 0.0}}, "cluster.router_refresh_s = 0.0"),
+    ({"workload": {"arrival": {"process": "closed", "clients": 4, "think_s": 0.5}}}, "workload.arrival is a closed loop"),
+    ({"cluster": {"faults": {"mtbf_s": 100.0, "mttr_s": 5.0}}}, "cluster.faults is set"),
+    ({"cluster": {"autoscale": {"min_replicas": 2}}}, "cluster.autoscale is set"),
+    ({"hardware": {"replicas": 1}}, "a lone replica has nothing to shard"),
+    ({"engine": {"enable_prefix_caching": True}}, "engine.enable_prefix_caching = true"),
+    ({"engine": {"pipeline_parallel_size": 2}}, "pipeline_parallel_size 2"),
+])
+def test_refusals(change, field):
+    raw = fleet()
+    for k, v in change.items():
+        raw[k] = {**raw[k], **v}
+    raw["sim"]["workers"] = 2
+    try:
+        sc = scenario_from_dict(raw)
+    except ScenarioError as exc:  # pragma: no cover - the change itself must be valid
+        pytest.fail(f"the scenario of this case is invalid: {exc}")
+    with pytest.raises(ScenarioError) as err:
+        simulate(sc)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("sim.workers = 2: ") and field in msg, msg
+
+
+def test_refuses_more_workers_than_replicas_and_extras():
+    sc = scenario_from_dict(fleet(replicas=3))
+    with pytest.raises(ScenarioError, match=r"sim.workers = 4: more workers than the fleet's 3 replicas"):
+        simulate(sc, workers=4)
+    with pytest.raises(ScenarioError, match=r"sim.workers = 2: processes cannot be sent"):
+        simulate(sc, workers=2, processes=[lambda env, fleet: iter(())])
+
+
+def test_sim_workers_field():
+    assert scenario_from_dict(fleet()).sim.workers == 1
+    raw = fleet()
+    raw["sim"]["workers"] = 0
+    with pytest.raises(ScenarioError, match="workers"):
+        scenario_from_dict(raw)
