@@ -108,6 +108,74 @@ def test_eager_cpu_floor_from_calibration_rows(synth):
     assert m.breakdown_ms(np.array([1]), np.array([16]))["cpu_wait"] > 0.0
 
 
+def _eager_pack(tmp_path, overs: dict[int, float]) -> PackStepModel:
+    """The synthetic pack with other overhead_eager rows (batch -> wall - kernels, ms)."""
+    from servesim.perf.pack import write_pack
+    from test_pack import synthetic_meta, synthetic_rows
+
+    rows = [r for r in synthetic_rows() if r[0] != "overhead_eager"]
+    rows += [("overhead_eager", 0, b, 0, 0, o, 0.0) for b, o in overs.items()]
+    path = tmp_path / "h200" / "llama-3-8b.csv"
+    write_pack(rows, synthetic_meta(), path)
+    return PackStepModel(read_pack(path), SHAPE, cuda_graph=False)
+
+
+def test_eager_floor_extrapolates_the_cpu_bound_rows_only(tmp_path):
+    """CPU-bound rows (over >= 0.25 kernels) keep their walls; beyond them the floor continues
+    with their least-squares slope, capped by the GPU-bound walls; no CPU-bound row: the walls."""
+    kern = {b: cpu_floor_ms(b) - 1.0 - 0.001 * b for b in (1, 8, 32, 256, 512)}
+    assert kern[256] > 4 * 0.2 and 2.5 > 0.25 * kern[32]  # which rows are CPU-bound, by the 0.25 share
+    over = {1: 3.0, 8: 2.9, 32: 2.5, 256: 0.2, 512: 0.2}
+    m = _eager_pack(tmp_path / "a", over)
+    walls = {b: kern[b] + over[b] for b in over}
+    xs = np.array([1.0, 8.0, 32.0])
+    ys = np.array([walls[1], walls[8], walls[32]])
+    slope = np.polyfit(xs, ys, 1)[0]
+    assert slope > 0
+    floor = m.curves["cpu_floor"]
+    for b in (1, 8, 32):  # unchanged at the CPU-bound rows
+        assert float(floor(b)) == pytest.approx(walls[b], rel=1e-7)
+    for b in (256, 512, 2000):  # continued from batch 32 with their slope, below the walls
+        assert float(floor(b)) == pytest.approx(walls[32] + slope * (b - 32), rel=1e-7)
+        assert float(floor(b)) < walls.get(b, np.inf)
+    assert floor.slope == pytest.approx(slope, rel=1e-9)
+    # no CPU-bound row: the launch time is not observed; the walls bound it (the old floor)
+    small = {b: 0.05 * kern[b] for b in over}
+    g = _eager_pack(tmp_path / "b", small)
+    assert g.curves["cpu_floor"].y == pytest.approx([kern[b] + small[b] for b in sorted(small)], rel=1e-7)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_min_curve_is_the_pointwise_minimum(seed):
+    from servesim.perf.packmodel import Curve, _min_curve
+
+    rng = np.random.default_rng(seed)
+    f = Curve(np.sort(rng.choice(np.arange(1, 600), 5, replace=False)).astype(float), np.sort(rng.uniform(5, 40, 5)))
+    g = Curve(np.sort(rng.choice(np.arange(1, 600), 3, replace=False)).astype(float), np.sort(rng.uniform(5, 40, 3)))
+    g.slope = float(rng.uniform(0, 0.2))
+    h = _min_curve(f, g)
+    q = np.concatenate([rng.uniform(0, 5000, 400), f.x, g.x, h.x])
+    np.testing.assert_allclose(h(q), np.minimum(f(q), g(q)), rtol=1e-9, atol=1e-9)
+
+
+def test_h200_eager_decode_at_short_context_is_not_priced_at_1024():
+    """h200/llama-3-8b: the calibration forwards (context 1,024) are GPU-bound from batch 256; an
+    eager decode batch at 450 tokens of context costs its kernels (+ a launch floor of ~14 ms
+    fitted on batches 1-128), not the 1,024-token wall (before: 512 -> 33.0 ms against 23.3 ms
+    as a graph, 800 -> 51.5 against 34.0). Batches 1-128 (CPU-bound) keep the measured walls."""
+    if ("h200", "llama-3-8b", 1) not in available_packs():
+        pytest.skip("h200/llama-3-8b pack not shipped")
+    eager = load_pack_model("h200", "llama-3-8b")
+    graph = load_pack_model("h200", "llama-3-8b", cuda_graph=True)
+    floor = eager.curves["cpu_floor"]
+    for b in (256, 512, 800):
+        e, g = (m.predict(np.ones(b, np.int64), np.full(b, 450)) * 1e3 for m in (eager, graph))
+        assert e <= 1.03 * max(g, 16.0), (b, e, g)  # 16 ms: over the launch times measured
+    for b in (1, 8, 32, 128):  # launch-bound: the walls measured there (12.9-13.8 ms)
+        assert 12.5 < float(floor(b)) < 14.5
+    assert float(floor(800)) < 16.0
+
+
 def test_token_ops_exact_between_and_beyond_grid(synth):
     """Affine ops: linear interpolation is exact inside, the top-quarter LSQ tail exact beyond."""
     m = synth[False]

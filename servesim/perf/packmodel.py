@@ -12,8 +12,9 @@ cached contexts summing to ``S``, the others prefill chunks ``(t_i, c_i)``) cost
     K            = lin(T) + head(n) + gaps(n) + attention
 
     time = K                    in a CUDA graph
-    time = max(K, C(n))         eager: C(n) = the CPU's launch time of one forward, from the
-                                overhead_eager calibration rows (C(b) = kernels(b) + overhead_eager(b))
+    time = max(K, C(n))         eager: C(n) = the CPU's launch time of one forward: the walls
+                                (kernels + overhead_eager) of the CPU-bound calibration forwards,
+                                continued linearly beyond them (``_cpu_floor_curve``)
 
 Which iterations replay a graph is the engine version's capture rule (``cuda_graph`` on): pure
 decodes of at most ``graph_max_batch`` sequences (vLLM V0, SGLang, TensorRT-LLM capture decode
@@ -213,14 +214,35 @@ class PackStepModel(KernelModel):
         gaps = c["overhead_cuda_graph"](seqs) if "overhead_cuda_graph" in c else 0.0
         return np.where(seqs > 0, c["lm_head"](seqs) + c["final_norm"](seqs) + gaps, 0.0)
 
+    #: a calibration forward is CPU-bound when its eager time over the kernels is at least this
+    #: share of the kernels (:meth:`_cpu_floor_curve`)
+    CPU_BOUND_SHARE = 0.25
+
     def _cpu_floor_curve(self) -> Curve:
         """Eager mode: the CPU's launch time of one forward, by sequences.
 
-        ``overhead_eager`` rows are ``wall - kernels`` of decode calibration forwards (batch ``b``,
-        context ``c0`` per sequence: ``overhead.calibration_context`` in the pack YAML, else 0).
-        When the CPU launches slower than the GPU runs, the wall time is the CPU's; so the floor
-        is ``C(b) = kernels(b) + overhead_eager(b)`` and an eager iteration takes
-        ``max(kernels + gaps, C(n))``: a long prefill hides the launch cost, a small decode does not.
+        ``overhead_eager`` rows are ``over(b) = wall - kernels`` of decode calibration forwards
+        (batch ``b``, context ``c0`` per sequence: ``overhead.calibration_context`` in the pack
+        YAML, else 0). An eager iteration takes ``max(kernels + gaps, C(n))``: a long prefill hides
+        the launch time, a small decode does not.
+
+        Only a CPU-bound forward's wall is its launch time. ``over(b) >= 0.25 kernels(b)`` marks
+        one: a GPU-bound forward's excess is only the GPU's gaps between kernels (1-8 % of its
+        kernels on the H200 packs, batches 256-512), a CPU-bound one's is the launch time the GPU
+        waits for (28-300 % there, batches 1-128). A GPU-bound wall is the GPU's time at ``c0``
+        (1,024 tokens of context on the H200 packs); taken as the floor, it lifts every eager decode
+        of that batch at a shorter context to 1,024-token attention (h200/llama-3-8b, batch 512 at
+        450 tokens: 33.0 ms against 23.3 as a graph), so it bounds the launch time only from above.
+
+        The rule: ``F(b)`` passes through the CPU-bound rows' walls and continues beyond the last
+        of them linearly with the least-squares slope over all of them (clipped at 0: more
+        sequences never launch less; 0 with one such row). The CPU's work per step is a fixed
+        sequence of kernel launches plus per-sequence host work (inputs, metadata), so it grows
+        weakly and about linearly with the batch: the CPU-bound walls of h200/llama-3-8b are
+        12.9-13.9 ms from batch 1 to 128 (slope 0.002 ms per sequence). ``C(b) = min(F(b), W(b))``
+        with ``W`` the walls' curve (the old floor): a wall is never below the launch time. Without
+        a CPU-bound row (the A100 packs imported from Vidur carry estimated rows: kernels at
+        context 0 + 0.5 ms) ``C = W``, unchanged.
         """
         rows = self.pack.rows("overhead_eager")
         b, over = pool_median(rows.batch, rows.time_ms)
@@ -229,7 +251,18 @@ class PackStepModel(KernelModel):
                             - float(self._gaps(np.array([x]))[0])
                             + self.layers * float(self.decode_attn.reference(int(x), np.array([x * c0]))[0])
                             for x in b])
-        return Curve(b, kernels + over)
+        walls = Curve(b, kernels + over)
+        cpu = over >= self.CPU_BOUND_SHARE * kernels
+        if not cpu.any():
+            return walls
+        fit = Curve(b[cpu], (kernels + over)[cpu])
+        xs, ys = b[cpu], (kernels + over)[cpu]
+        if len(xs) > 1:
+            dx = xs - xs.mean()
+            fit.slope = max(float((dx * (ys - ys.mean())).sum() / (dx * dx).sum()), 0.0)
+        else:
+            fit.slope = 0.0
+        return _min_curve(walls, fit)
 
     def _gaps(self, seqs: np.ndarray) -> np.ndarray:
         c = self.curves
@@ -383,6 +416,26 @@ class PackStepModel(KernelModel):
         busy = sum(out.values())
         out["cpu_wait"] = 0.0 if in_graph else max(self._cpu_at(n) - busy, 0.0)
         return out
+
+
+def _min_curve(f: Curve, g: Curve) -> Curve:
+    """``min(f, g)`` of two non-decreasing linear curves (flat below, linear tails above), exact:
+    knots at both grids and where the two cross, within the grids or on the tails."""
+    x = np.union1d(f.x, g.x)
+    d = f(x) - g(x)
+    cross = [x[i] + (x[i + 1] - x[i]) * d[i] / (d[i] - d[i + 1])
+             for i in range(len(x) - 1) if d[i] * d[i + 1] < 0]
+    # beyond x[-1] both are linear: the lower one stays lower unless the tails cross
+    tail = min(f.slope, g.slope) if d[-1] == 0 else (f.slope if d[-1] < 0 else g.slope)
+    if d[-1] != 0 and f.slope != g.slope:
+        q = x[-1] - d[-1] / (f.slope - g.slope)
+        if q > x[-1]:
+            cross.append(q)
+            tail = min(f.slope, g.slope)
+    x = np.union1d(x, cross)
+    out = Curve(x, np.minimum(f(x), g(x)))
+    out.slope = tail
+    return out
 
 
 def _tail(curve: Curve) -> tuple[float, float, float]:
