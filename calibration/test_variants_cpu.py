@@ -26,6 +26,7 @@ if str(REPO) not in sys.path:
 from calibration.profiler import cli, grids, ops, shapes  # noqa: E402
 from calibration.profiler import forward as fw  # noqa: E402
 from calibration.profiler import triton_decode as TD  # noqa: E402
+from calibration.profiler import triton_moe as TM  # noqa: E402
 from calibration.profiler import variants as V  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -72,6 +73,96 @@ def test_moe_routes_top_k_with_renormalized_weights():
     assert all(len(set(r.tolist())) == 4 for r in idx)  # k distinct experts per token
 
 
+def _interpreter():
+    if TM.triton is None:
+        pytest.skip("triton not installed")
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("set TRITON_INTERPRET=1 to run Triton kernels on CPU")
+
+
+def _dense_moe_reference(x, w13, w2, idx, wts):
+    """Per token, per chosen expert, in float64: the definition the fused kernel must meet."""
+    inter = w2.shape[2]
+    out = torch.zeros(x.shape[0], w2.shape[1], dtype=torch.float64)
+    for t in range(x.shape[0]):
+        for j in range(idx.shape[1]):
+            e = int(idx[t, j])
+            h1 = x[t].double() @ w13[e].double().t()
+            out[t] += float(wts[t, j]) * (torch.nn.functional.silu(h1[:inter]) * h1[inter:]) @ w2[e].double().t()
+    return out
+
+
+@pytest.mark.parametrize("E,K,I,h,T,cfg", [
+    (8, 2, 48, 64, 1, TM.Cfg(16, 32, 32)),     # decode: one token, N and K tiles uneven (2I = 96, I = 48)
+    (8, 2, 48, 64, 19, TM.Cfg(16, 64, 64)),    # experts with several blocks, K of the down GEMM < BLOCK_K
+    (4, 3, 32, 96, 11, TM.Cfg(32, 32, 64, group_m=2)),  # top-3, grouped program order
+])
+def test_fused_moe_equals_a_dense_per_token_reference(E, K, I, h, T, cfg):
+    """float32 end to end, so that only the kernels' logic (align, gathers, tiles, masks, routing
+    weight, sum over k) can differ from the reference."""
+    _interpreter()
+    g = torch.Generator().manual_seed(T)
+    w13 = torch.randn(E, 2 * I, h, generator=g) * h ** -0.5
+    w2 = torch.randn(E, h, I, generator=g) * I ** -0.5
+    x = torch.randn(T, h, generator=g)
+    idx = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(T)])
+    wts = torch.rand(T, K, generator=g)
+    f = TM.FusedMoE(w13, w2, K, config=cfg)
+    y = f(x, idx, wts)
+    assert y.shape == (T, K, h)
+    assert V.rel_err(y.sum(1), _dense_moe_reference(x, w13, w2, idx, wts)) < 1e-5
+    assert int(f.align.counts.abs().sum()) == 0  # left at zero for the next call
+    y2 = f(x, idx, wts)  # ... which therefore gives the same result
+    assert torch.equal(y, y2)
+
+
+def test_align_places_every_pair_once_in_block_padded_expert_segments():
+    _interpreter()
+    E, bm = 6, 16
+    ids = torch.tensor([5, 0, 5, 2, 5, 0, 1, 5] * 3, dtype=torch.int32)  # expert 3, 4 unused
+    al = TM.Align(E, torch.device("cpu"))
+    sorted_ids, expert_ids, blocks = al(ids, bm)
+    n = ids.numel()
+    total = int(al.total)
+    counts = torch.bincount(ids.long(), minlength=E)
+    assert total == int(((counts + bm - 1) // bm * bm).sum())
+    assert sorted_ids.numel() == blocks * bm >= total
+    placed = sorted_ids[sorted_ids < n]
+    assert sorted(placed.tolist()) == list(range(n))  # every pair exactly once
+    assert bool((sorted_ids[total:] == n).all())  # padding past the total
+    for b in range(total // bm):  # each block holds pairs of its expert only
+        rows = sorted_ids[b * bm:(b + 1) * bm]
+        rows = rows[rows < n]
+        assert bool((ids[rows.long()] == expert_ids[b]).all())
+    assert sorted(set(expert_ids[:total // bm].tolist())) == [0, 1, 2, 5]
+
+
+def test_tile_configs_grow_with_tokens_per_expert():
+    assert TM.candidates(1, 128, 8)[0].bm == 16  # decode
+    assert TM.candidates(8192, 128, 8)[0].bm >= 64  # prefill: 512 tokens per expert
+    assert [TM.token_bucket(t) for t in (1, 2, 3, 64, 65)] == [1, 2, 4, 64, 128]
+
+
+def test_moe_triton_fused_backend_equals_float64_and_grouped():
+    _interpreter()
+    m = V.MoE(V.MoEShape(8, 2, 64, 128), CPU, torch.Generator().manual_seed(0), backend="triton-fused")
+    assert m.kind == "triton-fused" and m.backend.startswith("Triton fused")
+    x = torch.randn(21, 128).to(torch.bfloat16)
+    # the interpreter truncates fp32 -> bf16 stores (GPUs round to nearest): 1.2 % here, not 0.5 %
+    y = m(x)
+    assert V.rel_err(y, m.reference(x)) < 2e-2
+    assert V.rel_err(y, m.use("grouped_mm")(x).double()) < 2e-2
+
+
+def test_moe_backend_is_checked_and_unknown_ones_are_refused():
+    m = V.MoE(V.MoEShape(4, 2, 16, 32), CPU, torch.Generator().manual_seed(0), backend="loop")
+    with pytest.raises(ValueError, match="moe backend 'cutlass'"):
+        m.use("cutlass")
+    if os.environ.get("TRITON_INTERPRET") != "1":  # plain CPU: Triton cannot run, the layer falls back
+        m.use("triton-fused")
+        assert m.kind != "triton-fused" and "triton-fused failed" in m.backend
+
+
 @pytest.mark.skipif(TD.triton is None, reason="triton not installed")
 @pytest.mark.parametrize("H,KVH,D,DPE,B,L", [(8, 2, 64, 0, 3, 100), (16, 1, 64, 16, 2, 40)])
 def test_triton_decode_equals_float64_in_the_interpreter(H, KVH, D, DPE, B, L):
@@ -105,6 +196,11 @@ def test_survey_quick_on_cpu_writes_every_survey(tmp_path):
     assert rc == 0
     for name in ("gemm", "moe"):
         rows = (tmp_path / "surveys" / "cpu" / f"{name}.csv").read_text().splitlines()
-        assert rows[0].startswith("survey,variant") and len(rows) > 3
+        assert rows[0].startswith("survey,variant") and rows[0].endswith(",backend") and len(rows) > 3
+    moe = (tmp_path / "surveys" / "cpu" / "moe.csv").read_text().splitlines()[1:]
+    kinds = {r.split(",")[-1] for r in moe}
+    assert kinds == ({"triton-fused", "grouped_mm"} if os.environ.get("TRITON_INTERPRET") == "1"
+                     else {"grouped_mm"})
+    assert {r.split(",")[1] for r in moe} == {"gate", "experts", "combine"}
     gemm = (tmp_path / "surveys" / "cpu" / "gemm.csv").read_text()
     assert all(f",{f}," in gemm for f in V.WEIGHT_FORMATS)

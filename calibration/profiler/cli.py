@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--deadline-epoch", type=float, default=None, help=argparse.SUPPRESS)
         sp.add_argument("--soft-deadline-epoch", type=float, default=None, help=argparse.SUPPRESS)
         sp.add_argument("--parent-command", default=None, help=argparse.SUPPRESS)
+        sp.add_argument("--moe-backend", choices=["auto", "triton-fused", "grouped_mm", "loop"], default="auto",
+                        help="MoE experts' kernels (calibration/profiler/variants.py MoE): auto = triton-fused "
+                             "on a CUDA GPU with Triton, else grouped_mm, else loop (the survey times all it can)")
 
     def add_grid_args(sp):
         sp.add_argument("--grid", choices=["dense", "sparse", "long"], default="dense",

@@ -15,7 +15,7 @@ import torch
 from .common import Budget, log
 from .shapes import ALL_SHAPES, MOE_KEYS, SHAPE_KEYS, RankShape
 from .timing import Timer
-from .variants import FORMAT_DTYPE
+from .variants import FORMAT_DTYPE, MOE_DEFAULT
 
 
 def device_info(device) -> dict:
@@ -86,6 +86,7 @@ def setup(args) -> tuple[torch.device, Budget, dict]:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device visible; use --device cpu for a logic test")
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
+    MOE_DEFAULT["backend"] = getattr(args, "moe_backend", None) or "auto"
     if device.type == "cuda":
         torch.cuda.set_device(device)
     else:  # logic tests: one intra-op thread, as tiny ops want, and no spinning OpenMP threads

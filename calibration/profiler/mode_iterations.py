@@ -49,6 +49,18 @@ def load_chooser(args, gpu: str, sdpa: Sdpa, tp: int) -> tuple[BackendChooser, s
     return chooser, str(ymeta)
 
 
+def moe_backend_meta(model) -> dict:
+    """The MoE layers' experts backend (and the fused kernel's tile choices) for the YAML."""
+    moe = model.layers[0].get("moe")
+    if moe is None:
+        return {}
+    out = dict(moe_backend=moe.backend)
+    if moe.kind == "triton-fused":
+        from .triton_moe import FusedMoE
+        out["moe_tile_configs"] = FusedMoE.tuned_configs() or "defaults (no on-device tuning)"
+    return out
+
+
 def _chooser_backends(c: dict) -> list:
     if c.get("rule") == "per point":
         return sorted({p[2] for p in c.get("points", [])})
@@ -126,6 +138,7 @@ def cmd_iterations(args) -> int:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         shared = model.shared_layers
+        moe_meta = moe_backend_meta(model)
         del model
     path = Path(args.out) / "validation" / gpu / f"{rs.stem}.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -155,7 +168,7 @@ def cmd_iterations(args) -> int:
         shared_layer_weights=shared, compositions=len(comps),
         subset=(f"every {args.every}-th of validation_compositions()" if args.every > 1 else "all"),
         rows=len(rows), seconds=round(time.time() - t0, 1), skipped=skipped,
-        dropped=timer.dropped,
+        dropped=timer.dropped, **moe_meta,
         notes=("Prefills: one SDPA call per prefilling sequence (bottom-right causal over its cached "
                "context); decodes: one batched SDPA call (all sequences equal context). Every "
                "sequence samples one row (lm_head rows = sequences). Same op functions as the op "

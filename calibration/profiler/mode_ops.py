@@ -152,6 +152,9 @@ def ops_one(args, device, budget, info, model: str, tp: int, stages: list, memo:
         meta["gemm_backend"] = bench.gemm_backend or "see tables_from"
     if rs.moe:
         meta["moe_backend"] = bench.moe_backend or "see tables_from"
+        if bench.moe_backend and bench.moe_backend.startswith("Triton fused"):
+            from .triton_moe import FusedMoE
+            meta["moe_tile_configs"] = FusedMoE.tuned_configs() or "defaults (no on-device tuning)"
     if attention_from is not None:
         meta["attention_from"] = (f"{attention_from}: attn_prefill / attn_decode rows and their SDPA "
                                   f"choice copied from the bf16 pack (measured {src_meta.get('date')} on "

@@ -204,8 +204,8 @@ class OpBench:
         bias = route_bias(T, self.rs.E, self.device, self.gen)
         self.point("moe_gate", [lambda: moe.gate(x, bias)], tokens=T)
         w, idx = moe.gate(x, bias)
-        self.point("moe_experts", [lambda: moe.experts(x, idx)], tokens=T)
-        y, order = moe.experts(x, idx)
+        y, order = moe.experts(x, idx, w)  # eager first: the fused backend tunes its tiles here
+        self.point("moe_experts", [lambda: moe.experts(x, idx, w)], tokens=T)
         self.point("moe_combine", [lambda: moe.combine(y, order, w, T)], tokens=T)
         del w, idx, y, order, bias
 

@@ -20,28 +20,36 @@ from .triton_decode import TritonDecode, decode_reference, triton
 from .variants import FP8, WEIGHT_FORMATS, MoE, MoEShape, QLinear, rel_err
 
 SURVEY_COLUMNS = ("survey", "variant", "tokens", "batch", "context", "n", "k", "experts", "top_k",
-                  "inter", "time_ms", "std_ms")
+                  "inter", "time_ms", "std_ms", "backend")
 SURVEYS = ("gemm", "moe", "decode_kv", "mla")
 
 #: (name, out_features, in_features): llama-3-8b's projections at TP1 (qkv, gate_up, down)
 GEMM_SHAPES = [("qkv", 6144, 4096), ("gate_up", 28672, 4096), ("down", 4096, 14336)]
 GEMM_TOKENS = [1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 #: (name, experts, top_k, per-expert intermediate, hidden): public configs at TP1
-MOE_CONFIGS = [("qwen3-30b-a3b", 128, 8, 768, 2048), ("mixtral-8x7b", 8, 2, 14336, 4096),
-               ("gpt-oss-120b", 128, 4, 2880, 2880), ("deepseek-v3", 256, 8, 2048, 7168)]
-MOE_TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384]
+#: (the two with published single-GPU figures first, so that a budget cut drops the others)
+MOE_CONFIGS = [("qwen3-30b-a3b", 128, 8, 768, 2048),
+               ("deepseek-v2-lite", 64, 6, 1408, 2048),  # routed experts only (shared ones are dense)
+               ("mixtral-8x7b", 8, 2, 14336, 4096), ("gpt-oss-120b", 128, 4, 2880, 2880),
+               ("deepseek-v3", 256, 8, 2048, 7168)]
+MOE_TOKENS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
+#: the experts' backends a survey times (variants.MOE_BACKENDS; loop only where neither runs)
+MOE_SURVEY_BACKENDS = ("triton-fused", "grouped_mm")
 DECODE_BATCH = [1, 8, 32, 64, 128, 256, 512]
 DECODE_CTX = [1024, 4096, 16384, 32768, 65536, 131072]
 #: MLA (DeepSeek-V3): 128 query heads at TP1, 16 at TP8; one latent KV head of 512 + 64 rope dims
 MLA_HEADS = [128, 16]
-QUICK = dict(gemm_tokens=[1, 64, 512], moe_tokens=[4, 256], batch=[1, 8], ctx=[256, 1024],
+QUICK = dict(gemm_tokens=[1, 64, 512], moe_tokens=[4, 16], batch=[1, 8], ctx=[256, 1024],
              gemm_shapes=[("tiny", 256, 128)], moe_configs=[("tiny", 8, 2, 64, 128)],
              mla_heads=[16])
 
 
-def _row(survey, variant, tokens=0, batch=0, context=0, n=0, k=0, experts=0, top_k=0, inter=0, m=None):
+def _row(survey, variant, tokens=0, batch=0, context=0, n=0, k=0, experts=0, top_k=0, inter=0, m=None,
+         backend=""):
+    """One CSV row; ``backend``: the MoE survey's experts backend (variants.MOE_BACKENDS), empty
+    elsewhere (there the variant names the kernel)."""
     return (survey, variant, tokens, batch, context, n, k, experts, top_k, inter,
-            round(m.median_ms, 6), round(m.std_ms, 6))
+            round(m.median_ms, 6), round(m.std_ms, 6), backend)
 
 
 class Survey:
@@ -111,40 +119,69 @@ class Survey:
                                  note="time includes the activation's quantization (fp8, int8), as "
                                       "engines run it per call; int4 is weight-only (bf16 activations)")
 
-    # --- MoE layers over expert counts and tokens per expert ----------------------------------
+    # --- MoE layers over expert counts and tokens per expert, on every experts backend ----------
     def moe(self) -> None:
+        """gate, experts, combine rows per (config, tokens, backend): the same weights and routing
+        for every backend; the log gives the experts' achieved bandwidth on the weights of the
+        experts hit (``weight_gbps`` in the YAML)."""
         configs = QUICK["moe_configs"] if self.quick else MOE_CONFIGS
         tokens = QUICK["moe_tokens"] if self.quick else MOE_TOKENS
-        backends, errors = {}, {}
+        backends, errors, gbps, unavailable = {}, {}, {}, {}
         for name, E, K, inter, h in configs:
             try:
-                moe = MoE(MoEShape(E, K, inter, h), self.device, self.gen)
+                moe = MoE(MoEShape(E, K, inter, h), self.device, self.gen, backend="loop")
             except torch.cuda.OutOfMemoryError:
                 self.skipped.append(f"moe {name}: out of memory")
                 continue
-            backends[name] = moe.backend
+            kinds = [b for b in MOE_SURVEY_BACKENDS if moe.available(b)] or ["loop"]
+            unavailable.update({f"{name} {b}": moe.failed[b] for b in MOE_SURVEY_BACKENDS if b in moe.failed})
             x = self.rnd(4, h)
-            errors[name] = round(rel_err(moe(x), moe.reference(x)), 5)
+            ref = moe.reference(x)
+            for kind in kinds:
+                moe.use(kind)
+                backends[f"{name} {kind}"] = moe.backend
+                errors[f"{name} {kind}"] = round(rel_err(moe(x), ref), 5)
             for T in tokens:
                 self.timer.budget.check()
                 x = self.rnd(T, h)
-                m = self._time([lambda: moe.gate(x)], f"moe {name} gate T={T}")
-                if m is not None:
-                    self.rows.append(_row("moe", "gate", tokens=T, k=h, experts=E, top_k=K, inter=inter, m=m))
                 w, idx = moe.gate(x)
-                m = self._time([lambda: moe.experts(x, idx)], f"moe {name} experts T={T}")
-                if m is not None:
-                    self.rows.append(_row("moe", "experts", tokens=T, k=h, experts=E, top_k=K, inter=inter, m=m))
-                    self.log(f"  moe {name} T={T} ({T * K / E:.2f} tokens/expert): experts {m.median_ms:.4f} ms")
-                y, order = moe.experts(x, idx)
-                m = self._time([lambda: moe.combine(y, order, w, T)], f"moe {name} combine T={T}")
-                if m is not None:
-                    self.rows.append(_row("moe", "combine", tokens=T, k=h, experts=E, top_k=K, inter=inter, m=m))
-                del x, w, idx, y, order
+                wbytes = int(torch.unique(idx).numel()) * 3 * inter * h * 2
+                for kind in kinds:
+                    moe.use(kind)
+                    lab = f"moe {name} {kind} T={T}"
+                    m = self._time([lambda: moe.gate(x)], f"{lab} gate")
+                    if m is not None:
+                        self.rows.append(_row("moe", "gate", tokens=T, k=h, experts=E, top_k=K, inter=inter, m=m,
+                                              backend=kind))
+                    y, order = moe.experts(x, idx, w)  # eager first: the fused kernel tunes its tiles here
+                    m = self._time([lambda: moe.experts(x, idx, w)], f"{lab} experts")
+                    if m is not None:
+                        self.rows.append(_row("moe", "experts", tokens=T, k=h, experts=E, top_k=K, inter=inter,
+                                              m=m, backend=kind))
+                        bw = wbytes / (m.median_ms * 1e6)
+                        gbps.setdefault(name, {}).setdefault(kind, {})[T] = round(bw, 1)
+                        self.log(f"  moe {name} T={T} ({T * K / E:.2f} tokens/expert) {kind}: experts "
+                                 f"{m.median_ms:.4f} ms, {bw:.0f} GB/s of hit experts' weights")
+                    m = self._time([lambda: moe.combine(y, order, w, T)], f"{lab} combine")
+                    if m is not None:
+                        self.rows.append(_row("moe", "combine", tokens=T, k=h, experts=E, top_k=K, inter=inter,
+                                              m=m, backend=kind))
+                    del y, order
+                del x, w, idx
             del moe
             self._free()
-        self.meta["moe"] = dict(configs=configs, backends=backends, rel_err_vs_float64=errors,
-                                routing="uniform (random router weights)")
+        from .triton_moe import FusedMoE
+        self.meta["moe"] = dict(
+            configs=configs, backends=backends, unavailable=unavailable, rel_err_vs_float64=errors,
+            routing="uniform (random router weights)",
+            columns=("backend: the experts' kernels (triton-fused: our fused Triton kernel, "
+                     "calibration/profiler/triton_moe.py; grouped_mm: torch._grouped_mm after a sort by "
+                     "expert). Per backend the three ops split the layer differently: triton-fused's experts "
+                     "include the routing-weight multiply (combine = sum over k), grouped_mm's combine is the "
+                     "weighted index_add; gate is the same code for both"),
+            weight_gbps=gbps, tile_configs=FusedMoE.tuned_configs(),
+            weight_gbps_means=("bytes of the distinct experts hit by the call (3 I h bf16 each) / experts time; "
+                               "activations not counted"))
 
     # --- decode attention over bf16 and fp8 KV, to long contexts --------------------------------
     def _decode_points(self, bytes_per_token: int, batches, ctxs):

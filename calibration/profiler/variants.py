@@ -23,11 +23,15 @@ What each recipe stands for (engines' sources read for the shape of the work, no
   it is unavailable the weight is dequantized to bf16 each call and multiplied (vLLM's AWQ path
   for large batches), and the pack says which ran.
 * MoE (Qwen3-MoE / Mixtral style, top-k softmax routing with renormalization): ``moe_gate`` =
-  router GEMM + softmax + top-k; ``moe_experts`` = sort the (token, expert) pairs by expert,
-  gather, grouped gate_up GEMM, SiLU*up, grouped down GEMM (``torch._grouped_mm``, CUTLASS grouped
-  GEMM on sm90, as torchtitan uses; a per-expert loop where it is absent); ``moe_combine`` = the
-  routing-weighted sum back into token order (index_add). Random router weights route nearly
-  uniformly, which is what the pack says it measured.
+  router GEMM + softmax + top-k. Two backends for the rest. ``triton-fused`` (the default on a
+  CUDA GPU; triton_moe.py, the design of vLLM's fused MoE kernel): ``moe_experts`` = align the
+  (token, k) pairs to BLOCK_M-padded expert segments, grouped gate_up GEMM gathering rows by
+  sorted id, SiLU*up, grouped down GEMM times the routing weight; ``moe_combine`` = the sum over
+  k. ``grouped_mm``: ``moe_experts`` = sort the pairs by expert, gather, ``torch._grouped_mm``
+  (CUTLASS grouped GEMM on sm90, as torchtitan uses), SiLU*up, ``torch._grouped_mm``;
+  ``moe_combine`` = the routing-weighted index_add back into token order (a per-expert loop where
+  the grouped GEMM is absent). Random router weights route nearly uniformly, which is what the
+  pack says it measured.
 * Decode attention over fp8 KV and MLA decode: triton_decode.py.
 """
 
@@ -173,12 +177,31 @@ def has_grouped_mm(device) -> bool:
                                               or torch.cuda.get_device_capability(device) >= (9, 0))
 
 
-class MoE:
-    """One MoE layer's experts with random weights; gate / experts / combine are the pack's three ops."""
+#: the experts' backends: our fused Triton kernel (triton_moe.py), PyTorch's grouped GEMM after a
+#: sort-by-expert permutation, and a per-expert loop (CPU / older GPUs)
+MOE_BACKENDS = ("triton-fused", "grouped_mm", "loop")
+#: set by the command line's ``--moe-backend`` (environment.setup); "auto": triton-fused on a CUDA
+#: device with Triton, else grouped_mm where PyTorch has it, else loop
+MOE_DEFAULT = {"backend": "auto"}
 
-    def __init__(self, shape: MoEShape, device, gen: torch.Generator, grouped: Optional[bool] = None):
+
+def _why(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+
+
+class MoE:
+    """One MoE layer's experts with random weights; gate / experts / combine are the pack's three ops.
+
+    ``backend`` (MOE_BACKENDS, or None for MOE_DEFAULT) picks the experts' kernels; ``use`` switches
+    it on the same weights (the survey times both). ``kind`` is the short label of the backend that
+    runs (a survey row's ``backend``), ``backend`` the description a pack's YAML stores.
+    ``grouped`` (True/False) is the older spelling of grouped_mm / loop."""
+
+    def __init__(self, shape: MoEShape, device, gen: torch.Generator, grouped: Optional[bool] = None,
+                 backend: Optional[str] = None, tune: Optional[bool] = None):
         s = shape
         self.s = s
+        self.device = device
         dt = torch.bfloat16
 
         def r(*sh, scale=1.0):
@@ -186,19 +209,60 @@ class MoE:
         self.router = r(s.experts, s.hidden, scale=s.hidden ** -0.5)
         self.w13 = r(s.experts, 2 * s.inter, s.hidden, scale=s.hidden ** -0.5)  # [E, 2I, h]
         self.w2 = r(s.experts, s.hidden, s.inter, scale=s.inter ** -0.5)  # [E, h, I]
-        self.grouped = has_grouped_mm(device) if grouped is None else grouped
-        why = ""  # why the grouped GEMM is not used, when it was asked for and failed
-        if self.grouped:
-            try:  # fail here rather than inside a timed call
-                x = torch.zeros(2 * s.experts, s.hidden, device=device, dtype=dt)
-                offs = torch.arange(2, 2 * s.experts + 1, 2, device=device, dtype=torch.int32)
+        self.tune = tune
+        self.fused = None
+        self.failed: dict[str, str] = {}  # backend -> why it could not run here
+        if backend is None and grouped is not None:
+            backend = "grouped_mm" if grouped else "loop"
+        backend = backend or MOE_DEFAULT["backend"]
+        if backend == "auto":
+            backend = next(b for b in ("triton-fused", "grouped_mm", "loop")
+                           if (b != "triton-fused" or device.type == "cuda") and self.available(b))
+        self.use(backend)
+
+    def available(self, backend: str) -> bool:
+        """Whether ``backend`` runs here (tried once on a small input; the reason is kept in
+        ``failed``), so that a timed call never fails."""
+        if backend not in MOE_BACKENDS:
+            raise ValueError(f"moe backend {backend!r}; known: {MOE_BACKENDS}")
+        if backend in self.failed:
+            return False
+        s, dev = self.s, self.device
+        try:
+            if backend == "grouped_mm":
+                if not has_grouped_mm(dev):
+                    raise RuntimeError("torch._grouped_mm needs PyTorch >= 2.8 and sm90+")
+                x = torch.zeros(2 * s.experts, s.hidden, device=dev, dtype=torch.bfloat16)
+                offs = torch.arange(2, 2 * s.experts + 1, 2, device=dev, dtype=torch.int32)
                 torch._grouped_mm(x, self.w13.transpose(-2, -1), offs=offs)
-            except Exception as exc:
-                self.grouped = False
-                why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
-        self.backend = ("torch._grouped_mm (CUTLASS grouped GEMM), sort-by-expert permutation, index_add combine"
-                        if self.grouped else "per-expert F.linear loop (host-synchronizing), index_add combine"
-                        + (f" (torch._grouped_mm failed: {why})" if why else ""))
+            elif backend == "triton-fused" and self.fused is None:
+                from .triton_moe import FusedMoE
+                fused = FusedMoE(self.w13, self.w2, s.top_k, tune=self.tune)
+                x = torch.zeros(2, s.hidden, device=dev, dtype=torch.bfloat16)
+                idx = torch.arange(2 * s.top_k, device=dev).reshape(2, s.top_k) % s.experts
+                fused.run(x, idx, torch.ones(2, s.top_k, device=dev), fused.config(2))
+                self.fused = fused
+        except Exception as exc:
+            self.failed[backend] = _why(exc)
+            return False
+        return True
+
+    def use(self, backend: str) -> "MoE":
+        """Run the experts on ``backend`` from now on (a failed one falls back to grouped_mm, then
+        loop, and the description says why)."""
+        why = "" if self.available(backend) else f" ({backend} failed: {self.failed[backend]})"
+        if why:
+            backend = "grouped_mm" if backend != "grouped_mm" and self.available("grouped_mm") else "loop"
+        self.kind = backend
+        self.grouped = backend == "grouped_mm"
+        if backend == "triton-fused":
+            self.backend = self.fused.describe(self.fused.tune)
+        elif backend == "grouped_mm":
+            self.backend = "torch._grouped_mm (CUTLASS grouped GEMM), sort-by-expert permutation, index_add combine"
+        else:
+            self.backend = "per-expert F.linear loop (host-synchronizing), index_add combine"
+        self.backend += why
+        return self
 
     def gate(self, x, bias=None):
         """Router logits, softmax, top-k. ``bias`` ([T, E], optional) is added to the logits: the
@@ -214,9 +278,15 @@ class MoE:
             w = w / w.sum(dim=-1, keepdim=True)
         return w, idx
 
-    def experts(self, x, idx):
-        """Returns (expert outputs in expert-sorted order [T*k, h], the sort order)."""
+    def experts(self, x, idx, w=None):
+        """Returns (expert outputs, sort order). grouped_mm / loop: the outputs in expert-sorted
+        order [T*k, h], unweighted, and the order; triton-fused: [T, k, h] already multiplied by
+        the routing weights ``w`` (the fused down GEMM does it), and None."""
         s = self.s
+        if self.kind == "triton-fused":
+            if w is None:
+                raise ValueError("moe experts: the triton-fused backend needs the routing weights w")
+            return self.fused(x, idx, w), None
         flat = idx.reshape(-1)
         order = torch.argsort(flat, stable=True)
         xs = x.index_select(0, order // s.top_k)
@@ -238,6 +308,10 @@ class MoE:
         return torch.cat(outs, 0), order
 
     def combine(self, y_sorted, order, w, T: int):
+        """The layer's output [T, h]: the sum over k (triton-fused: ``order`` None, ``y`` weighted
+        [T, k, h]) or the routing-weighted index_add back into token order."""
+        if order is None:
+            return y_sorted.sum(1)
         wts = w.reshape(-1).index_select(0, order).to(y_sorted.dtype)
         out = torch.zeros(T, self.s.hidden, device=y_sorted.device, dtype=y_sorted.dtype)
         out.index_add_(0, order // self.s.top_k, y_sorted * wts[:, None])
@@ -245,7 +319,7 @@ class MoE:
 
     def __call__(self, x, bias=None):
         w, idx = self.gate(x, bias)
-        y, order = self.experts(x, idx)
+        y, order = self.experts(x, idx, w)
         return self.combine(y, order, w, x.shape[0])
 
     def reference(self, x, bias=None):
