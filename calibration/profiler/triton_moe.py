@@ -330,6 +330,8 @@ class FusedMoE:
                     e1.synchronize()
                     ts.append(e0.elapsed_time(e1))
             except Exception:  # e.g. too much shared memory for this GPU
+                torch.cuda.synchronize(self.device)
+                self.align.counts.zero_()  # in case it failed between the count and prefix kernels
                 continue
             ms = sorted(ts)[len(ts) // 2]
             if ms < best_ms:
