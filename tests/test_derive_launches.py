@@ -48,7 +48,7 @@ def test_derived_mla_moe_pack_floor_is_the_launch_ratio_times_the_base():
     assert "launch rule" in meta["derived"]["overhead_eager"]
     ov = {r[2]: r[5] for r in rows if r[0] == "overhead_eager"}
     r = base.rows("overhead_eager")
-    kb = forward_kernels_ms(PackStepModel(base, base.shape()), r.batch, 1024)
+    floor = PackStepModel(base, base.shape()).curves["cpu_floor"]  # the base's launch time
     s = launch_ratio(shape, 1, base.shape())
     assert 4.0 < s < 5.0
     # batch 1: both CPU-bound; the derived C(1) = kernels_t + over_t = s x the base's wall at 1
@@ -58,7 +58,7 @@ def test_derived_mla_moe_pack_floor_is_the_launch_ratio_times_the_base():
     with tempfile.TemporaryDirectory() as d:
         write_pack(rows, meta, Path(d) / "p.csv")
         kt = forward_kernels_ms(PackStepModel(read_pack(Path(d) / "p.csv"), shape), [1], 1024)[0]
-    assert kt + ov[1] == pytest.approx(s * (kb[0] + r.time_ms[0]), rel=1e-6)
+    assert kt + ov[1] == pytest.approx(s * float(floor(np.array([1.0]))[0]), rel=1e-6)
     old = {b: t * shape.num_layers / 32 for b, t in zip(r.batch, r.time_ms)}
     assert all(ov[b] >= old[b] - 1e-9 for b in ov)
     fp8 = derive_any("h200", with_precision(MODELS["llama-3.1-8b"], "fp8"), 1, [load_pack("h200", "llama-3.1-8b")])

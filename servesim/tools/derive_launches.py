@@ -39,11 +39,12 @@ import pandas as pd
 import yaml
 
 from servesim.models import ModelShape
+from servesim.perf.packmodel import PackStepModel
 
 #: the engine version whose model code the launch counts are read from
 ENGINE_VERSION = "vLLM v0.6.4 (the engine of the published eager run, vLLM PR #10927)"
-#: the profiler's eager share test of a CPU-bound calibration forward (servesim/perf/packmodel.py)
-CPU_BOUND_SHARE = 0.25
+#: the test of a CPU-bound calibration forward, the pack model's (servesim/perf/packmodel.py)
+CPU_BOUND_SHARE = PackStepModel.CPU_BOUND_SHARE
 
 
 @dataclass(frozen=True)
@@ -125,9 +126,10 @@ def launch_ratio(shape: ModelShape, tp: int, base: ModelShape) -> float:
 
 
 def launch_floor(batches, kernels, over) -> np.ndarray:
-    """The base's launch time ``F_b`` at its calibration batches (module doc): the wall where the
-    forward was CPU-bound, else the CPU-bound walls' line continued (slope >= 0), never above the
-    wall. With no CPU-bound row: the walls."""
+    """The launch time at calibration batches from (kernels, overhead) pairs, by the pack model's
+    eager floor rule (``PackStepModel._cpu_floor_curve``): the wall where the forward was
+    CPU-bound, else the CPU-bound walls' line continued (slope >= 0), never above the wall; with
+    no CPU-bound row, the walls. For walls read from a YAML (the held-out check), not a pack."""
     b = np.asarray(batches, np.float64)
     k, o = np.asarray(kernels, np.float64), np.asarray(over, np.float64)
     wall = k + o
@@ -159,15 +161,12 @@ def eager_rows(rows: list[tuple], meta: dict, shape: ModelShape, tp: int, base) 
     import tempfile
 
     from servesim.perf.pack import read_pack, write_pack
-    from servesim.perf.packmodel import PackStepModel
-
-    c0 = float((base.meta.get("overhead") or {}).get("calibration_context", 0) or 0)
     from servesim.perf.packtables import pool_median
 
-    r = base.rows("overhead_eager")
-    b, over = pool_median(r.batch, r.time_ms)
-    kb = forward_kernels_ms(PackStepModel(base, base.shape(), tp=base.tp), b, c0)
-    floor = launch_floor(b, kb, over)
+    c0 = float((base.meta.get("overhead") or {}).get("calibration_context", 0) or 0)
+    b, _ = pool_median(base.rows("overhead_eager").batch, base.rows("overhead_eager").time_ms)
+    # the base's launch time: the pack model's own eager floor rule (CPU-bound walls, their line on)
+    floor = PackStepModel(base, base.shape(), tp=base.tp).curves["cpu_floor"](b)
     s = launch_ratio(shape, tp, base.shape())
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{shape.name}.csv"
