@@ -7,8 +7,9 @@ The fleet is benchmarks/fleet.py's (A100-80G, Llama-3-8B, vllm, compiled engine,
 in every row, so every row gives the same requests.parquet (checked: the rows' digests).
 
 Rows: ``one process`` (build + run, ``sim.workers: 1``), then ``k workers`` for each ``--workers``
-(a LocalCluster of k single-threaded processes, started inside the timed run: its start, the
-workers' builds of their replicas and the gathering of the rows all count). Each row runs in a
+(``simulate.build_sharded``: a LocalCluster of k single-threaded processes, started inside the
+timed run: its start, the workers' builds of their replicas and the gathering of the rows all
+count; the phases are printed: cluster start, workers' builds, the windows, the gathering). Each row runs in a
 process of its own, so its peak RSS is its own (the coordinator's; the workers' are not counted).
 
 Usage:  python benchmarks/shard.py [--replicas 16384] [--requests 100000] [--rate 1]
@@ -44,11 +45,11 @@ def one(replicas: int, requests: int, router: str, rate: float, refresh: float, 
     """One row, in this process: build, run, requests.parquet's digest, peak RSS."""
     sys.path.insert(0, str(REPO))
     from servesim import scenario_from_dict
-    from servesim.simulate import build, run_built
+    from servesim.simulate import build, build_sharded, run_built
 
     sc = scenario_from_dict(scenario(replicas, requests, router, rate, refresh))
     t0 = time.perf_counter()
-    b = build(sc, workers=workers if workers else 1)
+    b = build_sharded(sc, sc.seed, workers=workers) if workers else build(sc)
     t1 = time.perf_counter()
     res = run_built(b)
     t2 = time.perf_counter()
@@ -56,10 +57,11 @@ def one(replicas: int, requests: int, router: str, rate: float, refresh: float, 
         digest = hashlib.sha256((res.write(d) / "requests.parquet").read_bytes()).hexdigest()[:16]
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     windows = getattr(b.replica, "windows", None)
+    phases = getattr(b.replica, "seconds", {})
     return {"row": f"{workers} workers" if workers else "one process", "build_s": t1 - t0, "run_s": t2 - t1,
             "total_s": t2 - t0, "req_per_s": requests / (t2 - t0), "digest": digest, "windows": windows,
             "sim_s": res.summary["sim_time_s"] if "sim_time_s" in res.summary else None,
-            "rss_mb": rss_kb / 1024}
+            "rss_mb": rss_kb / 1024, "phases": {k: round(v, 1) for k, v in phases.items()}}
 
 
 def main() -> None:
@@ -96,7 +98,7 @@ def main() -> None:
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"{r['row']:<12} {r['build_s']:8.1f} {r['run_s']:8.1f} {r['total_s']:8.1f} {r['req_per_s']:8.0f} "
-              f"{r['windows'] if r['windows'] is not None else '-':>8} {r['rss_mb']:8.0f}  {r['digest']}", flush=True)
+              f"{r['windows'] if r['windows'] is not None else '-':>8} {r['rss_mb']:8.0f}  {r['digest']}  {r['phases'] or ''}", flush=True)
     print(f"# load average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -159,7 +159,11 @@ class ShardWorker:
         self.lo, self.hi = lo, hi
         self.engines = [built[r] for r in range(lo, hi)]  # (one engine per replica: engine r is replica r)
         self.infos = [replace(infos[r], model=None) for r in range(lo, hi)]
-        self.done = [False] * len(self.engines)
+        m = len(self.engines)
+        self.done = [False] * m
+        self.key = np.zeros(m)  # each engine's next event (engine/driver.py next_key): called when due
+        self.routed = np.zeros(m, dtype=np.int64)
+        self.ended = np.zeros(m, dtype=np.int64)
         self.rids: list[np.ndarray] = []
         self._refs = None
         if all(e.path == "compiled" for e in self.engines):
@@ -174,18 +178,28 @@ class ShardWorker:
             self._work_out = np.zeros(len(self.engines), dtype=np.int64)
             self._fleet_work = entry_point(K.fleet_work, refs, 0.0, self._work_out)
 
-    def _advance_all(self, bound: float) -> None:
-        done = self.done
-        for i, eng in enumerate(self.engines):
+    def _advance_all(self, bound: float, touched=None) -> None:
+        """Every engine up to ``bound``: those whose next event is at or before it, and those
+        ``touched`` (sent requests: an idle one wakes, a decode run may be cut), as the fleet
+        loop calls an engine only at its events (engine/cluster.py)."""
+        key, done, engines = self.key, self.done, self.engines
+        todo = np.flatnonzero(key <= bound).tolist()
+        if touched is not None and len(touched):
+            todo = sorted(set(todo).union(touched))
+        for i in todo:
             if done[i]:
                 continue
+            eng = engines[i]
             while True:
                 code = eng.advance(bound)
                 if code == K.DONE:
                     done[i] = True
+                    key[i] = INF
                     break
                 if code == K.UNTIL:
+                    key[i] = eng.next_key(code)
                     break
+            self.ended[i] = eng.s.get_i("ended")
 
     def window(self, rids: np.ndarray, reps: np.ndarray, h: float, shut_at: float | None, warm):
         """Route ``rids`` (arrival order) to replicas ``reps``, advance every engine to ``h`` and
@@ -198,20 +212,25 @@ class ShardWorker:
             for i, eng in enumerate(engines):
                 if i + lo != r_w:
                     eng.s.set_f("itl_from", float(t_w))
+        touched = None
         if len(rids):
             self.rids.append(rids)
-            for rid, r in zip(rids.tolist(), reps.tolist()):
-                if self.done[r - lo]:
-                    raise RuntimeError(f"request {rid} was routed to replica {r}, which has ended (a bug)")
-                engines[r - lo].route_in(rid)
+            local = reps - lo
+            for rid, i in zip(rids.tolist(), local.tolist()):
+                if self.done[i]:
+                    raise RuntimeError(f"request {rid} was routed to replica {i + lo}, which has ended (a bug)")
+                engines[i].route_in(rid)
+            np.add.at(self.routed, local, 1)
+            touched = np.unique(local).tolist()
         if shut_at is not None:  # as one process: after routing the last arrival, before planning at it
-            self._advance_all(math.nextafter(shut_at, -INF))
+            self._advance_all(math.nextafter(shut_at, -INF), touched)
             for eng in engines:
                 eng.s.set_i("inbox_shut", 1)
-        self._advance_all(h)
+            touched = range(len(engines))  # (an idle engine may now end)
+        self._advance_all(h, touched)
         if h == INF:
             return None
-        req = np.array([e.routed - e.s.get_i("ended") for e in engines], dtype=np.int64)
+        req = self.routed - self.ended
         if self._refs is not None:
             self._fleet_work(self._refs, h, self._work_out)
             tok = self._work_out.copy()
@@ -256,6 +275,7 @@ class ShardedRun:
     retired_kv: list = field(default_factory=list)
     windows: int = 0
     description: str = ""
+    seconds: dict = field(default_factory=dict)  # wall seconds: start (cluster), build (workers), windows, gather
 
 
 def connect(workers: int, scheduler: str | None):
@@ -288,16 +308,21 @@ def run_sharded(sc, seed: int, workload, table, run: ShardedRun, *, workers: int
     if dur is not None and n and arr[-1] >= dur:
         raise ValueError(f"sim.workers = {workers}: an arrival at {arr[-1]:.6g} s is not before stop.duration_s = "
                          f"{dur} (requests reaching replicas that ended: allowed only in one process)")
+    import time
+
     R = sc.cluster.router_refresh_s if run.router.reads_load else INF
+    t0 = time.perf_counter()
     client, cluster = connect(workers, scheduler)
     try:
         addrs = sorted(client.scheduler_info()["workers"])
         k = min(workers, len(addrs))
         parts = partition(n_rep, k)
         wl = client.scatter(workload, broadcast=True)
-        actors = [client.submit(ShardWorker, sc, seed, wl, p.start, p.stop, reasons, buffers, stop_when_drained,
-                                new_recorder, actor=True, workers=[addrs[i]], pure=False).result()
-                  for i, p in enumerate(parts)]
+        t1 = time.perf_counter()
+        run.seconds["start"] = t1 - t0
+        futs = [client.submit(ShardWorker, sc, seed, wl, p.start, p.stop, reasons, buffers, stop_when_drained,
+                              new_recorder, actor=True, workers=[addrs[i]], pure=False) for i, p in enumerate(parts)]
+        actors = [f.result() for f in futs]  # (each worker builds its replicas meanwhile)
         run.description = f"{k} workers ({cluster and 'local processes' or scheduler})"
         bounds = np.array([p.start for p in parts] + [n_rep])
         snap: list = [np.zeros(n_rep, dtype=np.int64), np.zeros(n_rep, dtype=np.int64), None]
@@ -307,6 +332,10 @@ def run_sharded(sc, seed: int, workload, table, run: ShardedRun, *, workers: int
                 snap[2] = StaticLoads(snap[0], snap[1])
             return snap[2].requests() if kind == "requests" else snap[2].tokens(0.0)
 
+        for a in [a.status() for a in actors]:  # (the builds are done: the actors answer)
+            a.result()
+        t2 = time.perf_counter()
+        run.seconds["build"] = t2 - t1
         view = LoadView(n_rep, lambda: snap[0], lambda: snap[1], tree)
         router, klass = run.router, table.klass
 
@@ -351,6 +380,8 @@ def run_sharded(sc, seed: int, workload, table, run: ShardedRun, *, workers: int
                 call(np.empty(0, dtype=np.int64), nh, None)
                 nh += R
             h = nh
+        t3 = time.perf_counter()
+        run.seconds["windows"] = t3 - t2
         stats = [a.status().result() for a in actors]
         run.now = max(s[1] for s in stats)
         for a in [a.finish(run.now) for a in actors]:
@@ -359,6 +390,7 @@ def run_sharded(sc, seed: int, workload, table, run: ShardedRun, *, workers: int
                 getattr(table, name)[rows] = v
             run.engines.extend(outs)
             run.replicas.extend(infos)
+        run.seconds["gather"] = time.perf_counter() - t3
     finally:
         client.close()
         if cluster is not None:
