@@ -254,6 +254,8 @@ def build(scenario: Scenario, seed: int | None = None, workload: Workload | None
         if extra:
             raise ScenarioError(f"sim.workers = {n_workers}: {extra[0]} cannot be sent to worker processes "
                                 f"(allowed: none; or sim.workers: 1)")
+        if scheduler is not None and n_workers == 1:  # (all of the scheduler's workers, up to one per replica)
+            n_workers = None
         return build_sharded(sc, seed, workload, workers=n_workers, scheduler=scheduler, cold=cold, buffers=buffers)
     from servesim.engine.processes import scenario_processes
 
@@ -372,13 +374,13 @@ def _build(sc: Scenario, seed: int, workload, step_model, on_iteration, progress
                  FleetParts(engines, replicas) if sc.is_fleet else None, main=main)
 
 
-def build_sharded(sc: Scenario, seed: int, workload: Workload | None = None, *, workers: int,
+def build_sharded(sc: Scenario, seed: int, workload: Workload | None = None, *, workers: int | None,
                   scheduler: str | None = None, cold: str = "compile", buffers: tuple[int, int] | None = None) -> Built:
     """A fleet run sharded over ``workers`` Dask worker processes (a LocalCluster, or those of
     ``scheduler``): replicas partitioned, synchronised in windows of ``cluster.router_refresh_s``,
     the results of one process with that refresh interval (servesim/engine/shard.py). The
     workers start when the run does (``run_built``). ScenarioError (one line) for what sharding
-    cannot reproduce exactly."""
+    cannot reproduce exactly. ``workers`` None: every worker of ``scheduler`` (at most one per replica)."""
     from functools import partial
 
     from servesim.engine.fleet_build import fleet_buffers
@@ -387,7 +389,9 @@ def build_sharded(sc: Scenario, seed: int, workload: Workload | None = None, *, 
     from servesim.memory import plan_memory
     from servesim.workload.streams import stream
 
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+    if workers is None and scheduler is None:
+        raise ScenarioError("workers None: give a number of worker processes, or a scheduler")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ScenarioError(f"workers {workers!r}: a number of worker processes, at least 1")
     why = shard_refusal(sc, workers)
     if why is not None:
@@ -410,6 +414,10 @@ def build_sharded(sc: Scenario, seed: int, workload: Workload | None = None, *, 
     except ValueError as exc:
         raise ScenarioError(f"{sc.name}: {exc}") from None
     run = ShardedRun(router, np.full(table.n, -1, dtype=np.int32))
+    py = sorted({w for w in reasons if w})
+    run.path = "python" if py else "compiled"
+    run.why = "; ".join(py + [f"sharded over {workers} Dask worker processes" if scheduler is None
+                              else f"sharded over {workers or 'the'} workers of {scheduler}"])
     warmup = sc.stop.warmup_requests
     drained = sc.stop.requests is not None and len(wl) >= sc.stop.requests
 

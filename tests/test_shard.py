@@ -127,3 +127,13 @@ def test_sim_workers_field():
     raw["sim"]["workers"] = 0
     with pytest.raises(ScenarioError, match="workers"):
         scenario_from_dict(raw)
+
+
+def test_unreachable_scheduler_is_one_line():
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(ScenarioError, match=rf"--scheduler tcp://127.0.0.1:{port}: cannot reach a dask scheduler"):
+        simulate(scenario_from_dict(fleet()), scheduler=f"tcp://127.0.0.1:{port}")

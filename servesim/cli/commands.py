@@ -54,6 +54,8 @@ def run(
                                         "every figure with a confidence interval (default: stop.replications)"),
     workers: Optional[int] = typer.Option(None, "--workers", help="with --seeds: local processes for the "
                                           "replications (default: one per core; 1: this process)"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="a dask scheduler, tcp://HOST:PORT: the "
+                                            "fleet runs sharded over its workers (sim.workers of them, or all)"),
 ) -> None:
     """Run one scenario; write requests.parquet, timeseries.parquet, summary.json and
     scenario.resolved.yaml (the scenario as run: re-running it reproduces summary.json)."""
@@ -76,11 +78,14 @@ def run(
 
         if not 1 <= n <= MAX_REPLICATIONS:  # (stop.replications' own bound)
             fail(f"--seeds {n}: allowed 1 to {MAX_REPLICATIONS:,} replications")
+        if n > 1 and scheduler is not None:
+            fail("--scheduler shards one run's fleet; with --seeds the replications run on local processes "
+                 "(--workers)")
         if n > 1:
             _run_replicated(sc, seed, n, out_dir, quiet, workers, (format_ or ["html"]) if report else None)
             return
         reporter = ProgressReporter(None if quiet else console(), total=None)
-        built = build(sc, seed=seed, progress=reporter.update, cold="auto")
+        built = build(sc, seed=seed, progress=reporter.update, cold="auto", scheduler=scheduler)
         built.replica.stop_on_interrupt = True  # Ctrl-C: stop at the next boundary, keep what ran
         reporter.total = len(built.workload)
         if not quiet:

@@ -52,14 +52,14 @@ INF = float("inf")
 SHARDABLE_ROUTERS = ("round-robin", "random", "least-requests", "least-tokens", "affinity", "priority")
 
 
-def shard_refusal(sc, workers: int) -> str | None:
+def shard_refusal(sc, workers: int | None) -> str | None:
     """Why ``sc`` cannot run over ``workers`` processes with the results of one (one line naming
-    the field, its value and what is allowed), or None."""
+    the field, its value and what is allowed), or None. ``workers`` None: a scheduler's, however many."""
     c = sc.cluster
-    head = f"sim.workers = {workers}"
+    head = f"sim.workers = {workers}" if workers is not None else "--scheduler"
     if not sc.is_fleet:
         return f"{head}: a lone replica has nothing to shard (give hardware.replicas > 1, or sim.workers: 1)"
-    if sc.num_replicas < workers:
+    if workers is not None and sc.num_replicas < workers:
         return f"{head}: more workers than the fleet's {sc.num_replicas} replicas (allowed: 1..{sc.num_replicas})"
     if c.router not in SHARDABLE_ROUTERS:
         return (f"{head}: cluster.router {c.router!r} is not shardable (allowed: "
@@ -276,23 +276,35 @@ class ShardedRun:
     windows: int = 0
     description: str = ""
     seconds: dict = field(default_factory=dict)  # wall seconds: start (cluster), build (workers), windows, gather
+    path: str = "compiled"  # the engines' (the run header's simulator line)
+    why: str = ""
+    interrupted: bool = False  # (Ctrl-C is not held across workers: the run stops with a KeyboardInterrupt)
 
 
 def connect(workers: int, scheduler: str | None):
     """(client, cluster or None): a LocalCluster of ``workers`` single-threaded processes, or the
-    scheduler at ``scheduler``."""
+    scheduler at ``scheduler`` (ValueError, one line, when nothing answers there)."""
     import logging
+    import socket
+    from urllib.parse import urlparse
 
     from distributed import Client, LocalCluster
 
     if scheduler is not None:
-        return Client(scheduler, timeout="10s"), None
+        u = urlparse(scheduler if "://" in scheduler else f"tcp://{scheduler}")
+        try:
+            socket.create_connection((u.hostname, u.port or 8786), timeout=5).close()
+            return Client(scheduler, timeout="10s"), None
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise ValueError(f"--scheduler {scheduler}: cannot reach a dask scheduler there "
+                             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no answer'})"
+                             ) from None
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
                            silence_logs=logging.CRITICAL)
     return Client(cluster), cluster
 
 
-def run_sharded(sc, seed: int, workload, table, run: ShardedRun, *, workers: int, scheduler: str | None,
+def run_sharded(sc, seed: int, workload, table, run: ShardedRun, *, workers: int | None, scheduler: str | None,
                 reasons: list, buffers: tuple, stop_when_drained: bool, new_recorder, warmup_id: int) -> None:
     """Run the fleet of ``sc`` over ``workers`` Dask worker processes (module docstring); fills
     ``run`` and the rows of ``table`` (arrival times as routed: the cluster's ``delay_in`` added)."""
@@ -306,16 +318,18 @@ def run_sharded(sc, seed: int, workload, table, run: ShardedRun, *, workers: int
         raise ValueError("sim.workers: the open-loop arrivals are not finite and sorted (a bug)")
     dur = sc.stop.duration_s
     if dur is not None and n and arr[-1] >= dur:
-        raise ValueError(f"sim.workers = {workers}: an arrival at {arr[-1]:.6g} s is not before stop.duration_s = "
+        raise ValueError(f"{'sim.workers = ' + str(workers) if workers else '--scheduler'}: an arrival at {arr[-1]:.6g} s is not before stop.duration_s = "
                          f"{dur} (requests reaching replicas that ended: allowed only in one process)")
     import time
 
     R = sc.cluster.router_refresh_s if run.router.reads_load else INF
     t0 = time.perf_counter()
-    client, cluster = connect(workers, scheduler)
+    client, cluster = connect(workers or 1, scheduler)
     try:
         addrs = sorted(client.scheduler_info()["workers"])
-        k = min(workers, len(addrs))
+        k = min(workers or n_rep, len(addrs), n_rep)
+        if k < 1:
+            raise ValueError(f"--scheduler {scheduler}: the cluster has no workers")
         parts = partition(n_rep, k)
         wl = client.scatter(workload, broadcast=True)
         t1 = time.perf_counter()
