@@ -33,8 +33,9 @@ fleet. tests/test_shard.py compares requests.parquet with one process's, 2 and 4
 
 What this cannot reproduce exactly is refused before anything runs (:func:`shard_refusal`):
 closed loops, processes on the clock (rate schedules, autoscaling, faults, your own), pipeline
-replicas (the virtual engine is picked by live loads), KV tiers on a shared link, prefix caching,
+replicas (the virtual engine is picked by live loads), KV tiers on a shared link,
 routers other than the built-in ones, and a load-reading router without a refresh interval.
+With prefix caching each engine's cache manager comes back whole (its counters feed the summary).
 """
 
 from __future__ import annotations
@@ -84,8 +85,6 @@ def shard_refusal(sc, workers: int | None) -> str | None:
         if gsc.pp > 1:
             return (f"{head}: pipeline_parallel_size {gsc.pp} (a replica's virtual engine is picked by live "
                     f"loads; allowed: 1)")
-        if gsc.engine.enable_prefix_caching:
-            return f"{head}: engine.enable_prefix_caching = true (not yet merged across workers; allowed: false)"
         if any(getattr(t, "shared_link", False) for t in gsc.kv_tiers or ()):
             return f"{head}: kv_tiers with shared_link (engines on one link advance in time order; allowed: none)"
     return None
@@ -259,7 +258,8 @@ class ShardWorker:
             t = e.tab
             if id(t) not in tabs:
                 tabs[id(t)] = _Tab(int(t.kind), np.asarray(t.pk_ex).copy())
-            outs.append(EngineOut(e.recorder, e.plan, tabs[id(t)], _NoPrefix()))
+            kv = e.kv if getattr(e.kv, "prefix_caching", False) else _NoPrefix()  # (its counters: the summary's kv)
+            outs.append(EngineOut(e.recorder, e.plan, tabs[id(t)], kv))
         return rows, cols, outs, self.infos
 
 
