@@ -32,6 +32,9 @@ ROUTERS: dict[str, RouterSpec] = {s.name: s for s in (
                "(`cluster.affinity`)", "servesim.engine.router:Affinity", needs_keys=True),
     RouterSpec("priority", "P0 to the least outstanding work; other classes round robin",
                "servesim.engine.router:PriorityRouter"),
+    RouterSpec("cache-aware", "balanced loads: the replica caching the longest run of the request's prefix blocks, "
+               "above a share of the prompt (`cluster.cache_aware`); else the least loaded",
+               "servesim.engine.prefix_router:CacheAware", needs_keys=True),
 )}
 
 

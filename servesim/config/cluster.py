@@ -58,6 +58,21 @@ class AffinityConfig(StrictModel):
     load_cap: Annotated[float, Field(ge=1.0, le=1000.0)] = 1.25
 
 
+class CacheAwareConfig(StrictModel):
+    """The ``cache-aware`` router (SGLang's sgl-router ``cache_aware`` policy; engine/prefix_router.py),
+    its knobs named as sgl-router's. Loads are ``balanced`` unless ``max - min >
+    balance_abs_threshold`` and ``max > balance_rel_threshold * min`` over the candidates; balanced,
+    a request goes to the replica whose prefix cache holds the longest leading run of its block
+    chain when that run covers more than ``cache_threshold`` of its prompt, else (or unbalanced)
+    to the least loaded. ``load``: what a load is -- outstanding ``requests`` (sgl-router's) or
+    outstanding ``tokens``."""
+
+    cache_threshold: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+    balance_abs_threshold: Annotated[int, Field(ge=0, le=1 << 40)] = 32
+    balance_rel_threshold: Annotated[float, Field(ge=1.0, le=1e6)] = 1.1
+    load: Literal["requests", "tokens"] = "requests"
+
+
 class ReplicaGroupConfig(StrictModel):
     """``replicas`` replicas that differ from the scenario's in the fields given."""
 
@@ -69,7 +84,7 @@ class ReplicaGroupConfig(StrictModel):
     step_time: dict[str, Any] | None = None  # replaces the scenario's step_time
 
 
-SAMPLED_ROUTERS = ("least-requests", "least-tokens", "priority")  # (cluster.router_sample: engine/router.py)
+SAMPLED_ROUTERS = ("least-requests", "least-tokens", "priority", "cache-aware")  # (cluster.router_sample: engine/router.py)
 
 
 class ClusterConfig(StrictModel):
@@ -82,6 +97,7 @@ class ClusterConfig(StrictModel):
     router_overhead_s: Annotated[float, Field(ge=0, le=60.0)] = 0.0
     network_delay_s: Annotated[float, Field(ge=0, le=60.0)] = 0.0
     affinity: AffinityConfig = AffinityConfig()
+    cache_aware: CacheAwareConfig = CacheAwareConfig()  # the cache-aware router's knobs
     # the router reads the replicas' loads as of its last refresh, every this many seconds (0: exact)
     router_refresh_s: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
     # power-of-d choices: the load-reading router compares d replicas drawn from its random stream (0: all)
@@ -105,6 +121,14 @@ class ClusterConfig(StrictModel):
         if "affinity" in self.model_fields_set and self.affinity != AffinityConfig() and self.router != "affinity":
             raise ValueError(f"cluster.affinity applies to router 'affinity', not {self.router!r} "
                              f"(remove it, or set cluster.router: affinity)")
+        return self
+
+    @model_validator(mode="after")
+    def _cache_aware_applies(self) -> "ClusterConfig":
+        if "cache_aware" in self.model_fields_set and self.cache_aware != CacheAwareConfig() \
+                and self.router != "cache-aware":
+            raise ValueError(f"cluster.cache_aware applies to router 'cache-aware', not {self.router!r} "
+                             f"(remove it, or set cluster.router: cache-aware)")
         return self
 
     @model_validator(mode="after")

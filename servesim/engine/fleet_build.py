@@ -182,6 +182,7 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     fleet = Fleet(engines, members, router, inbox, table, closed=closed, delay_in=delay_in, delay_out=delay_out,
                   warmup_id=warmup if 0 < warmup < n else -1, progress=progress, scalars=scalars, solo=solo)
     fleet.factories = factories
+    router.attach(fleet)  # (a router that reads the replicas' caches: engine/prefix_router.py)
     fleet.lone = not sc.is_fleet  # no cluster: the scenario has no router to act on (engine/processes.py)
     # engines on a shared link must reach it in time order: each advances only up to the next
     # other engine's event (Fleet.coupled), which routing everything first cannot give

@@ -20,6 +20,9 @@ affinity            the replica its key (session, or prefix hash) went to before
                     a new key, a keyless request or a full replica: fewest outstanding requests (a new
                     key is bound to where it went; an overflow leaves the binding as it was)
 priority            class P0 to the replica with the least outstanding work; other classes round robin
+cache-aware         balanced loads: the replica whose prefix cache holds the longest run of the
+                    request's block chain, if it covers more than ``cache_threshold`` of the prompt;
+                    else the least loaded (engine/prefix_router.py)
 ==================  =================================================================================
 
 Ties among least-loaded replicas go to the first one at or after a pointer that moves past each
@@ -88,6 +91,11 @@ class Router:
         r = cls(n)
         r.sampling(getattr(cfg, "router_sample", 0), rng)
         return r
+
+    def attach(self, fleet) -> None:
+        """Called once the fleet is built (engine/fleet_build.py), before any request: a router
+        that reads more than loads -- the replicas' prefix caches (engine/prefix_router.py) --
+        keeps what it reads here. ValueError in one line when the fleet lacks it. Default: nothing."""
 
     sample = 0  # cluster.router_sample: power-of-d choices (0, or d >= n: every replica)
 

@@ -19,6 +19,8 @@ mean over engines.
       "balance": {"requests": {"max", "mean", "max_over_mean", "cv"}, "busy_share": {...},
                   "tokens": {...}},
       "affinity": {"hits", "overflows"}?    (the affinity router)
+      "cache_aware": {"cache_routed", "below_threshold", "unbalanced", "matched_token_share"}?
+                                            (the cache-aware router: engine/prefix_router.py)
     }
 
 Per replica: ``requests`` routed to it; ``busy_share`` its GPUs' busy time over the run (a

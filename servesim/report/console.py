@@ -162,6 +162,11 @@ def print_cluster(console: Console, c: dict) -> None:
     if "affinity" in c:
         a = c["affinity"]
         line += f"; affinity: {a['hits']:,} to their key's replica, {a['overflows']:,} overflowed (load cap)"
+    if "cache_aware" in c:
+        a = c["cache_aware"]
+        line += (f"; cache-aware: {a['cache_routed']:,} to their longest cached prefix, {a['below_threshold']:,} "
+                 f"below the threshold, {a['unbalanced']:,} unbalanced; {a['matched_token_share']:.0%} of prompt "
+                 f"tokens cached where routed")
     console.print(line)
 
 

@@ -1,0 +1,168 @@
+"""The cache-aware router: to the replica that holds the longest run of the request's prefix, while
+loads are balanced (``cluster.router: cache-aware``, knobs ``cluster.cache_aware``).
+
+The rule is SGLang's router's ``cache_aware`` policy (sgl-router ``src/policies/cache_aware.rs``
+@ 026f853b, defaults in ``src/policies/mod.rs`` @ 08fc5742), with its knob names:
+
+1. Loads (``load``: outstanding requests -- sgl-router's worker load -- or outstanding tokens) are
+   *unbalanced* when ``max - min > balance_abs_threshold`` and ``max > balance_rel_threshold *
+   min`` over the candidates: the request goes to the least loaded.
+2. Balanced: each candidate's *match* is the number of leading blocks of the request's block
+   chain its prefix cache holds now, in tokens. The longest match's share of the prompt above
+   ``cache_threshold``: the request goes to a replica with that match (the least loaded of them);
+   else to the least loaded (sgl-router sends a miss to the replica with the smallest cache tree,
+   the most room; here the least loaded, as the issue asks and as vLLM's production-stack falls back).
+
+What differs from sgl-router is where the match comes from. sgl-router keeps an *approximate*
+radix tree per worker of the texts it routed there (inserted at routing time, evicted by its own
+size cap, blind to the engine's evictions). Here the match is read from each replica's actual
+pool -- the hash chains of kv/pstate.py, through the read-only :func:`servesim.kv.resident.resident_blocks`:
+the request's chain looked up in the pool's hash map, L1 then its lower tiers -- as llm-d's
+precise prefix-cache scorer does from the engines' KV events (llm-d-kv-cache-manager
+``pkg/kvcache/kvblock_scorer.go`` @ 760bfeab, ``LongestPrefixScorer``: consecutive blocks from block
+0 per pod). So a prefix the replica evicted is not matched, and one a request routed there has not
+yet scheduled is not matched either (its blocks enter the cache map when scheduled).
+
+Cost per request: each candidate's hash map is read along the request's chain only -- one read
+when its first block misses, the chain in numpy otherwise -- never the whole cache. Candidates:
+every active replica, or with ``cluster.router_sample: d`` the ``d`` drawn from the run's router
+stream (the loads and the balance test are then over those ``d``, as a power-of-d router sees).
+
+A pipeline replica's match is its best virtual engine's (each holds its own pool); its load is
+the sum, as for every router.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from servesim.engine.router import Router
+from servesim.kv.resident import resident_blocks
+
+
+class CacheAware(Router):
+    """See the module docstring. Counters for ``summary.cluster.cache_aware``."""
+
+    name = "cache-aware"
+
+    def __init__(self, n: int, prompt: np.ndarray, *, cache_threshold: float = 0.5,
+                 balance_abs_threshold: int = 32, balance_rel_threshold: float = 1.1, load: str = "requests"):
+        super().__init__(n)
+        if not 0.0 <= cache_threshold <= 1.0:
+            raise ValueError(f"cluster.cache_aware.cache_threshold {cache_threshold!r}: allowed 0 to 1")
+        if balance_abs_threshold < 0:
+            raise ValueError(f"cluster.cache_aware.balance_abs_threshold {balance_abs_threshold!r}: allowed >= 0")
+        if not balance_rel_threshold >= 1.0:
+            raise ValueError(f"cluster.cache_aware.balance_rel_threshold {balance_rel_threshold!r}: allowed >= 1")
+        if load not in ("requests", "tokens"):
+            raise ValueError(f"cluster.cache_aware.load {load!r}: allowed requests, tokens")
+        self.prompt = prompt
+        self.cache_threshold, self.abs_t, self.rel_t, self.kind = (
+            float(cache_threshold), int(balance_abs_threshold), float(balance_rel_threshold), load)
+        self._engines: list | None = None  # the fleet's engines (its list: a restarted engine replaces its entry)
+        self._members: list[list[int]] = [[r] for r in range(n)]
+        self.cache_routed = 0  # balanced, match above the threshold: to the longest match
+        self.below = 0  # balanced, match at or below the threshold: to the least loaded
+        self.unbalanced = 0  # loads unbalanced: to the least loaded
+        self.matched_tokens = 0  # tokens resident at the chosen replica, summed over requests
+        self.prompt_tokens = 0
+
+    @classmethod
+    def build(cls, cfg, n, workload, rng):
+        if not workload.has_prefixes:
+            raise ValueError("cluster.router 'cache-aware' routes by the prefix blocks each replica caches: the "
+                             "workload has no prefix hashes (a trace with hash ids, or workload.sessions)")
+        c = cfg.cache_aware
+        r = cls(n, workload.prompt_tokens, cache_threshold=c.cache_threshold,
+                balance_abs_threshold=c.balance_abs_threshold, balance_rel_threshold=c.balance_rel_threshold,
+                load=c.load)
+        r.sampling(getattr(cfg, "router_sample", 0), rng)
+        return r
+
+    def attach(self, fleet) -> None:
+        """Read the replicas' pools through ``fleet`` (its engine list and replicas). ValueError in
+        one line when a replica has no prefix cache to read."""
+        for r, members in enumerate(fleet.replicas):
+            for e in members:
+                if not getattr(fleet.engines[e].kstate, "prefix", 0):
+                    raise ValueError(f"cluster.router 'cache-aware' reads each replica's prefix cache: replica {r} "
+                                     f"has none (allowed: engine.enable_prefix_caching: true on every replica)")
+        self._engines, self._members = fleet.engines, fleet.replicas
+
+    def match_tokens(self, r: int, rid: int) -> int:
+        """Tokens of ``rid``'s prefix replica ``r`` holds now (L1 and lower tiers; a pipeline
+        replica: its best virtual engine)."""
+        best = 0
+        for e in self._members[r]:
+            kv = self._engines[e].kstate
+            blocks = resident_blocks(kv, rid)[1]
+            if blocks:
+                best = max(best, blocks * kv.block_size)
+        return best
+
+    def summary_entries(self) -> dict:
+        hit = self.matched_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+        return {"cache_aware": {"cache_routed": int(self.cache_routed), "below_threshold": int(self.below),
+                                "unbalanced": int(self.unbalanced), "matched_token_share": round(hit, 6)}}
+
+    def _unbalanced(self, hi, lo) -> bool:
+        return hi - lo > self.abs_t and hi > self.rel_t * lo
+
+    def choose(self, rid, klass, view):
+        if self._engines is None:
+            raise RuntimeError("the cache-aware router was not attached to its fleet (Router.attach)")
+        prompt = int(self.prompt[rid])
+        if self.sample:
+            return self._choose_sampled(rid, prompt, view)
+        loads = view.requests() if self.kind == "requests" else view.tokens()
+        act = self.active
+        live = loads if act is None else loads[act]
+        hi, lo = live.max(), live.min()
+        if self._unbalanced(hi, lo):
+            self.unbalanced += 1
+            r = self.least(loads)
+            return self._done(r, rid, prompt, None)
+        match = [0 if (act is not None and not act[r]) else self.match_tokens(r, rid) for r in range(self.n)]
+        best = max(match)
+        if prompt and min(best, prompt) / prompt > self.cache_threshold:
+            self.cache_routed += 1
+            r = self.least([x if m == best else math.inf for x, m in zip(loads.tolist(), match)])
+            return self._done(r, rid, prompt, best)
+        self.below += 1
+        r = self.least(loads)
+        return self._done(r, rid, prompt, match[r])
+
+    def _choose_sampled(self, rid, prompt, view):
+        """The rule over ``sample`` drawn replicas (a drained one drawn is drawn again; ties: the
+        first drawn)."""
+        cands = []
+        for _ in range(self.sample):
+            r = self._draw()
+            while self._skip(r):
+                r = self._draw()
+            if r not in cands:
+                cands.append(r)
+        self.sampled += 1
+        loads = [view.load(self.kind, r) for r in cands]
+        if self._unbalanced(max(loads), min(loads)):
+            self.unbalanced += 1
+            return self._done(cands[loads.index(min(loads))], rid, prompt, None)
+        match = [self.match_tokens(r, rid) for r in cands]
+        best = max(match)
+        if prompt and min(best, prompt) / prompt > self.cache_threshold:
+            self.cache_routed += 1
+            low = min(x for x, m in zip(loads, match) if m == best)
+            i = next(i for i, (x, m) in enumerate(zip(loads, match)) if m == best and x == low)
+            return self._done(cands[i], rid, prompt, best)
+        self.below += 1
+        i = loads.index(min(loads))
+        return self._done(cands[i], rid, prompt, match[i])
+
+    def _done(self, r: int, rid: int, prompt: int, matched: int | None) -> int:
+        if matched is None:
+            matched = self.match_tokens(r, rid)
+        self.matched_tokens += min(matched, prompt)
+        self.prompt_tokens += prompt
+        return r
