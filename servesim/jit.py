@@ -47,6 +47,7 @@ KERNEL_MODULES = (
     "kv/ptiers.py",
     "kv/pqueue.py",
     "kv/pcache.py",
+    "kv/resident.py",
     "perf/arith_kernels.py",
     "perf/lattice_kernels.py",
     "perf/kernels.py",

@@ -108,15 +108,15 @@ def test_sessions_hit_more_than_least_requests_and_affinity():
 
 def test_sampling_reads_only_the_drawn_replicas(monkeypatch):
     """``router_sample: 2`` on 8 replicas: each request reads at most 2 replicas' caches, along
-    its own chain (resident_blocks), and is routed to one of them."""
+    its own chain (kv/resident.py), and is routed to one of them."""
     calls = []
-    real = prefix_router.resident_blocks
+    real = prefix_router.CacheAware._resident
 
-    def counted(kv, rid):
+    def counted(self, e, rid):
         calls.append(rid)
-        return real(kv, rid)
+        return real(self, e, rid)
 
-    monkeypatch.setattr(prefix_router, "resident_blocks", counted)
+    monkeypatch.setattr(prefix_router.CacheAware, "_resident", counted)
     b = build(scenario_from_dict(sessions("cache-aware", replicas=8, requests=200, router_sample=2)))
     run_built(b)
     per = np.bincount(np.array(calls), minlength=200)
@@ -158,3 +158,57 @@ def test_bad_knobs_are_one_line(patch, message):
 def test_the_router_rule_checks_its_knobs():
     with pytest.raises(ValueError, match="cache_threshold 2.0: allowed 0 to 1"):
         prefix_router.CacheAware(2, np.zeros(1, dtype=np.int64), cache_threshold=2.0)
+
+
+def _copy(kv):
+    """An independent copy of a pool's state (every array), for a lookup that must not touch it."""
+    return kv._replace(**{f: v.copy() for f, v in kv._asdict().items() if isinstance(v, np.ndarray)})
+
+
+def test_what_the_router_reads_is_what_a_lookup_would_hit():
+    """kv/resident.py against the lookup itself (pcache ``px_lookup``, run on a copy of each
+    pool): after a sessions run on a small pool with an L2 and an L3 tier, for every request of
+    either replica, the resident run is the lookup's hit, L1 then tiers -- evictions and demotions
+    included -- compiled and as Python, and it reads without writing."""
+    from servesim.jit import pure
+    from servesim.kv.pcache import px_lookup
+    from servesim.kv.resident import px_resident
+
+    resident_py = pure(px_resident)
+
+    raw = merge(sessions("cache-aware", replicas=2, requests=300),
+                {"engine": {"num_gpu_blocks_override": 48}, "workload": {"sessions": {"system_prompt_tokens": 0}},
+                 "kv_tiers": [{"kind": "cpu", "capacity_gib": 0.01}, {"kind": "remote", "capacity_gib": 0.05}]})
+    b = build(scenario_from_dict(raw))
+    run_built(b)
+    lookup = pure(px_lookup)
+    seen = {"l1": 0, "tiers": 0, "none": 0}
+    for eng in b.replica.engines:
+        kv = eng.kstate
+        before = _copy(kv)
+        for rid in range(b.table.n):
+            if kv.h_pos[rid] >= 0:
+                continue  # (holding blocks: a lookup answers its holding)
+            l1, total = px_resident(eng.kkv, rid)
+            assert resident_py(kv, rid) == (l1, total)
+            c = _copy(kv)
+            c.pend[rid] = -1
+            hit, _ = lookup(c, np.zeros(b.table.n, dtype=np.int64), rid, 1e9)
+            assert total * kv.block_size == int(hit), rid
+            seen["tiers" if total > l1 else "l1" if l1 else "none"] += 1
+        for f, v in before._asdict().items():
+            if isinstance(v, np.ndarray):
+                np.testing.assert_array_equal(v, getattr(kv, f), err_msg=f)
+    assert min(seen.values()) > 0, seen  # every kind of answer was compared
+
+
+def test_the_python_engine_routes_as_the_compiled_one():
+    """Beside the Python engine the router walks the same source uncompiled: the same decisions."""
+    got = {}
+    for engine in ("compiled", "python"):
+        b = build(scenario_from_dict(merge(sessions("cache-aware", requests=150), {"sim": {"engine": engine}})))
+        assert b.replica.path == engine
+        b.replica.decisions = []
+        run_built(b)
+        got[engine] = [r for _, r, _ in b.replica.decisions]
+    assert got["compiled"] == got["python"] and len(set(got["python"])) > 1

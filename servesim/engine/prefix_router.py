@@ -16,7 +16,7 @@ The rule is SGLang's router's ``cache_aware`` policy (sgl-router ``src/policies/
 What differs from sgl-router is where the match comes from. sgl-router keeps an *approximate*
 radix tree per worker of the texts it routed there (inserted at routing time, evicted by its own
 size cap, blind to the engine's evictions). Here the match is read from each replica's actual
-pool -- the hash chains of kv/pstate.py, through the read-only :func:`servesim.kv.resident.resident_blocks`:
+pool -- the hash chains of kv/pstate.py, through the read-only kernel :func:`servesim.kv.resident.px_resident`:
 the request's chain looked up in the pool's hash map, L1 then its lower tiers -- as llm-d's
 precise prefix-cache scorer does from the engines' KV events (llm-d-kv-cache-manager
 ``pkg/kvcache/kvblock_scorer.go`` @ 760bfeab, ``LongestPrefixScorer``: consecutive blocks from block
@@ -24,7 +24,7 @@ precise prefix-cache scorer does from the engines' KV events (llm-d-kv-cache-man
 yet scheduled is not matched either (its blocks enter the cache map when scheduled).
 
 Cost per request: each candidate's hash map is read along the request's chain only -- one read
-when its first block misses, the chain in numpy otherwise -- never the whole cache. Candidates:
+when its first block misses, the matched run otherwise, compiled -- never the whole cache. Candidates:
 every active replica, or with ``cluster.router_sample: d`` the ``d`` drawn from the run's router
 stream (the loads and the balance test are then over those ``d``, as a power-of-d router sees).
 
@@ -39,7 +39,10 @@ import math
 import numpy as np
 
 from servesim.engine.router import Router
-from servesim.kv.resident import resident_blocks
+from servesim.jit import pure
+from servesim.kv.resident import px_resident
+
+_PURE_RESIDENT = pure(px_resident)
 
 
 class CacheAware(Router):
@@ -96,11 +99,18 @@ class CacheAware(Router):
         replica: its best virtual engine)."""
         best = 0
         for e in self._members[r]:
-            kv = self._engines[e].kstate
-            blocks = resident_blocks(kv, rid)[1]
+            blocks = self._resident(e, rid)
             if blocks:
-                best = max(best, blocks * kv.block_size)
+                best = max(best, blocks * self._engines[e].kstate.block_size)
         return best
+
+    def _resident(self, e: int, rid: int) -> int:
+        """Engine ``e``'s pool: blocks of ``rid``'s prefix it holds (L1, then lower tiers) --
+        the compiled kernel on its StructRef, or the same source in Python beside the Python engine."""
+        eng = self._engines[e]
+        if eng.path == "compiled":
+            return px_resident(eng.kkv, rid)[1]
+        return _PURE_RESIDENT(eng.kstate, rid)[1]
 
     def summary_entries(self) -> dict:
         hit = self.matched_tokens / self.prompt_tokens if self.prompt_tokens else 0.0

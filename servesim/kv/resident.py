@@ -10,6 +10,10 @@ take, L1 first, then what a fetch would bring. Nothing is scanned but the reques
 and nothing is written: no hit is counted, no LRU order moves (as a router's read of a cache
 index, llm-d's KV-block index for instance, touches nothing in the engine).
 
+Compiled, a call takes the pool's StructRef (the engine's ``kkv``: one pointer, ~4 us a call on
+the project's VM against ~50 us for the same walk in numpy); an uncompiled engine's router calls
+``jit.pure(px_resident)`` on its ``KVState``.
+
 The lookup's other conditions (a fetch only when the pool can hold the whole prefill, a hit
 evicted before the request is scheduled) are the engine's at lookup time, not the router's: the
 answer is what is resident at the routing instant.
@@ -17,35 +21,31 @@ answer is what is resident at the routing instant.
 
 from __future__ import annotations
 
-import numpy as np
-
-from servesim.jit import pure
+from servesim.jit import kernel
 from servesim.kv.pcache import _chain_len
+from servesim.kv.ptiers import tier_of
 
-_chain = pure(_chain_len)
 
-
-def resident_blocks(kv, rid: int) -> tuple[int, int]:
-    """``(l1, total)``: the leading blocks of ``rid``'s chain that ``kv`` (a prefix-cache pool's
-    state, ``prefix`` 1) holds in L1, and in L1 followed by its lower tiers. ``(0, 0)`` for a
-    pool without a prefix cache. Cost: O(1) when the first block misses, else O(chain) in numpy."""
-    if not kv.prefix:
-        return 0, 0
-    n = int(_chain(kv, rid))
+@kernel
+def px_resident(kv, rid):
+    """``(l1, total)``: the leading blocks of ``rid``'s chain that ``kv`` (a prefix-cache pool,
+    ``prefix`` 1) holds in L1, and in L1 followed by its lower tiers -- the run ``px_lookup`` walks
+    (its ``_chain_len`` bound, the cache map, then ``tier_of`` until a block is in neither or back
+    in L1). Reads only; O(the run + 1)."""
+    n = _chain_len(kv, rid)
     if n <= 0:
         return 0, 0
-    a = int(kv.off[rid])
+    a = kv.off[rid]
     chain, cache_blk = kv.chain, kv.cache_blk
-    tiers = kv.t_cap.shape[0] > 0
-    h0 = chain[a]
-    if cache_blk[h0] < 0 and not (tiers and kv.t_in[:, h0].any()):
-        return 0, 0  # (most candidates of a request: one read)
-    ids = chain[a:a + n]
-    in_l1 = cache_blk[ids] >= 0
-    m = n if in_l1.all() else int(np.argmin(in_l1))
-    if not tiers or m == n:
-        return m, m
-    rest = ids[m:]
-    below = ~in_l1[m:] & kv.t_in[:, rest].any(axis=0)  # (the fetch stops at a block back in L1)
-    w = len(rest) if below.all() else int(np.argmin(below))
-    return m, m + w
+    m = 0
+    while m < n and cache_blk[chain[a + m]] >= 0:
+        m += 1
+    w = m
+    if kv.t_cap.shape[0]:
+        t_in = kv.t_in
+        while w < n:
+            h = chain[a + w]
+            if cache_blk[h] >= 0 or tier_of(t_in, h) < 0:
+                break
+            w += 1
+    return m, w
