@@ -37,9 +37,10 @@ def fleet_raw(router="cache-aware", replicas=2, knobs=None, **extra):
     return raw
 
 
-def route(rows, router="cache-aware", knobs=None, replicas=2):
+def route(rows, router="cache-aware", knobs=None, replicas=2, **cluster):
     wl = trace(rows)
     raw = fleet_raw(router, replicas, knobs)
+    raw["cluster"].update(cluster)
     raw["stop"] = {"requests": len(wl)}
     b = build(scenario_from_dict(raw), workload=wl)
     b.replica.decisions = []
@@ -87,6 +88,15 @@ def test_unbalanced_loads_go_to_the_least_loaded():
     assert res.summary["cluster"]["cache_aware"]["unbalanced"] == 1
     # a looser balance keeps all three on the cached replica
     assert route(rows, knobs={"balance_abs_threshold": 2, "balance_rel_threshold": 1.0})[2] == [0, 0, 0, 0]
+
+
+def test_a_replica_that_failed_is_read_afresh():
+    """Replica 1 caches B, fails at 1.0 s and serves again at 1.2 s, empty (its cache is lost):
+    B's next request goes where the least load sends it, not to the cache replica 1 had."""
+    rows = [(0.0, 2, A), (0.001, 2, B), (2.0, 2, [5, 6, 7, 11])]
+    assert route(rows)[2] == [0, 1, 1]
+    b, res, chosen = route(rows, faults={"schedule": [{"replica": 1, "at_s": 1.0, "down_s": 0.2}]})
+    assert chosen == [0, 1, 0] and res.summary["cluster"]["cache_aware"]["cache_routed"] == 0
 
 
 def sessions(router, replicas=4, requests=300, **cluster):
@@ -212,3 +222,14 @@ def test_the_python_engine_routes_as_the_compiled_one():
         run_built(b)
         got[engine] = [r for _, r, _ in b.replica.decisions]
     assert got["compiled"] == got["python"] and len(set(got["python"])) > 1
+
+
+def test_pipeline_replicas_are_read_through_their_virtual_engines():
+    """A pipeline replica is pp engines with a pool each: its match is its best engine's."""
+    raw = merge(sessions("cache-aware", replicas=2, requests=200), {"engine": {"pipeline_parallel_size": 2}})
+    b = build(scenario_from_dict(raw))
+    assert all(len(m) == 2 for m in b.replica.replicas)
+    res = run_built(b)
+    c = res.summary["cluster"]["cache_aware"]
+    assert res.summary["requests"]["completed"] == 200 and c["cache_routed"] > 150, c
+    assert res.summary["kv"]["prefix_hit_rate"]["tokens"] > 0.5
