@@ -140,3 +140,22 @@ def test_unreachable_scheduler_is_one_line():
         port = probe.getsockname()[1]
     with pytest.raises(ScenarioError, match=rf"--scheduler tcp://127.0.0.1:{port}: cannot reach a dask scheduler"):
         simulate(scenario_from_dict(fleet()), scheduler=f"tcp://127.0.0.1:{port}")
+
+
+@pytest.mark.slow
+def test_cli_scheduler(four, tmp_path):
+    """``servesim run --scheduler``: the fleet over a running cluster's workers, the same files."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from servesim.cli import app
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(fleet(replicas=5, requests=200)))
+    runner = CliRunner()
+    one = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "one"), "--quiet"])
+    assert one.exit_code == 0, one.output
+    sharded = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "sharded"), "--quiet",
+                                  "--scheduler", four])
+    assert sharded.exit_code == 0, sharded.output
+    assert (tmp_path / "one" / "requests.parquet").read_bytes() == (tmp_path / "sharded" / "requests.parquet").read_bytes()

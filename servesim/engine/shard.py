@@ -299,8 +299,10 @@ def connect(workers: int, scheduler: str | None):
             raise ValueError(f"--scheduler {scheduler}: cannot reach a dask scheduler there "
                              f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no answer'})"
                              ) from None
+    # no memory limit: a worker's replicas cannot be spilled to disk, and a nanny pausing or
+    # restarting an actor past a share of the machine's memory would lose the run
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                           silence_logs=logging.CRITICAL)
+                           memory_limit=0, silence_logs=logging.CRITICAL)
     return Client(cluster), cluster
 
 
