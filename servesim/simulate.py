@@ -406,7 +406,7 @@ def build_sharded(sc: Scenario, seed: int, workload: Workload | None = None, *, 
                             user=None if g.scenario.engine.scheduler in POLICIES else True,
                             kernel_overrides=None, cold=cold, n_requests=len(wl))
         reasons.append("; ".join(gw) if gw else None)
-    n_engines = sc.num_replicas  # (one engine per replica: shard_refusal)
+    n_engines = sum(g.replicas * g.scenario.pp for g in sc.replica_groups)
     buffers = buffers if buffers is not None else fleet_buffers(n_engines, len(wl))
     try:
         router = make_router(sc.cluster, sc.num_replicas, wl, stream(seed, "router"))

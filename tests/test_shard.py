@@ -74,6 +74,7 @@ def four():
                                             "new_input": {"dist": "lognormal", "mean": 300, "sigma": 0.8, "min": 1,
                                                           "max": 2000}}}}),
     ("least-tokens", {"stop": {"requests": None, "duration_s": 5.0}}),
+    ("least-requests", {"engine": {"pipeline_parallel_size": 2}}),
     ("affinity", {"engine": {"enable_prefix_caching": True},
                   "workload": {"sessions": {"turns": {"dist": "fixed", "value": 4}, "think_s": 0.5,
                                             "new_input": {"dist": "lognormal", "mean": 300, "sigma": 0.8, "min": 1,
@@ -99,7 +100,6 @@ def test_workers_equal_one_process(four, tmp_path, router, extra):
     ({"cluster": {"faults": {"mtbf_s": 100.0, "mttr_s": 5.0}}}, "cluster.faults is set"),
     ({"cluster": {"autoscale": {"min_replicas": 2}}}, "cluster.autoscale is set"),
     ({"hardware": {"replicas": 1}}, "a lone replica has nothing to shard"),
-    ({"engine": {"pipeline_parallel_size": 2}}, "pipeline_parallel_size 2"),
 ])
 def test_refusals(change, field):
     raw = fleet()

@@ -32,10 +32,11 @@ and step-table tallies; ``servesim.simulate`` builds the Result from them as fro
 fleet. tests/test_shard.py compares requests.parquet with one process's, 2 and 4 workers.
 
 What this cannot reproduce exactly is refused before anything runs (:func:`shard_refusal`):
-closed loops, processes on the clock (rate schedules, autoscaling, faults, your own), pipeline
-replicas (the virtual engine is picked by live loads), KV tiers on a shared link,
-routers other than the built-in ones, and a load-reading router without a refresh interval.
-With prefix caching each engine's cache manager comes back whole (its counters feed the summary).
+closed loops, processes on the clock (rate schedules, autoscaling, faults, your own), KV tiers on
+a shared link, routers other than the built-in ones, and a load-reading router without a refresh
+interval. With prefix caching each engine's cache manager comes back whole (its counters feed the
+summary). A pipeline replica's virtual engine is picked where one process picks it: at the
+arrival, after its engines committed what ended before it (``ShardWorker._engine_for``).
 """
 
 from __future__ import annotations
@@ -82,9 +83,6 @@ def shard_refusal(sc, workers: int | None) -> str | None:
         return f"{head}: processes {list(sc.processes)!r} (act on live state; allowed: none)"
     for g in sc.replica_groups:
         gsc = g.scenario
-        if gsc.pp > 1:
-            return (f"{head}: pipeline_parallel_size {gsc.pp} (a replica's virtual engine is picked by live "
-                    f"loads; allowed: 1)")
         if any(getattr(t, "shared_link", False) for t in gsc.kv_tiers or ()):
             return f"{head}: kv_tiers with shared_link (engines on one link advance in time order; allowed: none)"
     return None
@@ -129,7 +127,8 @@ ROW_COLUMNS = ("computed", "num_output", "t_first_sched", "t_first_token", "t_fi
 
 
 class ShardWorker:
-    """The engines of replicas ``lo..hi-1`` of a fleet (one engine each), in a worker process."""
+    """The engines of replicas ``lo..hi-1`` of a fleet, in a worker process (a pipeline replica:
+    its ``pp`` virtual engines, consecutive, as in one process)."""
 
     def __init__(self, sc, seed: int, workload, lo: int, hi: int, reasons: list, buffers: tuple,
                  stop_when_drained: bool, new_recorder):
@@ -156,8 +155,12 @@ class ShardWorker:
                                       force_python=lambda gsc: why[id(gsc)], user=user, buffers=buffers,
                                       stop_when_drained=stop_when_drained, only=range(lo, hi))
         self.lo, self.hi = lo, hi
-        self.engines = [built[r] for r in range(lo, hi)]  # (one engine per replica: engine r is replica r)
         self.infos = [replace(infos[r], model=None) for r in range(lo, hi)]
+        first = self.infos[0].engines[0]  # (engines of a replica are consecutive, replicas in order)
+        self.engines = [built[e] for info in self.infos for e in info.engines]
+        self.groups = [[e - first for e in info.engines] for info in self.infos]  # local engines per replica
+        self.starts = np.array([g[0] for g in self.groups], dtype=np.int64)
+        self.pipelines = any(len(g) > 1 for g in self.groups)
         m = len(self.engines)
         self.done = [False] * m
         self.key = np.zeros(m)  # each engine's next event (engine/driver.py next_key): called when due
@@ -181,46 +184,76 @@ class ShardWorker:
         """Every engine up to ``bound``: those whose next event is at or before it, and those
         ``touched`` (sent requests: an idle one wakes, a decode run may be cut), as the fleet
         loop calls an engine only at its events (engine/cluster.py)."""
-        key, done, engines = self.key, self.done, self.engines
-        todo = np.flatnonzero(key <= bound).tolist()
+        todo = np.flatnonzero(self.key <= bound).tolist()
         if touched is not None and len(touched):
             todo = sorted(set(todo).union(touched))
         for i in todo:
-            if done[i]:
-                continue
-            eng = engines[i]
-            while True:
-                code = eng.advance(bound)
-                if code == K.DONE:
-                    done[i] = True
-                    key[i] = INF
-                    break
-                if code == K.UNTIL:
-                    key[i] = eng.next_key(code)
-                    break
-            self.ended[i] = eng.s.get_i("ended")
+            self._advance(i, bound)
+
+    def _advance(self, i: int, bound: float) -> None:
+        if self.done[i]:
+            return
+        eng = self.engines[i]
+        while True:
+            code = eng.advance(bound)
+            if code == K.DONE:
+                self.done[i] = True
+                self.key[i] = INF
+                break
+            if code == K.UNTIL:
+                self.key[i] = eng.next_key(code)
+                break
+        self.ended[i] = eng.s.get_i("ended")
+
+    def _engine_for(self, rid: int, group: list) -> int:
+        """A pipeline replica's virtual engine for ``rid``: the fewest unfinished requests at its
+        arrival (vLLM's rule; engine/cluster.py ``_route``): its engines first commit what ends
+        before the arrival, as the fleet loop has when it routes."""
+        if len(group) == 1:
+            return group[0]
+        b = math.nextafter(float(self.table.arrival[rid]), -INF)
+        best, e = None, group[0]
+        for i in group:
+            if self.key[i] <= b:
+                self._advance(i, b)
+            o = int(self.routed[i] - self.ended[i])
+            if best is None or o < best:
+                best, e = o, i
+        return e
 
     def window(self, rids: np.ndarray, reps: np.ndarray, h: float, shut_at: float | None, warm):
         """Route ``rids`` (arrival order) to replicas ``reps``, advance every engine to ``h`` and
         return the loads at ``h`` (requests, tokens per replica; ``h`` inf: to the end).
         ``shut_at``: the last arrival of the run (the engines learn no more come then);
-        ``warm``: (replica, arrival) of the warm-up request when it is among ``rids``."""
-        engines, lo = self.engines, self.lo
+        ``warm``: (id, arrival, replica) of the warm-up request when it is among ``rids``."""
+        engines, lo, groups = self.engines, self.lo, self.groups
+        w_rid = -1
         if warm is not None:  # inter-token gaps count from its arrival on (engine/cluster.py _route)
-            r_w, t_w = warm
-            for i, eng in enumerate(engines):
-                if i + lo != r_w:
-                    eng.s.set_f("itl_from", float(t_w))
+            w_rid, t_w, r_w = warm
+            for r, g in enumerate(groups):  # (the warm replica's other engines: once it is routed)
+                if r + lo != r_w:
+                    for i in g:
+                        engines[i].s.set_f("itl_from", float(t_w))
         touched = None
         if len(rids):
             self.rids.append(rids)
-            local = reps - lo
-            for rid, i in zip(rids.tolist(), local.tolist()):
+            touched = set()
+            for rid, r in zip(rids.tolist(), (reps - lo).tolist()):
+                i = self._engine_for(rid, groups[r])
                 if self.done[i]:
-                    raise RuntimeError(f"request {rid} was routed to replica {i + lo}, which has ended (a bug)")
-                engines[i].route_in(rid)
-            np.add.at(self.routed, local, 1)
-            touched = np.unique(local).tolist()
+                    raise RuntimeError(f"request {rid} was routed to replica {r + lo}, which has ended (a bug)")
+                eng = engines[i]
+                eng.route_in(rid)
+                self.routed[i] += 1
+                touched.add(i)
+                if eng.s.get_i("inflight"):  # its next event, as engine/cluster.py _route keys it
+                    self.key[i] = eng.s.get_f("t_end")  # (route_in may have cut its decode run)
+                elif eng.s.get_i("idle"):
+                    self.key[i] = min(self.key[i], float(self.table.arrival[rid]))
+                if rid == w_rid:
+                    for k in groups[r]:
+                        if k != i:
+                            engines[k].s.set_f("itl_from", float(t_w))
         if shut_at is not None:  # as one process: after routing the last arrival, before planning at it
             self._advance_all(math.nextafter(shut_at, -INF), touched)
             for eng in engines:
@@ -235,6 +268,8 @@ class ShardWorker:
             tok = self._work_out.copy()
         else:
             tok = np.array([e.work(h) for e in engines], dtype=np.int64)
+        if self.pipelines:  # (a pipeline replica's load is its virtual engines' sum)
+            req, tok = np.add.reduceat(req, self.starts), np.add.reduceat(tok, self.starts)
         return req, tok
 
     def status(self):
@@ -359,7 +394,7 @@ def run_sharded(sc, seed: int, workload, table, run: ShardedRun, *, workers: int
             reps = run.replica_of[rids]
             warm = None
             if 0 <= warmup_id < n and len(rids) and rids[0] <= warmup_id <= rids[-1]:
-                warm = (int(run.replica_of[warmup_id]), float(arr[warmup_id]))
+                warm = (int(warmup_id), float(arr[warmup_id]), int(run.replica_of[warmup_id]))
             futs = []
             for w, a in enumerate(actors):
                 sel = (reps >= bounds[w]) & (reps < bounds[w + 1])
