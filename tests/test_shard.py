@@ -100,6 +100,7 @@ def test_workers_equal_one_process(four, tmp_path, router, extra):
     ({"cluster": {"faults": {"mtbf_s": 100.0, "mttr_s": 5.0}}}, "cluster.faults is set"),
     ({"cluster": {"autoscale": {"min_replicas": 2}}}, "cluster.autoscale is set"),
     ({"hardware": {"replicas": 1}}, "a lone replica has nothing to shard"),
+    ({"cluster": {"router": "cache-aware"}}, "cluster.router 'cache-aware' is not shardable (allowed: round-robin"),
 ])
 def test_refusals(change, field):
     raw = fleet()
@@ -159,3 +160,23 @@ def test_cli_scheduler(four, tmp_path):
                                   "--scheduler", four])
     assert sharded.exit_code == 0, sharded.output
     assert (tmp_path / "one" / "requests.parquet").read_bytes() == (tmp_path / "sharded" / "requests.parquet").read_bytes()
+
+
+def _sharded_run_in_a_task(raw):
+    try:
+        simulate(scenario_from_dict(raw))
+    except ScenarioError as exc:
+        return str(exc)
+    return "ran"
+
+
+@pytest.mark.slow
+def test_sharded_run_inside_a_dask_task_is_refused(four):
+    """A sweep's task runs on a Dask worker, which cannot start worker processes of its own."""
+    from distributed import Client
+
+    raw = fleet()
+    raw["sim"]["workers"] = 2
+    with Client(four) as client:
+        msg = client.submit(_sharded_run_in_a_task, raw, pure=False).result()
+    assert msg.startswith("sim.workers = 2: this run is itself a task on a Dask worker"), msg

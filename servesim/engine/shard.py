@@ -336,6 +336,16 @@ def connect(workers: int, scheduler: str | None):
                              ) from None
     # no memory limit: a worker's replicas cannot be spilled to disk, and a nanny pausing or
     # restarting an actor past a share of the machine's memory would lose the run
+    try:
+        from distributed import get_worker
+
+        get_worker()
+        inside = True
+    except ValueError:  # (not in a Dask worker: the usual case)
+        inside = False
+    if inside:
+        raise ValueError(f"sim.workers = {workers}: this run is itself a task on a Dask worker (a sweep's), "
+                         f"which cannot start worker processes of its own (allowed there: sim.workers: 1)")
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
                            memory_limit=0, silence_logs=logging.CRITICAL)
     return Client(cluster), cluster
