@@ -17,7 +17,12 @@ workload (seed 1). Columns: prefix hit rate over prompt tokens looked up (``kv.p
 TTFT mean / P50 / P99, the cache-aware router's decisions, the busiest replica's requests over
 the mean, and the wall seconds of the run (build excluded).
 
+``--scale 16,128``: the router's cost instead -- the sessions workload on N replicas (N x the
+session rate, ``--requests`` or 20,000), least-tokens, cache-aware reading every replica, and
+cache-aware with ``router_sample: 2``: run seconds and microseconds per request.
+
 Usage:  python benchmarks/prefix_router.py [--only sessions,mooncake] [--replicas 4] [--requests N]
+        python benchmarks/prefix_router.py --scale 16,128 [--requests N]
 """
 
 from __future__ import annotations
@@ -47,11 +52,13 @@ def workloads(replicas: int, requests: int | None) -> dict[str, list[tuple[str, 
     return out
 
 
-def run_arm(spec: list[str], router: str, knobs: dict) -> dict:
+def run_arm(spec: list[str], router: str, knobs: dict, sample: int = 0) -> dict:
     from servesim.scenario import load_scenario
     from servesim.simulate import build, run_built
 
     sets = spec[1:] + [f"cluster.router={router}"] + [f"cluster.cache_aware.{k}={v}" for k, v in knobs.items()]
+    if sample:
+        sets.append(f"cluster.router_sample={sample}")
     sc = load_scenario(REPO / spec[0], sets)
     b = build(sc)
     t0 = time.perf_counter()
@@ -69,11 +76,24 @@ def main() -> None:
     ap.add_argument("--only", default="sessions,mooncake")
     ap.add_argument("--replicas", type=int, default=4)
     ap.add_argument("--requests", type=int, default=None)
+    ap.add_argument("--scale", default="")
     a = ap.parse_args()
     sys.path.insert(0, str(REPO))
     os.chdir(REPO)
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.machine()}, "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
+    if a.scale:
+        n_req = a.requests or 20000
+        print("\n| replicas | router | prefix hit (tokens) | TTFT mean s | run s | us / request |")
+        print("|---|---|---|---|---|---|")
+        for n in (int(x) for x in a.scale.split(",")):
+            spec = workloads(n, n_req)["sessions"][0][1]
+            for router, sample in (("least-tokens", 0), ("cache-aware", 0), ("cache-aware", 2)):
+                r = run_arm(spec, router, {}, sample)
+                arm = router + (f", router_sample: {sample}" if sample else "")
+                print(f"| {n} | {arm} | {r['hit']:.1%} | {r['ttft']['mean']:.3f} | {r['wall']:.2f} "
+                      f"| {r['wall'] / n_req * 1e6:.0f} |", flush=True)
+        return
     for name, variants in workloads(a.replicas, a.requests).items():
         if name not in a.only.split(","):
             continue
