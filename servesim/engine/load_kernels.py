@@ -1,0 +1,226 @@
+"""Kernels of a fleet's incrementally kept loads (engine/load_index.py): the min segment tree,
+and the re-read of the replicas whose load may have changed, in one compiled call.
+
+Before, the re-read was a Python loop (one kernel call per engine read, ~65 us a replica with
+its bookkeeping) and took ~40 % of a 1,024-replica least-tokens run (benchmarks/RESULTS.md).
+Here the fleet's load state is one StructRef (:data:`LoadsRef`: one pointer per call, as the
+engines' ``EngineRef``), and a read passes only the engines touched since the last one.
+
+A tree is an int64 array ``t`` of ``2 * size`` slots: leaves at ``size + i``, node ``i`` the
+minimum of ``2i`` and ``2i + 1``, empty leaves :data:`BIG`, and ``t[0]`` (no node of a 1-based
+tree) the sum of the ``n`` values -- affinity's load cap reads the fleet's total.
+
+The replicas whose tokens change with time alone (a decode run under way: a step ending counts
+its tokens as done, engine/inbox.py ``outstanding_work``) are keyed by their next step end on an
+indexed binary heap (one entry a replica, ``hpos[r]`` its place, -1: none): a read at ``t`` first
+marks every replica whose step end came by ``t``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from servesim.engine.inbox import INFLIGHT_RUN, outstanding_work
+from servesim.jit import bisect_right, kernel, struct_ref
+
+BIG = np.iinfo(np.int64).max  # an empty leaf
+TOK, REQ = 0, 1  # rows of ``mark`` / ``pend`` and slots of ``ints`` (pending counts); ints[2]: heap length
+
+# refs: the engines' EngineRefs (typed list); first: replica r's engines are first[r]:first[r+1];
+# rep_of: each engine's replica; routed: requests routed to each engine (the fleet's array);
+# tok, req: the trees; size: their leaf count; mark/pend: replicas to re-read, per kind;
+# step_at, heap, hpos: the next step end of each replica and the heap over them; ints: counts
+LoadsRefType, LoadsRef, make_loads_ref = struct_ref(
+    "LoadsRefType", "LoadsRef",
+    ["refs", "first", "rep_of", "routed", "tok", "req", "size", "mark", "pend", "step_at", "heap", "hpos", "ints"],
+    "make_loads_ref", __name__, __file__)
+
+
+@kernel
+def tree_set(t, size, i, v):
+    """Leaf ``i`` takes ``v``: its ancestors up to the first that keeps its minimum, and the sum."""
+    i += size
+    old = t[i]
+    if old == v:
+        return
+    t[0] += v - old
+    t[i] = v
+    i >>= 1
+    while i:
+        a = t[2 * i]
+        b = t[2 * i + 1]
+        m = a if a <= b else b
+        if t[i] == m:
+            break
+        t[i] = m
+        i >>= 1
+
+
+@kernel(inline=True)
+def tree_first_at_most(t, size, n, lo, x):
+    """The first leaf at or after ``lo`` whose value is <= ``x`` (-1: none)."""
+    if lo >= n:
+        return -1
+    i = lo + size
+    if t[i] <= x:
+        return lo
+    while i > 1:
+        if not i & 1 and t[i + 1] <= x:
+            i += 1
+            while i < size:
+                i = 2 * i if t[2 * i] <= x else 2 * i + 1
+            return i - size
+        i >>= 1
+    return -1
+
+
+@kernel
+def tree_least_from(t, size, n, ptr):
+    """``Router.least``'s choice: a leaf holding the minimum, the first at or after ``ptr``, else
+    the first from the start."""
+    low = t[1]
+    best = tree_first_at_most(t, size, n, ptr, low)
+    return best if best >= 0 else tree_first_at_most(t, size, n, 0, low)
+
+
+@kernel(inline=True)
+def _sift_up(heap, hpos, at, i):
+    r = heap[i]
+    while i > 0:
+        p = (i - 1) >> 1
+        q = heap[p]
+        if at[q] <= at[r]:
+            break
+        heap[i] = q
+        hpos[q] = i
+        i = p
+    heap[i] = r
+    hpos[r] = i
+
+
+@kernel(inline=True)
+def _sift_down(heap, hpos, at, i, n):
+    r = heap[i]
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and at[heap[c + 1]] < at[heap[c]]:
+            c += 1
+        q = heap[c]
+        if at[r] <= at[q]:
+            break
+        heap[i] = q
+        hpos[q] = i
+        i = c
+    heap[i] = r
+    hpos[r] = i
+
+
+@kernel(inline=True)
+def _step_at_set(ref, r, v):
+    """Replica ``r``'s next step end is ``v`` (inf: none): its heap entry moved, made or removed."""
+    heap, hpos, at = ref.heap, ref.hpos, ref.step_at
+    n = ref.ints[2]
+    i = hpos[r]
+    at[r] = v
+    if v == np.inf:
+        if i >= 0:
+            hpos[r] = -1
+            n -= 1
+            ref.ints[2] = n
+            if i < n:
+                q = heap[n]  # (the last entry takes the place: up or down from there)
+                heap[i] = q
+                hpos[q] = i
+                _sift_up(heap, hpos, at, i)
+                _sift_down(heap, hpos, at, hpos[q], n)
+        return
+    if i < 0:
+        heap[n] = r
+        hpos[r] = n
+        ref.ints[2] = n + 1
+        _sift_up(heap, hpos, at, n)
+    else:
+        _sift_up(heap, hpos, at, i)
+        _sift_down(heap, hpos, at, hpos[r], n)
+
+
+@kernel(inline=True)
+def _mark(ref, kind, r):
+    if ref.mark[kind, r] == 0:
+        ref.mark[kind, r] = 1
+        ref.pend[kind, ref.ints[kind]] = r
+        ref.ints[kind] += 1
+
+
+@kernel
+def mark_touched(ref, touched):
+    """The replicas of engines ``touched`` (advanced, routed to, restarted) are re-read at the
+    next read of either kind."""
+    for j in range(touched.shape[0]):
+        r = ref.rep_of[touched[j]]
+        _mark(ref, TOK, r)
+        _mark(ref, REQ, r)
+
+
+@kernel
+def replica_tokens(ref, r, t):
+    """Replica ``r``'s outstanding tokens at ``t``, read alone."""
+    w = np.int64(0)
+    for e in range(ref.first[r], ref.first[r + 1]):
+        x = ref.refs[e]
+        w += outstanding_work(x.cfg, x.state, t)
+    return w
+
+
+@kernel
+def replica_requests(ref, r):
+    """Replica ``r``'s outstanding requests (routed there, not ended), read alone."""
+    v = np.int64(0)
+    for e in range(ref.first[r], ref.first[r + 1]):
+        v += ref.routed[e] - ref.refs[e].state.s.ended
+    return v
+
+
+@kernel
+def refresh_tokens(ref, touched, t):
+    """The tokens tree at ``t``: re-read the replicas touched since the last read and those
+    whose decode run's next step ended by ``t``; key each re-read replica by its next step end
+    after ``t``."""
+    mark_touched(ref, touched)
+    heap, at = ref.heap, ref.step_at
+    while ref.ints[2] > 0 and at[heap[0]] <= t:
+        r = heap[0]
+        _mark(ref, TOK, r)
+        _step_at_set(ref, r, np.inf)
+    pend = ref.pend
+    for j in range(ref.ints[TOK]):
+        r = pend[TOK, j]
+        ref.mark[TOK, r] = 0
+        w = np.int64(0)
+        nxt = np.inf
+        for e in range(ref.first[r], ref.first[r + 1]):
+            x = ref.refs[e]
+            st = x.state
+            w += outstanding_work(x.cfg, st, t)
+            if st.s.inflight == INFLIGHT_RUN:
+                k = st.s.run_k
+                done = bisect_right(st.ends[:k], t)
+                if done < k and st.ends[done] < nxt:
+                    nxt = st.ends[done]
+        tree_set(ref.tok, ref.size, r, w)
+        _step_at_set(ref, r, nxt)
+    ref.ints[TOK] = 0
+
+
+@kernel
+def refresh_requests(ref, touched):
+    """The requests tree: re-read the replicas touched since the last read."""
+    mark_touched(ref, touched)
+    pend = ref.pend
+    for j in range(ref.ints[REQ]):
+        r = pend[REQ, j]
+        ref.mark[REQ, r] = 0
+        tree_set(ref.req, ref.size, r, replica_requests(ref, r))
+    ref.ints[REQ] = 0
