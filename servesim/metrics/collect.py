@@ -22,6 +22,15 @@ import numpy as np
 from servesim.metrics.sample import WeightedSample
 
 
+def _peak_into(peak: np.ndarray, bins: np.ndarray, values: np.ndarray) -> None:
+    """``np.maximum.at(peak[s], bins, values[s])`` for every signal ``s``, with ``bins`` sorted:
+    the max over each run of equal bins (``reduceat``), then one max into the peaks -- the same
+    values (max is exact and order-free) in two numpy calls instead of two a signal."""
+    first = np.flatnonzero(np.r_[True, bins[1:] != bins[:-1]])
+    ub = bins[first]
+    peak[:, ub] = np.maximum(peak[:, ub], np.maximum.reduceat(values, first, axis=1))
+
+
 class BinnedSeries:
     """Exact time-weighted integrals and maxima of step-constant signals, per time bin.
 
@@ -85,15 +94,20 @@ class BinnedSeries:
         edges[0], edges[-1] = starts[0], ends[-1]
         start_bins = (starts // b).astype(np.int64)
         end_bins = np.minimum((ends // b).astype(np.int64), last_bin)
-        for s in range(values.shape[0]):
-            f = np.empty(2 * len(ends))
-            f[1::2] = cum[s]
-            f[0] = 0.0
-            f[2::2] = cum[s, :-1]
-            at = np.interp(edges, times, f)
-            self.integral[s, first_bin : last_bin + 1] += np.diff(at)
-            np.maximum.at(self.peak[s], start_bins, values[s])
-            np.maximum.at(self.peak[s], end_bins, values[s])
+        # every signal at once where numpy can (a fleet engine folds a few hundred steps at a
+        # time, so the per-call overhead of 8 signals x 5 numpy calls was most of a fold);
+        # np.interp is 1-D: one call a signal. The same float operations as signal by signal.
+        n_sig = values.shape[0]
+        f = np.empty((n_sig, 2 * len(ends)))
+        f[:, 1::2] = cum
+        f[:, 0] = 0.0
+        f[:, 2::2] = cum[:, :-1]
+        at = np.empty((n_sig, len(edges)))
+        for s in range(n_sig):
+            at[s] = np.interp(edges, times, f[s])
+        self.integral[:, first_bin : last_bin + 1] += np.diff(at, axis=1)
+        for bins in (start_bins, end_bins):  # (sorted: each bin's max over its steps, then the peaks)
+            _peak_into(self.peak, bins, values)
         self._inner_peaks(start_bins, end_bins, values)
         self.t_end = max(self.t_end, float(ends[-1]))
 
