@@ -182,3 +182,27 @@ def test_router_sample_reads_alone_what_the_tree_holds(router):
         runs.append(([(rid, r) for rid, r, _ in b.replica.decisions], res))
     assert len(runs[0][0]) >= 600 and runs[0][0] == runs[1][0]
     assert runs[0][1].requests.equals(runs[1][1].requests)
+
+
+def _run_loop(raw: dict, compiled: bool):
+    b = build(scenario_from_dict(raw))
+    b.replica.compiled_loop = compiled
+    assert b.replica._loop_compiles() == compiled
+    return run_built(b)
+
+
+@pytest.mark.parametrize("router,sample", [("least-tokens", 0), ("least-requests", 0), ("least-tokens", 2),
+                                           ("least-requests", 3)])
+@pytest.mark.parametrize("extra", [{}, {"stop": {"warmup_requests": 40}},
+                                   {"stop": {"requests": None, "duration_s": 0.8}}],
+                         ids=["drain", "warmup", "duration"])
+def test_compiled_loop_equals_the_python_loop(router, sample, extra):
+    """The routed loop as one kernel (engine/load_kernels.py ``fleet_run``) takes the Python
+    loop's steps: same routes, same results, request by request."""
+    raw = merge(merge(BASE, LOADED), merge({"cluster": {"router": router, "router_sample": sample}}, extra))
+    fast, slow = _run_loop(raw, True), _run_loop(raw, False)
+    assert len(fast.requests) >= 300
+    assert fast.requests.equals(slow.requests)
+    assert {k: v for k, v in fast.summary.items() if k != "wall_s"} == \
+        {k: v for k, v in slow.summary.items() if k != "wall_s"}
+    assert fast.requests["replica"].nunique() == 7

@@ -20,7 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from servesim.engine.inbox import INFLIGHT_RUN, outstanding_work
+from servesim.engine.inbox import (
+    INFLIGHT_RUN,
+    due_arrivals,
+    next_arrival,
+    outstanding_work,
+)
+from servesim.engine.kernel import DONE, ERROR, FLUSH, UNTIL, advance_ref, route_in_ref
 from servesim.jit import bisect_right, kernel, struct_ref
 
 BIG = np.iinfo(np.int64).max  # an empty leaf
@@ -184,11 +190,10 @@ def replica_requests(ref, r):
 
 
 @kernel
-def refresh_tokens(ref, touched, t):
-    """The tokens tree at ``t``: re-read the replicas touched since the last read and those
-    whose decode run's next step ended by ``t``; key each re-read replica by its next step end
-    after ``t``."""
-    mark_touched(ref, touched)
+def reread_tokens(ref, t):
+    """The tokens tree at ``t``: re-read the replicas marked since the last read and those whose
+    decode run's next step ended by ``t``; key each re-read replica by its next step end after
+    ``t``."""
     heap, at = ref.heap, ref.step_at
     while ref.ints[2] > 0 and at[heap[0]] <= t:
         r = heap[0]
@@ -215,12 +220,251 @@ def refresh_tokens(ref, touched, t):
 
 
 @kernel
-def refresh_requests(ref, touched):
-    """The requests tree: re-read the replicas touched since the last read."""
-    mark_touched(ref, touched)
+def reread_requests(ref):
+    """The requests tree: re-read the replicas marked since the last read."""
     pend = ref.pend
     for j in range(ref.ints[REQ]):
         r = pend[REQ, j]
         ref.mark[REQ, r] = 0
         tree_set(ref.req, ref.size, r, replica_requests(ref, r))
     ref.ints[REQ] = 0
+
+
+@kernel
+def refresh_tokens(ref, touched, t):
+    """Mark the replicas of the engines ``touched`` since the last read, then :func:`reread_tokens`."""
+    mark_touched(ref, touched)
+    reread_tokens(ref, t)
+
+
+@kernel
+def refresh_requests(ref, touched):
+    mark_touched(ref, touched)
+    reread_requests(ref)
+
+
+# ------------------------------------------------------------------ the routed loop, compiled
+# engine/cluster.py ``Fleet._run_events`` for an open loop behind least-tokens or least-requests
+# (exact or sampled), one engine a replica, nothing else on the clock: the same steps in the
+# same order, with a return to Python only where Python must act (``X_*`` below). Its state
+# lives in arrays the fleet keeps between calls: ``key`` (each engine's next event), ``done``,
+# the engines' indexed heap ``eh``/``ehpos`` ordered by (key, engine) as the Python loop's
+# heapq of (key, engine) tuples, ``ints`` (the counters named below), ``fl`` (the next arrival
+# T, and the instant of the batch being routed), ``due`` (that batch), ``draws`` (a sampling
+# router's draws, refilled by Python from the run's router stream), ``rids`` (requests routed
+# since the last return: Python notes their arrivals at their engines) and ``late`` (ended
+# engines that were routed a request: Python takes it in).
+X_DONE, X_ENGINE, X_DRAWS, X_LATE, X_NOARRIVAL, X_WARMUP, X_CALLS, X_RIDS, X_STALL = 0, 1, 2, 3, 4, 5, 6, 7, 8
+(I_EH, I_DONE, I_PTR, I_DRAW_I, I_DRAW_N, I_CALLS, I_RIDS, I_DUE_I, I_DUE_N, I_LATE, I_E, I_CODE, I_SAMPLED,
+ I_SHUT, I_WARMUP, I_D, I_KIND, I_PHASE) = range(18)
+N_INTS = 18
+ROUTING, ROUTED = 1, 2  # ints[I_PHASE]: a batch of arrivals being routed; routed (what follows it)
+CALLS_EVERY = 8192  # engine calls between returns (the progress callback, a held Ctrl-C)
+
+
+@kernel(inline=True)
+def _eh_less(key, a, b):
+    return key[a] < key[b] or (key[a] == key[b] and a < b)
+
+
+@kernel(inline=True)
+def _eh_up(key, eh, ehpos, i):
+    e = eh[i]
+    while i > 0:
+        p = (i - 1) >> 1
+        q = eh[p]
+        if not _eh_less(key, e, q):
+            break
+        eh[i] = q
+        ehpos[q] = i
+        i = p
+    eh[i] = e
+    ehpos[e] = i
+
+
+@kernel(inline=True)
+def _eh_down(key, eh, ehpos, i, n):
+    e = eh[i]
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and _eh_less(key, eh[c + 1], eh[c]):
+            c += 1
+        q = eh[c]
+        if not _eh_less(key, q, e):
+            break
+        eh[i] = q
+        ehpos[q] = i
+        i = c
+    eh[i] = e
+    ehpos[e] = i
+
+
+@kernel
+def eh_set(key, eh, ehpos, ints, e, k):
+    """Engine ``e``'s next event is ``k`` (inf: it has ended): its heap entry moved, made or
+    removed."""
+    n = ints[I_EH]
+    i = ehpos[e]
+    key[e] = k
+    if k == np.inf:
+        if i >= 0:
+            ehpos[e] = -1
+            n -= 1
+            ints[I_EH] = n
+            if i < n:
+                q = eh[n]
+                eh[i] = q
+                ehpos[q] = i
+                _eh_up(key, eh, ehpos, i)
+                _eh_down(key, eh, ehpos, ehpos[q], n)
+        return
+    if i < 0:
+        eh[n] = e
+        ehpos[e] = n
+        ints[I_EH] = n + 1
+        _eh_up(key, eh, ehpos, n)
+    else:
+        _eh_up(key, eh, ehpos, i)
+        _eh_down(key, eh, ehpos, ehpos[e], n)
+
+
+@kernel
+def fleet_shut(ref, key, done, eh, ehpos, ints):
+    """``Fleet._shut``: the inbox is exhausted; engines may end once drained, idle ones are
+    woken (keyed now) to see it."""
+    for i in range(key.shape[0]):
+        if done[i]:
+            continue
+        s = ref.refs[i].state.s
+        s.inbox_shut = 1
+        if s.inflight == 0:
+            k = s.now
+            if k != key[i]:
+                eh_set(key, eh, ehpos, ints, i, k)
+    ints[I_SHUT] = 1
+
+
+@kernel(inline=True)
+def _choose(ref, ints, draws, t):
+    """The router's replica for an arrival at ``t`` (``Router.least_of``)."""
+    d = ints[I_D]
+    if d > 0:  # power of d choices: the least loaded of d drawn, ties to the first drawn
+        best = -1
+        low = np.int64(0)
+        for _ in range(d):
+            r = draws[ints[I_DRAW_I]]
+            ints[I_DRAW_I] += 1
+            v = replica_tokens(ref, r, t) if ints[I_KIND] == TOK else replica_requests(ref, r)
+            if best < 0 or v < low:
+                best = r
+                low = v
+        ints[I_SAMPLED] += 1
+        return best
+    if ints[I_KIND] == TOK:
+        reread_tokens(ref, t)
+        tree = ref.tok
+    else:
+        reread_requests(ref)
+        tree = ref.req
+    n = ref.first.shape[0] - 1
+    best = tree_least_from(tree, ref.size, n, ints[I_PTR])
+    ints[I_PTR] = best + 1 if best + 1 < n else 0
+    return best
+
+
+@kernel
+def fleet_run(ref, icfg, ist, key, done, eh, ehpos, ints, fl, due, draws, rids, late, replica_of):
+    """Run the fleet's loop until Python must act; returns why (``X_*``)."""
+    n_eng = key.shape[0]
+    refs = ref.refs
+    while True:
+        if ints[I_PHASE] == ROUTING:  # the batch of arrivals at fl[1], in (time, id) order
+            t = fl[1]
+            while ints[I_DUE_I] < ints[I_DUE_N]:
+                if ints[I_D] > 0 and ints[I_DRAW_N] - ints[I_DRAW_I] < ints[I_D]:
+                    return X_DRAWS
+                if ints[I_RIDS] >= rids.shape[0]:
+                    return X_RIDS
+                rid = due[ints[I_DUE_I]]
+                ints[I_DUE_I] += 1
+                r = _choose(ref, ints, draws, t)
+                e = ref.first[r]
+                x = refs[e]
+                route_in_ref(x, rid)
+                ref.routed[e] += 1
+                _mark(ref, TOK, r)
+                _mark(ref, REQ, r)
+                replica_of[rid] = r
+                rids[ints[I_RIDS]] = rid
+                ints[I_RIDS] += 1
+                s = x.state.s
+                if s.inflight:
+                    k = s.t_end  # (route_in may have cut its decode run)
+                elif s.idle:
+                    k = key[e] if key[e] < t else t  # it wakes up for this arrival, if not earlier
+                else:
+                    k = key[e]  # a boundary it has yet to plan
+                if done[e]:
+                    seen = False
+                    for j in range(ints[I_LATE]):
+                        seen = seen or late[j] == e
+                    if not seen:
+                        late[ints[I_LATE]] = e
+                        ints[I_LATE] += 1
+                elif k != key[e]:
+                    eh_set(key, eh, ehpos, ints, e, k)
+                if rid == ints[I_WARMUP]:
+                    return X_WARMUP
+            fl[0] = next_arrival(icfg, ist)
+            ints[I_PHASE] = ROUTED
+        if ints[I_PHASE] == ROUTED:
+            if ints[I_LATE] > 0:  # (Python takes them in, in engine order, and clears the count)
+                return X_LATE
+            ints[I_PHASE] = 0
+            if ints[I_SHUT] == 0 and fl[0] == np.inf:
+                return X_NOARRIVAL
+            continue
+        if ints[I_DONE] >= n_eng:
+            return X_DONE
+        T = fl[0]
+        k_min = key[eh[0]] if ints[I_EH] > 0 else np.inf
+        if T <= k_min and T < np.inf:
+            batch = due_arrivals(icfg, ist, T)
+            m = batch.shape[0]
+            due[:m] = batch
+            ints[I_DUE_I] = 0
+            ints[I_DUE_N] = m
+            ints[I_PHASE] = ROUTING
+            fl[1] = T
+            continue
+        if k_min == np.inf:
+            return X_STALL
+        e = eh[0]
+        bound = np.nextafter(T, -np.inf) if T < np.inf else np.inf  # arrivals at T are routed first
+        x = refs[e]
+        code = advance_ref(x, bound)
+        r = ref.rep_of[e]
+        _mark(ref, TOK, r)
+        _mark(ref, REQ, r)
+        if code == DONE:
+            done[e] = 1
+            ints[I_DONE] += 1
+            eh_set(key, eh, ehpos, ints, e, np.inf)
+            continue
+        s = x.state.s
+        if s.inflight:
+            k = s.t_end
+        elif code == UNTIL:
+            k = s.wake
+        else:
+            k = s.now
+        eh_set(key, eh, ehpos, ints, e, k)
+        ints[I_CALLS] += 1
+        if code == FLUSH or code == ERROR:
+            ints[I_E] = e
+            ints[I_CODE] = code
+            return X_ENGINE
+        if ints[I_CALLS] % CALLS_EVERY == 0:
+            return X_CALLS
