@@ -223,7 +223,9 @@ def test_fp8_llama_runs_end_to_end_on_the_shipped_derived_packs(model_name, gpu,
 def test_moe_rule_reads_the_engine_class_backend_when_surveyed(tmp_path, monkeypatch):
     """A survey with a ``backend`` column: derive reads the fused kernel's rows (triton-fused),
     not grouped_mm's; without the column (the first survey) the rows are grouped_mm's; a backend
-    not surveyed is refused in one line."""
+    not surveyed is refused in one line. A fused survey timed on a sibling GPU (H100 for the
+    H200) beats the H200's own grouped_mm rows and is carried over by efficiency: experts scale
+    with the peaks' ratio, router and combine with the HBM ratio."""
     from servesim.tools import derive_common
     from servesim.tools.derive_moe import moe_survey
 
@@ -233,13 +235,23 @@ def test_moe_rule_reads_the_engine_class_backend_when_surveyed(tmp_path, monkeyp
     (tmp_path / "h200").mkdir()
     both.to_csv(tmp_path / "h200" / "moe.csv", index=False)
     monkeypatch.setattr(derive_common, "survey_root", lambda: tmp_path)
-    m, backend = moe_survey("h200")
-    assert backend == "triton-fused" and np.allclose(m.time_ms.to_numpy(), fused.time_ms.to_numpy())
+    m, backend, where = moe_survey("h200")
+    assert (backend, where) == ("triton-fused", "h200") and np.allclose(m.time_ms, fused.time_ms)
     assert moe_survey("h200", "grouped_mm")[0].time_ms.sum() == pytest.approx(old.time_ms.sum())
     with pytest.raises(PackError, match="backend 'loop' not surveyed"):
         moe_survey("h200", "loop")
     cfg = MoeShape.of(MODELS["qwen3-30b-a3b"], 1)
     f, g = MoeRule(m, "h200"), MoeRule(moe_survey("h200", "grouped_mm")[0], "h200")
     assert np.allclose(f.experts_ms(cfg, [10, 1000]), 0.5 * g.experts_ms(cfg, [10, 1000]))
+    # the first survey (no backend column) on the H200, the fused one on the H100
     old.to_csv(tmp_path / "h200" / "moe.csv", index=False)
-    assert moe_survey("h200")[1] == "grouped_mm"
+    assert moe_survey("h200")[1:] == ("grouped_mm", "h200")
+    (tmp_path / "h100-80g").mkdir()
+    fused.to_csv(tmp_path / "h100-80g" / "moe.csv", index=False)
+    m, backend, where = moe_survey("h200")
+    assert (backend, where) == ("triton-fused", "h100-80g")
+    moved, own = MoeRule(m, "h200", survey_gpu="h100-80g"), MoeRule(m, "h100-80g")
+    h100, h200 = GPUS["h100-80g"], GPUS["h200"]
+    bw = h100.hbm_bytes_per_s / h200.hbm_bytes_per_s
+    assert np.allclose(moved.gate_ms(cfg, [64]), bw * own.gate_ms(cfg, [64]))
+    assert np.allclose(moved.experts_ms(cfg, [10]), bw * own.experts_ms(cfg, [10]), rtol=1e-6)  # HBM-bound

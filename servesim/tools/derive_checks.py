@@ -87,7 +87,8 @@ def moe_leave_one_out(gpu: str = "h200", backend: str | None = None) -> pd.DataF
     experts backend's rows (default: the one derive uses, derive_moe.moe_survey)."""
     from servesim.tools.derive_moe import moe_survey
 
-    m, _ = moe_survey(gpu, backend)
+    m, _, survey_gpu = moe_survey(gpu, backend)
+    gpu = survey_gpu  # scored where it was timed
     out = []
     for (E, k, inter, h), s in m.groupby(["experts", "top_k", "inter", "k"]):
         cfg = MoeShape(int(E), int(k), int(inter), int(h))
@@ -202,13 +203,14 @@ def held_out_summary(gpu: str, shape, cross_model: bool) -> dict:
     if shape.is_moe:
         from servesim.tools.derive_moe import moe_survey
 
-        backend = moe_survey(gpu)[1]
+        _, backend, survey_gpu = moe_survey(gpu)
         m = moe_leave_one_out(gpu)
         layer = m[m.op == "layer (sum)"]
         kernel = ("a fused MoE Triton kernel of the engines' class (calibration/profiler/triton_moe.py)"
                   if backend == "triton-fused" else "torch._grouped_mm (about half vLLM's fused-MoE speed at "
                   "batch 10: docs/models.md, 'MoE and MLA on one GPU')")
-        out["experts"] = (f"MoE layer, leave one surveyed configuration out ({backend} rows): {rng(layer)} median "
+        where = f" on {survey_gpu}" if survey_gpu != gpu else ""
+        out["experts"] = (f"MoE layer, leave one surveyed configuration out ({backend} rows{where}): {rng(layer)} median "
                           f"(max {100 * layer['max'].max():.1f} %); survey kernel {kernel}")
     if shape.is_moe or shape.is_mla:
         from servesim.tools.derive_launches import launch_check

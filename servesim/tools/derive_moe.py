@@ -22,19 +22,43 @@ from servesim.tools.derive_common import _idw, _interp_log, read_survey
 ENGINE_BACKENDS = ("triton-fused", "grouped_mm")
 
 
-def moe_survey(gpu: str, backend: Optional[str] = None) -> tuple[pd.DataFrame, str]:
-    """The MoE survey's rows of one experts backend, and its name: ``backend`` if given, else the
-    most engine-like one surveyed (``ENGINE_BACKENDS``). A survey without a ``backend`` column
-    (before the fused kernel) timed ``grouped_mm`` only."""
-    m = read_survey(gpu, "moe")
-    if "backend" not in m.columns:
-        m = m.assign(backend="grouped_mm")
-    m["backend"] = m["backend"].fillna("").astype(str).replace("", "grouped_mm")
-    have = list(dict.fromkeys(m.backend))
-    pick = backend or next((b for b in ENGINE_BACKENDS if b in have), have[0])
-    if pick not in have:
-        raise PackError(f"moe survey of {gpu}: backend {pick!r} not surveyed; surveyed: {', '.join(have)}")
-    return m[m.backend == pick].drop(columns="backend").reset_index(drop=True), pick
+def _backends(frame: pd.DataFrame) -> pd.DataFrame:
+    if "backend" not in frame.columns:  # the first survey, before the fused kernel: grouped_mm only
+        frame = frame.assign(backend="grouped_mm")
+    frame["backend"] = frame["backend"].fillna("").astype(str).replace("", "grouped_mm")
+    return frame
+
+
+def moe_survey(gpu: str, backend: Optional[str] = None) -> tuple[pd.DataFrame, str, str]:
+    """The MoE survey rows a derivation on ``gpu`` reads: ``(rows, backend, survey gpu)``.
+
+    The backend is ``backend`` if given, else the most engine-like one surveyed
+    (``ENGINE_BACKENDS``), looked for first in ``gpu``'s own survey, then in the surveys of the
+    other GPUs of its architecture (``GPUSpec.arch``): an engine-class kernel timed on a sibling
+    GPU says more than a slower kernel timed on this one, and :class:`MoeRule` carries it over by
+    efficiency (achieved / peak), the transfer rule of servesim/perf/transfer.py. A survey without
+    a ``backend`` column (before the fused kernel) timed ``grouped_mm`` only."""
+    from servesim.tools.derive_common import survey_root
+
+    arch = GPUS[gpu].arch
+    gpus = [gpu] + sorted(g for g in GPUS if g != gpu and arch and GPUS[g].arch == arch
+                          and (survey_root() / g / "moe.csv").is_file())
+    frames = {}
+    for g in gpus:
+        try:
+            frames[g] = _backends(read_survey(g, "moe"))
+        except PackError:
+            continue
+    if not frames:
+        read_survey(gpu, "moe")  # says which survey is missing and what exists
+    order = [backend] if backend else list(ENGINE_BACKENDS)
+    for b in order:
+        for g, m in frames.items():
+            if b in set(m.backend):
+                return m[m.backend == b].drop(columns="backend").reset_index(drop=True), b, g
+    have = sorted({f"{g} {b}" for g, m in frames.items() for b in set(m.backend)})
+    raise PackError(f"moe survey for {gpu}: backend {backend!r} not surveyed; surveyed: {', '.join(have)}")
+
 
 @dataclass(frozen=True)
 class MoeShape:
@@ -57,9 +81,12 @@ class MoeShape:
 class MoeRule:
     """Expert, router and combine times of an MoE layer from the MoE survey (rule: module doc)."""
 
-    def __init__(self, moe: pd.DataFrame, gpu: str, exclude: Optional[MoeShape] = None):
-        spec = GPUS[gpu]
-        self.flops, self.bw = spec.bf16_flops_per_s, spec.hbm_bytes_per_s
+    def __init__(self, moe: pd.DataFrame, gpu: str, exclude: Optional[MoeShape] = None,
+                 survey_gpu: Optional[str] = None):
+        """``survey_gpu`` (default ``gpu``): the GPU the survey was timed on; its efficiencies are
+        taken over to ``gpu``'s peaks, its bandwidth-bound router and combine by the HBM ratio."""
+        src = GPUS[survey_gpu or gpu]
+        self.flops, self.bw = src.bf16_flops_per_s, src.hbm_bytes_per_s
         self.sources = []
         for (E, k, inter, h), g in moe.groupby(["experts", "top_k", "inter", "k"]):
             cfg = MoeShape(int(E), int(k), int(inter), int(h))
@@ -74,6 +101,9 @@ class MoeRule:
             self.sources.append((cfg, M * cfg.top_k / cfg.experts, eff, curves))
         if not self.sources:
             raise PackError("MoE survey: no configuration left to derive from")
+        spec = GPUS[gpu]  # the efficiencies above are the survey GPU's; predictions are gpu's
+        self.width_scale = src.hbm_bytes_per_s / spec.hbm_bytes_per_s
+        self.flops, self.bw = spec.bf16_flops_per_s, spec.hbm_bytes_per_s
 
     def ideal_ms(self, cfg: MoeShape, M, imbalance: float = 1.0) -> np.ndarray:
         M = np.asarray(M, np.float64)
@@ -105,7 +135,7 @@ class MoeRule:
         w = _idw(d)
         out = sum(wi * Curve(*src[3][op], monotone=False)(M * wt / wsi)
                   for wi, wsi, src in zip(w, ws, self.sources))
-        return out / w.sum()
+        return self.width_scale * out / w.sum()
 
     def gate_ms(self, cfg: MoeShape, M) -> np.ndarray:
         return self._width_ms("gate", cfg, M, lambda s: s.hidden + s.experts)

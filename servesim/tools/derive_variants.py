@@ -27,7 +27,9 @@ attention"):
 * **Experts** (``moe_gate``, ``moe_experts``, ``moe_combine``): the experts' time is its roofline
   over the expected work -- weights of the ``E (1 - (1 - k/E)^M)`` experts hit by ``M`` tokens
   plus the routed activations at the HBM peak, ``2 M k 3 h I x imbalance`` FLOPs at the bf16 peak
-  -- divided by an efficiency read from the MoE survey at the same tokens per expert
+  -- divided by an efficiency read from the MoE survey (its most engine-like experts backend:
+  the fused MoE Triton kernel where surveyed, on this GPU or, carried over by efficiency, on
+  another of its architecture; :func:`servesim.tools.derive_moe.moe_survey`) at the same tokens per expert
   ``M k / E`` (interpolated in log), inverse-distance weighted (power 2) over the surveyed
   configurations in ``(log 3hI, log E)``. ``imbalance`` (default 1: the survey's uniform routing)
   scales the compute term: the busiest expert's tokens set a grouped GEMM's time. Router and
@@ -262,7 +264,7 @@ def derive_any(gpu: str, shape: ModelShape, tp: int, source_packs: list[Pack], i
     base = next((p for p in source_packs if p.tp == tp), source_packs[0])
     transfer = OpTransfer([sources_from_pack(p) for p in source_packs], gpu)
     rules = dict(meta["derived"])
-    surveys = []
+    surveys, sibling = [], ""
     rows = list(dense_rows)
     grid = np.unique(base.rows("qkv_proj").tokens).astype(np.float64)
 
@@ -302,15 +304,19 @@ def derive_any(gpu: str, shape: ModelShape, tp: int, source_packs: list[Pack], i
                                  f"qk {shape.qk_nope_head_dim + r} / v {shape.v_head_dim}, {H} heads)")
         surveys.append("mla")
     if shape.is_moe:
-        survey, backend = moe_survey(gpu)
-        rule = MoeRule(survey, gpu, exclude=moe_exclude)
+        survey, backend, survey_gpu = moe_survey(gpu)
+        rule = MoeRule(survey, gpu, exclude=moe_exclude, survey_gpu=survey_gpu)
         new, notes = moe_layer_rows(rule, transfer, shape, tp, grid, imbalance)
-        notes["moe_experts"] += f" (survey backend {backend})"
+        notes["moe_experts"] += f" (survey backend {backend}" + (
+            f", timed on {survey_gpu}, carried over by efficiency)" if survey_gpu != gpu else ")")
         replace(new, ("gate_up_proj", "act", "down_proj"))
         rules.update(notes)
         for op in ("gate_up_proj", "act", "down_proj"):
             rules.pop(op, None)
-        surveys.append("moe")
+        if survey_gpu == gpu:
+            surveys.append("moe")
+        else:
+            sibling = f" + survey {survey_gpu}/moe ({backend}, by efficiency)"
     if shape.quantization != "none":
         rule = weight_rule(gpu, shape.quantization, exclude=gemm_exclude)
         rows = apply_weight_ratio(rows, shape, tp, rule)
@@ -329,6 +335,7 @@ def derive_any(gpu: str, shape: ModelShape, tp: int, source_packs: list[Pack], i
     origin = meta["origin"]
     if surveys:
         origin += f" + surveys {gpu}/{{{','.join(sorted(set(surveys)))}}} (calibration/surveys)"
+    origin += sibling
     meta.update(
         model=shape.name, dtype=WEIGHT_DTYPES.get(shape.quantization, "bf16"), quantization=shape.quantization,
         kv_cache_dtype=shape.kv_cache_dtype, shape=_shape_meta(shape), origin=origin, derived=rules,
