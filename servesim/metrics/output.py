@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from servesim.request import Reject, RequestTable
-from servesim.metrics.summary import CHUNK_ROWS, LABEL_COLUMNS, STATUS_NAMES, Labels, request_columns
+from servesim.metrics.summary import LABEL_COLUMNS, ROW_GROUP_ROWS, STATUS_NAMES, Labels, request_columns
 
 REJECT_LABELS = [""] + [Reject.NAMES[k] for k in sorted(Reject.NAMES)]
 
@@ -51,13 +51,16 @@ def _arrow(cols: dict[str, np.ndarray], labels: Labels | None = None) -> pa.Tabl
     return pa.Table.from_arrays(list(arrays.values()), names=list(arrays))
 
 
-def write_requests_parquet(req: RequestTable, path: Path, labels: Labels | None = None) -> None:
-    """One row per request sent by the run's end, written ``CHUNK_ROWS`` rows at a time (one row group each); with
-    ``labels``, the ``stream`` and ``class_label`` columns as dictionaries of names."""
+def write_requests_parquet(req: RequestTable, path: Path, labels: Labels | None = None, rows: int = 0) -> None:
+    """One row per request sent by the run's end, written ``rows`` rows at a time (one row group each); with
+    ``labels``, the ``stream`` and ``class_label`` columns as dictionaries of names. A row group is built whole
+    (columns, arrow arrays, the encoded pages): 2**18 rows cost ~90 MB over the run's memory at 1M requests,
+    more than a 1,024-replica run's own peak left free; 2**16, ~15 MB (benchmarks/RESULTS.md)."""
+    rows = rows or ROW_GROUP_ROWS
     writer = None
     try:
-        for lo in range(0, max(req.n, 1), CHUNK_ROWS):
-            table = _arrow(request_columns(req, lo, min(lo + CHUNK_ROWS, req.n), labels, sent_only=True), labels)
+        for lo in range(0, max(req.n, 1), rows):
+            table = _arrow(request_columns(req, lo, min(lo + rows, req.n), labels, sent_only=True), labels)
             if writer is None:
                 writer = pq.ParquetWriter(path, table.schema)
             writer.write_table(table)

@@ -392,7 +392,8 @@ def timeseries_columns(rec: Recorder, num_blocks: int = 1, block_size: int = 1,
     return out
 
 
-CHUNK_ROWS = 1 << 18  # rows per chunk of the request table's columns (parquet row groups, sketches)
+CHUNK_ROWS = 1 << 18  # rows per chunk of the request table's columns (sketches)
+ROW_GROUP_ROWS = 1 << 16  # rows per row group of requests.parquet (each built whole in memory: ~360 B a row)
 
 def latency_sketches(req: RequestTable, rec: Recorder, warmup: int, rel_err: float = 0.01) -> dict[str, LogSketch]:
     """Sketches of the measured requests' latencies, filled chunk by chunk (bounded memory)."""
@@ -405,6 +406,7 @@ def latency_sketches(req: RequestTable, rec: Recorder, warmup: int, rel_err: flo
         for name in ("ttft", "tpot", "e2e", "queue"):
             sk[name].add(cols[f"{name}_s"][m])
     rec.flush()
-    for v, w in rec.itl.parts():
-        sk["itl"].add(np.asarray(v), np.asarray(w))
+    for v, w in rec.itl.parts():  # (a part can hold millions of gaps: LogSketch.add's temporaries are
+        for lo in range(0, len(v), CHUNK_ROWS):  # ~50 B each, 250 MB at 1M requests; its counts are integers)
+            sk["itl"].add(np.asarray(v[lo:lo + CHUNK_ROWS]), np.asarray(w[lo:lo + CHUNK_ROWS]))
     return sk
