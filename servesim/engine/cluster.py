@@ -48,7 +48,9 @@ nothing (``Fleet._take_in``; the routing-first loop does the same).
 Cost: one kernel call per engine event (an iteration, a decode run, a wake-up) plus the router's
 reads: the load-reading routers read loads kept incrementally (engine/load_index.py: only the
 replicas touched since the last read are read again; ``scan = True`` reads every replica, as
-before), so a routing costs O(log N) (benchmarks/fleet.py, benchmarks/RESULTS.md).
+before), so a routing costs O(log N) (benchmarks/fleet.py, benchmarks/RESULTS.md). For an open
+loop behind least-tokens or least-requests the whole loop is one kernel (``_run_compiled``,
+engine/load_kernels.py ``fleet_run``): the same steps, without a return to Python per event.
 """
 
 from __future__ import annotations
