@@ -346,8 +346,14 @@ def connect(workers: int, scheduler: str | None):
     if inside:
         raise ValueError(f"sim.workers = {workers}: this run is itself a task on a Dask worker (a sweep's), "
                          f"which cannot start worker processes of its own (allowed there: sim.workers: 1)")
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                           memory_limit=0, silence_logs=logging.CRITICAL)
+    try:
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                               memory_limit=0, silence_logs=logging.CRITICAL)
+    except Exception as exc:  # (Dask's own error is pages of worker tracebacks; as sweep/executor.py says it)
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"sim.workers = {workers}: could not start {workers} local worker processes ({first}); "
+                         f"in a script, call servesim under if __name__ == \"__main__\": (each worker re-imports "
+                         f"the script), or use sim.workers: 1") from None
     return Client(cluster), cluster
 
 
