@@ -9,7 +9,10 @@ in every row, so every row gives the same requests.parquet (checked: the rows' d
 Rows: ``one process`` (build + run, ``sim.workers: 1``), then ``k workers`` for each ``--workers``
 (``simulate.build_sharded``: a LocalCluster of k single-threaded processes, started inside the
 timed run: its start, the workers' builds of their replicas and the gathering of the rows all
-count; the phases are printed: cluster start, workers' builds, the windows, the gathering). Each row runs in a
+count; the phases are printed: cluster start, workers' builds, the windows, the gathering, and
+the workers' CPU seconds in builds and windows, the slowest one's and the sum: on a shared box
+the wall time depends on what else runs, the slowest worker's CPU time is its wall on a core of
+its own). Each row runs in a
 process of its own, so its peak RSS is its own (the coordinator's; the workers' are not counted).
 
 Usage:  python benchmarks/shard.py [--replicas 16384] [--requests 100000] [--rate 1]
@@ -57,10 +60,14 @@ def one(replicas: int, requests: int, router: str, rate: float, refresh: float, 
         digest = hashlib.sha256((res.write(d) / "requests.parquet").read_bytes()).hexdigest()[:16]
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     windows = getattr(b.replica, "windows", None)
-    phases = getattr(b.replica, "seconds", {})
+    phases = dict(getattr(b.replica, "seconds", {}))
+    cpu = getattr(b.replica, "worker_cpu", [])
+    if cpu:  # the slowest worker's CPU seconds: its wall on a core of its own
+        phases["cpu_max"] = max(c["build"] + c["windows"] for c in cpu)
+        phases["cpu_sum"] = sum(c["build"] + c["windows"] for c in cpu)
     return {"row": f"{workers} workers" if workers else "one process", "build_s": t1 - t0, "run_s": t2 - t1,
             "total_s": t2 - t0, "req_per_s": requests / (t2 - t0), "digest": digest, "windows": windows,
-            "sim_s": res.summary["sim_time_s"] if "sim_time_s" in res.summary else None,
+            "sim_s": res.summary.get("sim_time_s"),
             "rss_mb": rss_kb / 1024, "phases": {k: round(v, 1) for k, v in phases.items()}}
 
 
@@ -89,16 +96,18 @@ def main() -> None:
                                                               ("rate", a.rate), ("refresh", a.refresh),
                                                               ("router", a.router))]
         try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout, check=False)
         except subprocess.TimeoutExpired:
             print(f"{w or 'one':<12} timed out after {a.timeout:.0f} s")
             continue
         if out.returncode:
-            print(f"{w or 'one':<12} failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
+            last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode
+            print(f"{w or 'one':<12} failed: {last}")
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"{r['row']:<12} {r['build_s']:8.1f} {r['run_s']:8.1f} {r['total_s']:8.1f} {r['req_per_s']:8.0f} "
-              f"{r['windows'] if r['windows'] is not None else '-':>8} {r['rss_mb']:8.0f}  {r['digest']}  {r['phases'] or ''}", flush=True)
+              f"{r['windows'] if r['windows'] is not None else '-':>8} {r['rss_mb']:8.0f}  {r['digest']}  "
+              f"{r['phases'] or ''}", flush=True)
     print(f"# load average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -96,7 +96,8 @@ def test_workers_equal_one_process(four, tmp_path, router, extra):
 
 @pytest.mark.parametrize("change,field", [
     ({"cluster": {"router_refresh_s": 0.0}}, "cluster.router_refresh_s = 0.0"),
-    ({"workload": {"arrival": {"process": "closed", "clients": 4, "think_s": 0.5}}}, "workload.arrival is a closed loop"),
+    ({"workload": {"arrival": {"process": "closed", "clients": 4, "think_s": 0.5}}},
+     "workload.arrival is a closed loop"),
     ({"cluster": {"faults": {"mtbf_s": 100.0, "mttr_s": 5.0}}}, "cluster.faults is set"),
     ({"cluster": {"autoscale": {"min_replicas": 2}}}, "cluster.autoscale is set"),
     ({"hardware": {"replicas": 1}}, "a lone replica has nothing to shard"),
@@ -159,7 +160,8 @@ def test_cli_scheduler(four, tmp_path):
     sharded = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "sharded"), "--quiet",
                                   "--scheduler", four])
     assert sharded.exit_code == 0, sharded.output
-    assert (tmp_path / "one" / "requests.parquet").read_bytes() == (tmp_path / "sharded" / "requests.parquet").read_bytes()
+    files = [(tmp_path / d / "requests.parquet").read_bytes() for d in ("one", "sharded")]
+    assert files[0] == files[1]
 
 
 def _sharded_run_in_a_task(raw):

@@ -74,7 +74,8 @@ def shard_refusal(sc, workers: int | None) -> str | None:
     from servesim.config.arrivals import ClosedArrival
 
     if isinstance(w.arrival, ClosedArrival) or any(isinstance(s.arrival, ClosedArrival) for s in w.streams or ()):
-        return f"{head}: workload.arrival is a closed loop (allowed: open-loop arrivals; clients react to live completions)"
+        return (f"{head}: workload.arrival is a closed loop (allowed: open-loop arrivals; clients react to live "
+                f"completions)")
     for name, value in (("rate_schedule", sc.rate_schedule), ("cluster.autoscale", c.autoscale),
                         ("cluster.faults", c.faults)):
         if value is not None:
@@ -132,9 +133,13 @@ class ShardWorker:
 
     def __init__(self, sc, seed: int, workload, lo: int, hi: int, reasons: list, buffers: tuple,
                  stop_when_drained: bool, new_recorder):
+        import time
+
         import simpy
 
         from servesim.engine.fleet_build import build_fleet
+
+        cpu0 = time.process_time()
         from servesim.policy_catalog import POLICIES
         from servesim.request import RequestTable
         from servesim.sched.custom import load_user_policy
@@ -179,6 +184,7 @@ class ShardWorker:
             self._refs = refs
             self._work_out = np.zeros(len(self.engines), dtype=np.int64)
             self._fleet_work = entry_point(K.fleet_work, refs, 0.0, self._work_out)
+        self.cpu = {"build": time.process_time() - cpu0, "windows": 0.0}  # this process's CPU seconds
 
     def _advance_all(self, bound: float, touched=None) -> None:
         """Every engine up to ``bound``: those whose next event is at or before it, and those
@@ -226,6 +232,15 @@ class ShardWorker:
         return the loads at ``h`` (requests, tokens per replica; ``h`` inf: to the end).
         ``shut_at``: the last arrival of the run (the engines learn no more come then);
         ``warm``: (id, arrival, replica) of the warm-up request when it is among ``rids``."""
+        import time
+
+        cpu0 = time.process_time()
+        try:
+            return self._window(rids, reps, h, shut_at, warm)
+        finally:
+            self.cpu["windows"] += time.process_time() - cpu0
+
+    def _window(self, rids, reps, h, shut_at, warm):
         engines, lo, groups = self.engines, self.lo, self.groups
         w_rid = -1
         if warm is not None:  # inter-token gaps count from its arrival on (engine/cluster.py _route)
@@ -273,8 +288,8 @@ class ShardWorker:
         return req, tok
 
     def status(self):
-        """(engines ended, the latest engine clock)."""
-        return sum(self.done), max(e.s.get_f("now") for e in self.engines)
+        """(engines ended, the latest engine clock, CPU seconds of the build and the windows)."""
+        return sum(self.done), max(e.s.get_f("now") for e in self.engines), dict(self.cpu)
 
     def finish(self, end: float):
         """After every worker ended: the recorders drained, waits still open closed at ``end``
@@ -311,6 +326,7 @@ class ShardedRun:
     windows: int = 0
     description: str = ""
     seconds: dict = field(default_factory=dict)  # wall seconds: start (cluster), build (workers), windows, gather
+    worker_cpu: list = field(default_factory=list)  # each worker's CPU seconds: {"build", "windows"}
     path: str = "compiled"  # the engines' (the run header's simulator line)
     why: str = ""
     interrupted: bool = False  # (Ctrl-C is not held across workers: the run stops with a KeyboardInterrupt)
@@ -349,7 +365,7 @@ def connect(workers: int, scheduler: str | None):
     try:
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
                                memory_limit=0, silence_logs=logging.CRITICAL)
-    except Exception as exc:  # (Dask's own error is pages of worker tracebacks; as sweep/executor.py says it)
+    except Exception as exc:  # noqa: BLE001 - Dask's own error is pages of worker tracebacks (sweep/executor.py)
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ValueError(f"sim.workers = {workers}: could not start {workers} local worker processes ({first}); "
                          f"in a script, call servesim under if __name__ == \"__main__\": (each worker re-imports "
@@ -371,8 +387,9 @@ def run_sharded(sc, seed: int, workload, table, run: ShardedRun, *, workers: int
         raise ValueError("sim.workers: the open-loop arrivals are not finite and sorted (a bug)")
     dur = sc.stop.duration_s
     if dur is not None and n and arr[-1] >= dur:
-        raise ValueError(f"{'sim.workers = ' + str(workers) if workers else '--scheduler'}: an arrival at {arr[-1]:.6g} s is not before stop.duration_s = "
-                         f"{dur} (requests reaching replicas that ended: allowed only in one process)")
+        head = f"sim.workers = {workers}" if workers else "--scheduler"
+        raise ValueError(f"{head}: an arrival at {arr[-1]:.6g} s is not before stop.duration_s = {dur} (requests "
+                         f"reaching replicas that ended: allowed only in one process)")
     import time
 
     R = sc.cluster.router_refresh_s if run.router.reads_load else INF
@@ -451,6 +468,7 @@ def run_sharded(sc, seed: int, workload, table, run: ShardedRun, *, workers: int
         run.seconds["windows"] = t3 - t2
         stats = [a.status().result() for a in actors]
         run.now = max(s[1] for s in stats)
+        run.worker_cpu = [s[2] for s in stats]
         for a in [a.finish(run.now) for a in actors]:
             rows, cols, outs, infos = a.result()
             for name, v in cols.items():
