@@ -65,6 +65,7 @@ def one(replicas: int, requests: int, router: str, rate: float, refresh: float, 
     if cpu:  # the slowest worker's CPU seconds: its wall on a core of its own
         phases["cpu_max"] = max(c["build"] + c["windows"] for c in cpu)
         phases["cpu_sum"] = sum(c["build"] + c["windows"] for c in cpu)
+        phases["cpu_build_max"] = max(c["build"] for c in cpu)
     return {"row": f"{workers} workers" if workers else "one process", "build_s": t1 - t0, "run_s": t2 - t1,
             "total_s": t2 - t0, "req_per_s": requests / (t2 - t0), "digest": digest, "windows": windows,
             "sim_s": res.summary.get("sim_time_s"),
