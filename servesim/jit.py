@@ -48,6 +48,8 @@ KERNEL_MODULES = (
     "kv/pqueue.py",
     "kv/pcache.py",
     "kv/resident.py",
+    "kv/radix.py",
+    "kv/pcheck.py",
     "perf/arith_kernels.py",
     "perf/lattice_kernels.py",
     "perf/kernels.py",

@@ -272,6 +272,9 @@ class Scenario(Frozen):
             need, key = KV_FIELDS_NEED.get(name, ("", ""))
             if key and not have[key]:
                 raise ValueError(f"engine.kv.{name} applies only with {need}; remove it or set that")
+        if e.enable_prefix_caching and e.prefix_cache_eviction == "sglang" and e.kv.preload is not None:
+            raise ValueError("engine.kv.preload applies only with engine.prefix_cache_eviction lru or priority, not "
+                             "'sglang' (SGLang's radix cache preloads nothing); remove it or change the eviction")
         return self
 
     @model_validator(mode="after")

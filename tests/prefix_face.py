@@ -105,9 +105,10 @@ class KernelPrefixKV(PrefixPool):
 
     @property
     def policy(self):
-        from servesim.kv.pqueue import LRU, NC
+        from servesim.kv.pqueue import LRU, NC, SGLANG
 
-        return SimpleNamespace(HOT=1 if self.state.evict == LRU else 1 + NC)
+        ev = self.state.evict
+        return SimpleNamespace(HOT=1 if ev == LRU else (2 if ev == SGLANG else 1 + NC))
 
     ref = property(lambda self: self.state.ref)
     ready = property(lambda self: self.state.ready)

@@ -167,6 +167,21 @@ def test_v1_preset_runs_with_its_prefix_cache():
     assert res.summary["requests"]["completed"] == 30
 
 
+@pytest.mark.parametrize("name", ["sglang", "sglang-v0.3"])
+def test_sglang_presets_run_with_the_radix_cache_eviction(name):
+    """The SGLang presets' rule picks the radix cache's own eviction order (kv/radix.py) where
+    the cache is on, and leaves it alone where the cache is off or the eviction is given."""
+    from servesim import simulate
+    sc = load_scenario(ENGINES / f"{name}.yaml", ["stop.requests=30", "stop.warmup_requests=0"])
+    assert sc.engine.prefix_cache_eviction == "sglang"
+    assert any("prefix cache eviction sglang" in n for n in sc.engine_notes)
+    assert simulate(sc).summary["requests"]["completed"] == 30
+    off = load_scenario(ENGINES / f"{name}.yaml", ["engine.enable_prefix_caching=false"])
+    assert off.engine.prefix_cache_eviction == "lru"
+    given = load_scenario(ENGINES / f"{name}.yaml", ["engine.prefix_cache_eviction=lru"])
+    assert given.engine.prefix_cache_eviction == "lru"
+
+
 def test_resolved_file_reads_back_the_same_engine():
     """scenario.resolved.yaml writes every decided value out: read again (all fields given, so
     no rule decides anything), the engine is the same."""

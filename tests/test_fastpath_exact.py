@@ -106,7 +106,7 @@ def prefix_scenarios(draw):
     engine = {
         "scheduler": "priority" if prio_sched else draw(st.sampled_from(["vllm", "chunked"])),
         "enable_prefix_caching": True,
-        "prefix_cache_eviction": draw(st.sampled_from(["lru", "priority"])),
+        "prefix_cache_eviction": draw(st.sampled_from(["lru", "priority", "sglang"])),
         "num_gpu_blocks_override": draw(st.integers(70, 240)),
         "block_size": draw(st.sampled_from([8, 16])),
         "max_model_len": 1024,
@@ -114,7 +114,7 @@ def prefix_scenarios(draw):
         "enable_chunked_prefill": chunked,
         "max_num_seqs": draw(st.integers(2, 12)),
     }
-    if draw(st.booleans()):
+    if draw(st.booleans()) and engine["prefix_cache_eviction"] != "sglang":  # (SGLang has no preload)
         engine["kv"] = {"preload": {"min_hits": draw(st.integers(1, 3)), "window_s": 5,
                                     "max_share": draw(st.sampled_from([0.1, 0.3]))}}
     if sessions:

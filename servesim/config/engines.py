@@ -128,6 +128,20 @@ def _sglang_chunk(gpu_mib: float) -> int:
     return 16384
 
 
+def _radix_eviction(sc: "Scenario", given: frozenset, out: dict, notes: list, source: str) -> None:
+    """The radix cache's own eviction order (servesim/kv/radix.py) where its cache is on: SGLang's
+    python/sglang/srt/mem_cache/radix_cache.py ``evict`` takes unlocked tree leaves, least
+    recently accessed first, whole nodes, and only when the free pool is short (the same rule in
+    v0.3.2 and v0.5.x). Not with hot-prefix preload (a Halo feature): the eviction is then left
+    as given."""
+    on = out.get("enable_prefix_caching", sc.engine.enable_prefix_caching)
+    if "prefix_cache_eviction" in given or not on or sc.engine.kv.preload is not None:
+        return
+    out["prefix_cache_eviction"] = "sglang"
+    notes.append(f"prefix cache eviction sglang: unlocked radix-tree leaves, least recently accessed first, whole "
+                 f"nodes, only when the free pool is short (SGLang {source} evict)")
+
+
 def _sglang(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str]]:
     e, out, notes = sc.engine, {}, []
     gpu = GPUS[sc.hardware.gpu]
@@ -142,6 +156,7 @@ def _sglang(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str]
         # server_args.py: disable_radix_cache = False (the radix cache is on unless disabled)
         out["enable_prefix_caching"] = True
         notes.append("prefix caching on: SGLang's radix cache is on by default (server_args.py)")
+    _radix_eviction(sc, given, out, notes, "radix_cache.py, v0.5.x")
     if "gpu_memory_utilization" not in given:
         # server_args.py (v0.5.x), _handle_gpu_memory_settings: reserved MiB = 512 + max(chunk,
         # 2048) x 1.5 + cuda_graph_max_bs x 2 + tp x pp / 8 x 1024, at least 10 GiB on > 60 GiB
@@ -173,6 +188,7 @@ def _sglang_v0_3(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list
         # python/sglang/srt/server_args.py (v0.3.2): disable_radix_cache = False
         out["enable_prefix_caching"] = True
         notes.append("prefix caching on: SGLang's radix cache is on by default (SGLang 0.3.2 server_args.py)")
+    _radix_eviction(sc, given, out, notes, "SGLang 0.3.2 radix_cache.py")
     if "gpu_memory_utilization" not in given:
         # server_args.py (v0.3.2), ServerArgs.__post_init__: mem_fraction_static 0.88 at tp 1,
         # 0.87 from tp 2, 0.85 from 4, 0.83 from 8, 0.79 from 16

@@ -5,7 +5,7 @@ Scenario shape (the switches live in ``engine`` under vLLM's names; details in `
     engine:
       kv_allocator: paged | static | elastic      # default paged
       enable_prefix_caching: true                  # vLLM's flag; paged only
-      prefix_cache_eviction: lru | priority        # default lru (vLLM)
+      prefix_cache_eviction: lru | priority | sglang   # default lru (vLLM); sglang: radix-tree leaves
       kv:
         static:  {reserve: max_model_len | request, fit: first | best}
         elastic: {base_tokens: 1024, growth_tokens: 256}

@@ -205,7 +205,7 @@ class EngineConfig(Frozen):
     # KV memory (docs/kv.md): allocator, vLLM's prefix caching flag, L1 eviction, details
     kv_allocator: Literal["paged", "static", "elastic"] = "paged"
     enable_prefix_caching: bool = False
-    prefix_cache_eviction: Literal["lru", "priority"] = "lru"
+    prefix_cache_eviction: Literal["lru", "priority", "sglang"] = "lru"
     # KV-cache precision (vLLM --kv-cache-dtype): auto = the model dtype; fp8 halves KV bytes (docs/models.md)
     kv_cache_dtype: KVCacheDtype = "auto"  # type: ignore[valid-type]
     # MoE: split the experts whole across the TP group's GPUs, all-to-all in place of the all-reduce

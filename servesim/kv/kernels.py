@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from servesim.jit import kernel
-from servesim.kv.pcache import check_text, px_allocate, px_check, px_free, px_grow, px_step_usage
+from servesim.kv.pcache import px_allocate, px_free, px_grow, px_step_usage
+from servesim.kv.pcheck import check_text, px_check
 from servesim.kv.runs import _first_step, _repeat_every, blocks_for, run_demand_into, slots_per_step  # noqa: F401 (re-exported)
 
 # the pool state and the static holes live in their own modules; every name stays importable here
@@ -374,7 +375,7 @@ def kv_check(kv, computed, holders, nh):
     blocks held + free = total and no negative count; elastic: every holder holds at least its
     reservation; static: the free holes are sorted, disjoint, merged and add up to the free count,
     no holder wrote past its reservation and live reservations do not overlap. A prefix cache:
-    its own invariants (kv/pcache.py ``px_check``)."""
+    its own invariants (kv/pcheck.py ``px_check``)."""
     if kv.prefix:
         return px_check(kv, computed)
     held_total = 0

@@ -58,19 +58,11 @@ import numpy as np
 
 from servesim.jit import bisect_right, kernel
 from servesim.kv.dlist import dl_append
-from servesim.kv.pqueue import PLAN_STEPS, PRIORITY, _unlink, hm_remove, observe, plan_queue, release, take, take_plan
-from servesim.kv.ptiers import tier_of, tiers_check, tiers_fetch
+from servesim.kv.pqueue import (MAIN, PLAN_STEPS, PRIORITY, SGLANG, _unlink, hm_remove, observe, plan_queue, release,
+                                take_plan)
+from servesim.kv.radix import rx_access, rx_link, rx_released, rx_take, take_blocks
+from servesim.kv.ptiers import tier_of, tiers_fetch
 from servesim.kv.runs import blocks_for, run_demand_into, slots_per_step
-
-# px_check codes (kernels.check_message gives the text)
-NEG_REF = 30  # a negative ref count
-FREE_STATE = 31  # a block is both in use and free, or neither
-QUEUE_SIZES = 32  # free queue sizes disagree with the free count or the queues' contents
-REF_TABLES = 33  # ref counts differ from the block tables
-TWICE = 34  # a request holds a block twice
-UNDER_HELD = 35  # a request holds fewer blocks than its tokens need
-CACHE_MAP = 36  # the cache map and the blocks' hashes disagree
-
 
 # ------------------------------------------------------------------------ holders, tables
 @kernel(inline=True)
@@ -150,9 +142,12 @@ def _register(kv, rid, upto):
     onext, chain, cache_blk, bhash, bclass = kv.onext, kv.chain, kv.cache_blk, kv.bhash, kv.bclass
     g = kv.klass[rid]
     hot_missing = kv.ps[0].hm_size > 0  # (only hm_remove changes it here, never from 0)
+    sg = kv.evict == SGLANG
+    hpar, nchild, send = kv.hpar, kv.nchild, kv.send
     b = kv.oends[0, rid]
     for _ in range(a - kv.nhit[rid]):
         b = onext[b]
+    fresh = True  # (sglang: the parent was not entered by this call)
     for j in range(a, upto):
         h = chain[o + j]
         if cache_blk[h] < 0 and bhash[b] < 0:
@@ -161,6 +156,11 @@ def _register(kv, rid, upto):
             bclass[b] = g
             if hot_missing:
                 hm_remove(kv, h)
+            if sg:
+                rx_link(hpar, nchild, cache_blk, send, h, fresh)
+            fresh = False
+        else:
+            fresh = True
         b = onext[b]
 
 
@@ -235,6 +235,8 @@ def px_lookup(kv, computed, rid, now):
     while m < n and cache_blk[chain[a + m]] >= 0:
         pend_blk[a + m] = cache_blk[chain[a + m]]
         m += 1
+    if kv.evict == SGLANG:
+        rx_access(kv, a, m)
     bs = kv.block_size
     if kv.t_cap.shape[0] and m < n:
         # as vLLM with an async KV load: the whole prefill's blocks are taken when the fetch
@@ -287,7 +289,7 @@ def _fetch(kv, computed, rid, m, where, w, now, total):
     # a small lower tier (the transfer has its data by then)
     ready_at = tiers_fetch(kv, kv.chain[a + m:a + m + w], where, w, now, g)
     new = np.empty(total - m, dtype=np.int64)
-    take(kv, total - m, True, new)
+    take_blocks(kv, total - m, new)
     _new_row(kv, rid, m, new, total - m)
     _register(kv, rid, m + w)
     ready, pend_blk = kv.ready, kv.pend_blk
@@ -329,9 +331,9 @@ def px_grow(kv, computed, ids, nb, plus, keyed):
     if total > kv.s[0].free:
         return False
     blocks = np.empty(total, dtype=np.int64)
-    take(kv, total, True, blocks)
     onext, oprev, oends, ref = kv.onext, kv.oprev, kv.oends, kv.ref
     if not keyed or total == 1:
+        take_blocks(kv, total, blocks)
         t = 0
         for i in range(nb):
             r = ids[i]
@@ -344,6 +346,7 @@ def px_grow(kv, computed, ids, nb, plus, keyed):
         return True
     key = np.empty(total, dtype=np.int64)
     who = np.empty(total, dtype=np.int64)
+    step = np.empty(total, dtype=np.int64)
     t = 0
     gi = 0
     for i in range(nb):
@@ -352,11 +355,22 @@ def px_grow(kv, computed, ids, nb, plus, keyed):
         if need <= 0:
             continue
         for slot in range(held[r], held[r] + need):
-            key[t] = (slot * bs - np.int64(computed[r])) * grown + gi
+            step[t] = slot * bs - np.int64(computed[r])
+            key[t] = step[t] * grown + gi
             who[t] = r
             t += 1
         gi += 1
     order = np.argsort(key)
+    if kv.evict == SGLANG:  # one allocation per step, as the steps took them (kv/radix.py)
+        s = 0
+        while s < total:
+            e = s + 1
+            while e < total and step[order[e]] == step[order[s]]:
+                e += 1
+            rx_take(kv, e - s, blocks[s:e])
+            s = e
+    else:
+        take_blocks(kv, total, blocks)
     for t in range(total):
         _own_append(onext, oprev, oends, ref, who[order[t]], blocks[t])
     for t in range(total):
@@ -405,7 +419,7 @@ def px_allocate(kv, computed, rid, n):
         return False
     _touch(kv, rid, m)
     new = np.empty(need if need > 0 else 0, dtype=np.int64)
-    take(kv, len(new), True, new)
+    take_blocks(kv, len(new), new)
     _new_row(kv, rid, m, new, len(new))
     _register(kv, rid, (c + n) // bs)
     if lookup:
@@ -443,7 +457,12 @@ def px_free(kv, computed, rid):
         if ref[blk] == 0:
             rel[nrel] = blk
             nrel += 1
-    release(kv, rel, nrel)
+    if kv.evict == SGLANG:  # SGLang inserts the finished sequence root first, then unlocks it
+        rel[:nrel] = rel[:nrel][::-1].copy()
+        release(kv, rel, nrel)
+        rx_released(kv, rel, nrel)
+    else:
+        release(kv, rel, nrel)
     kv.held[rid] = 0
     kv.reg[rid] = 0
     kv.nhit[rid] = 0
@@ -478,6 +497,9 @@ def px_stable_steps(kv, computed, ids, nb, k):
     total = demand[k - 2]
     if total == 0:
         return k
+    if kv.evict == SGLANG:  # the run ends before its first eviction (no plan of rx_evict's order)
+        p = kv.qsize[MAIN]
+        return k if total <= p else bisect_right(demand, p) + 1
     plan = np.empty(PLAN_STEPS, dtype=np.int64)
     steps = take_plan(kv, total, True, plan)
     gen = kv.ps[0].watch_gen
@@ -516,76 +538,3 @@ def px_step_usage(kv, computed, ids, new, nb, k, used, out):
         if full:
             out[3, j] = a
             out[4, j] = a - internal
-
-
-# ------------------------------------------------------------------------------- invariants
-@kernel
-def px_check(kv, computed):
-    """0, or the first violated invariant's code (NEG_REF .. CACHE_MAP, or a tier code)."""
-    nb = kv.num_blocks
-    for b in range(nb):
-        if kv.ref[b] < 0:
-            return NEG_REF
-        if (kv.ref[b] > 0) == (kv.qid[b] >= 0):
-            return FREE_STATE
-    total = 0
-    for q in range(kv.qends.shape[1]):
-        n = 0
-        b = kv.qends[0, q]
-        while b >= 0 and n <= nb:
-            if kv.qid[b] != q:
-                return QUEUE_SIZES
-            n += 1
-            b = kv.qnext[b]
-        if n != kv.qsize[q]:
-            return QUEUE_SIZES
-        total += n
-    if total != kv.s[0].free:
-        return QUEUE_SIZES
-    refs = np.zeros(nb, dtype=np.int64)
-    seen = np.full(nb, -1, dtype=np.int64)
-    table = np.empty(nb + 1, dtype=np.int64)
-    for i in range(kv.ps[0].n_hold):
-        r = kv.h_arr[i]
-        n = px_table(kv, r, table)
-        if n != kv.held[r]:
-            return REF_TABLES
-        for j in range(n):
-            if seen[table[j]] == r:
-                return TWICE
-            seen[table[j]] = r
-            refs[table[j]] += 1
-        if kv.held[r] < blocks_for(np.int64(computed[r]), kv.block_size):
-            return UNDER_HELD
-    for b in range(nb):
-        if refs[b] != kv.ref[b]:
-            return REF_TABLES
-        h = kv.bhash[b]
-        if h >= 0 and kv.cache_blk[h] != b:
-            return CACHE_MAP
-    for h in range(kv.cache_blk.shape[0]):
-        b = kv.cache_blk[h]
-        if b >= 0 and kv.bhash[b] != h:
-            return CACHE_MAP
-    return tiers_check(kv)
-
-
-def check_text(code: int) -> str | None:
-    """The AssertionError text of a px_check code (None: not one of its codes)."""
-    from servesim.kv import ptiers
-
-    return {
-        NEG_REF: "KV invariant violated: negative ref count",
-        FREE_STATE: "KV invariant violated: a block is both in use and free, or neither",
-        QUEUE_SIZES: "KV invariant violated: free queue sizes disagree",
-        REF_TABLES: "KV invariant violated: ref counts differ from block tables",
-        TWICE: "KV invariant violated: a request holds a block twice",
-        UNDER_HELD: "KV invariant violated: a request holds fewer blocks than its tokens need",
-        CACHE_MAP: "KV invariant violated: cache map and hashed blocks disagree",
-        ptiers.TIER_FLOW: "KV tier invariant violated: blocks sent down a level != stored + refreshed there",
-        ptiers.TIER_DROPPED: "KV tier invariant violated: the last tier's evictions != blocks dropped",
-        ptiers.TIER_CAPACITY: "KV tier invariant violated: a tier holds more blocks than its capacity",
-        ptiers.TIER_COUNT: "KV tier invariant violated: a tier's inserted - evicted != blocks held",
-        ptiers.TIER_ORDER: "KV tier invariant violated: a shared link saw a fetch requested before one already "
-                           "served (the replicas' fetches were not in time order)",
-    }.get(code)

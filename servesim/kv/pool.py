@@ -77,7 +77,7 @@ SCALARS = np.dtype((np.record, np.dtype([("free", np.int64), ("next_need", np.in
 PSCALARS = np.dtype((np.record, np.dtype([
     ("evictions", np.int64), ("stale_hits", np.int64), ("watch_gen", np.int64), ("watch_t", np.float64),
     ("watch_any", np.int64), ("ev_head", np.int64), ("ev_tail", np.int64), ("hm_size", np.int64), ("dropped", np.int64), ("demoted", np.int64),
-    ("n_hold", np.int64), ("evlog_n", np.int64)], align=True)))
+    ("n_hold", np.int64), ("evlog_n", np.int64), ("tick", np.int64)], align=True)))
 
 
 class _NO:
@@ -172,6 +172,12 @@ class KVState(NamedTuple):
     hm_in: np.ndarray = _NO.b
     hm_ends: np.ndarray = _NO.i32_2
     evlog: np.ndarray = _NO.i64
+    # sglang eviction (kv/radix.py): parent hash and cached children per hash id, segment ends and
+    # access stamps per block; empty under the other rules
+    hpar: np.ndarray = _NO.i32
+    nchild: np.ndarray = _NO.i32
+    send: np.ndarray = _NO.b
+    acc: np.ndarray = _NO.i64
     # links shared by every replica of a fleet (kv_tiers[i].shared_link, kv/ptiers.py): link i's
     # row in the fleet's slot array (-1: a link of its own, in l_free), the slot array and the
     # latest request time per shared row (both the same arrays in every engine), and how far a

@@ -18,6 +18,9 @@ a sequence's last blocks are evicted before its first ones (a shared system prom
 longest). Plain blocks are *not* preferred over cached ones. A hot-prefix queue, drained last,
 is used only with preload.
 
+``sglang`` (SGLang's radix cache, kv/radix.py): plain blocks first, then whole leaf segments
+of the prefix tree, least recently accessed first; its own take (``rx_take``), not the plan below.
+
 ``priority`` (Halo): plain blocks first (as SGLang, which evicts from its radix tree only when
 the free pool is short), then cached blocks by SLA class from P4 up to P0 (a block's class is the
 most urgent class that used it), LRU within a class. ``protect[c]`` blocks of class ``c`` are
@@ -45,15 +48,16 @@ from servesim.kv.dlist import dl_append, dl_unlink
 from servesim.kv.ptiers import tier_demote, tier_of, tiers_fetch
 from servesim.request import NUM_CLASSES
 
-LRU, PRIORITY = 0, 1
-EVICTIONS = {"lru": LRU, "priority": PRIORITY}
-MAIN = 0  # lru: the one queue; priority: plain blocks
+LRU, PRIORITY, SGLANG = 0, 1, 2
+EVICTIONS = {"lru": LRU, "priority": PRIORITY, "sglang": SGLANG}
+MAIN = 0  # lru: the one queue; priority, sglang: plain blocks
+CACHED = 1  # sglang: cached blocks with ref count 0, least recently accessed first (kv/radix.py)
 NC = NUM_CLASSES
 
 
 @kernel(inline=True)
 def hot_queue(kv):
-    return 1 if kv.evict == LRU else 1 + NC
+    return 1 if kv.evict == LRU else (2 if kv.evict == SGLANG else 1 + NC)
 
 
 @kernel(inline=True)
@@ -63,6 +67,8 @@ def _queue(evict, bhash, bclass, b, hot, hq):
         return hq
     if evict == LRU or bhash[b] < 0:
         return MAIN
+    if evict == SGLANG:
+        return CACHED
     return 1 + bclass[b]
 
 

@@ -17,7 +17,8 @@
   offsets), ``load_ready``, ``seen`` (preload counted it), ``hit_of`` (tokens hit), the holder set
   ``h_arr``/``h_pos``; the request table's ``prompt``, ``num_output``, ``klass``, ``computed``.
 * **Tiers** (``t_*``), **links** (``l_*``): kv/ptiers.py. **Preload** (``counts``, ``ev_*``,
-  ``hm_*``, ``hot_*``): kv/pqueue.py.
+  ``hm_*``, ``hot_*``): kv/pqueue.py. **sglang eviction** (``hpar``, ``nchild`` per hash id;
+  ``send``, ``acc`` per block; empty under the other rules): kv/radix.py.
 
 :class:`PrefixPool` is what the rest of servesim holds: the state for the kernels (``.state``)
 and the counters under the names the reports read (``query_tokens``, ``tiers.tiers[i].link``...).
@@ -30,7 +31,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from servesim.kv.pool import PAGED, PSCALARS, KVState, scalars
-from servesim.kv.pqueue import EVICTIONS, LRU, MAIN, NC
+from servesim.kv.pqueue import EVICTIONS, LRU, MAIN, NC, SGLANG
 from servesim.jit import pure
 
 
@@ -55,6 +56,9 @@ def make_prefix_kv(num_blocks: int, block_size: int, table, offsets=None, hashes
         raise ValueError(f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}")
     if eviction not in EVICTIONS:
         raise ValueError(f"prefix cache eviction {eviction!r} is not one of: {', '.join(EVICTIONS)}")
+    if eviction == "sglang" and hot is not None:
+        raise ValueError("prefix cache eviction 'sglang' has no hot-prefix preload (SGLang's radix cache has "
+                         "none); allowed with preload: lru, priority")
     n = len(table.computed)
     nb = int(num_blocks)
     off = np.zeros(n + 1, dtype=np.int64) if offsets is None else np.asarray(offsets, dtype=np.int64)
@@ -72,7 +76,15 @@ def make_prefix_kv(num_blocks: int, block_size: int, table, offsets=None, hashes
     evict = EVICTIONS[eviction]
     share = list(protect_share if protect_share is not None else [1.0]) + [0.0] * NC
     protect = np.array([int(x * nb) for x in share[:NC]], dtype=np.int64) if evict != LRU else np.zeros(NC, np.int64)
-    nq = 2 if evict == LRU else 2 + NC
+    nq = 2 if evict == LRU else (3 if evict == SGLANG else 2 + NC)
+    sg = evict == SGLANG
+    hpar = np.full(u if sg else 0, -1, dtype=np.int32)
+    if sg and len(chain):  # a hash's parent: the hash before it in its chain (kv/radix.py)
+        par = np.empty(len(chain), dtype=np.int32)
+        par[0] = -1
+        par[1:] = chain[:-1]
+        par[off[:-1][np.diff(off) > 0]] = -1
+        hpar[chain] = par
     tiers = tiers or []
     t = len(tiers)
     nch = max([int(x.channels) for x in tiers], default=0)
@@ -112,6 +124,8 @@ def make_prefix_kv(num_blocks: int, block_size: int, table, offsets=None, hashes
         hm_prev=np.full(uh, -1, dtype=i32), hm_in=np.zeros(uh, dtype=np.bool_),
         hm_ends=np.full((2, 1), -1, dtype=i32),
         evlog=np.zeros(int(trace), dtype=np.int64),
+        hpar=hpar, nchild=np.zeros(len(hpar), dtype=i32), send=np.zeros(nb if sg else 0, dtype=np.bool_),
+        acc=np.zeros(nb if sg else 0, dtype=np.int64),
         l_sid=np.array([int(getattr(x, "shared_row", -1)) for x in tiers], dtype=np.int64),
         l_sfree=shared.free if shared is not None else np.zeros((0, max(nch, 1))),
         l_slast=shared.last if shared is not None else np.zeros(0), l_late=np.zeros(t),
@@ -212,8 +226,8 @@ class PrefixPool:
                                block_bytes=int(kv.block_bytes))
 
     def check(self) -> None:
-        """The pool's invariants (kv/pcache.py ``px_check``), as an AssertionError."""
-        from servesim.kv.pcache import check_text, px_check
+        """The pool's invariants (kv/pcheck.py ``px_check``), as an AssertionError."""
+        from servesim.kv.pcheck import check_text, px_check
 
         code = int(pure(px_check)(self.state, self.state.computed))
         if code:

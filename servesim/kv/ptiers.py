@@ -42,7 +42,7 @@ from servesim.kv.dlist import dl_append, dl_unlink
 PRELOADED, INSERTED, REFRESHED, EVICTED = 0, 1, 2, 3
 # l_cnt columns
 BYTES_UP, BYTES_DOWN, FETCHES, STORES = 0, 1, 2, 3
-# tier_check codes (pcache.check_text gives the text)
+# tier_check codes (pcheck.check_text gives the text)
 TIER_FLOW = 40  # blocks sent down a level != stored + refreshed there
 TIER_DROPPED = 41  # the last tier's evictions != blocks dropped
 TIER_CAPACITY = 42  # a tier holds more than its capacity
