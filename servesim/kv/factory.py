@@ -109,7 +109,7 @@ def build_prefix_cache(sc: "Scenario", plan: "MemoryPlan", table: "RequestTable"
 
     state = make_prefix_kv(plan.num_blocks, bs, table, offsets, hashes, eviction=e.prefix_cache_eviction,
                            protect_share=e.kv.protect_share, tiers=specs, block_bytes=block_bytes, hot=hot,
-                           shared=shared)
+                           shared=shared, counted=True)
     return PrefixPool(state, [t.name for t in specs])
 
 

@@ -8,6 +8,9 @@ tests drive the same kernels through thin Python faces (tests/kv_faces.py).
 The state, its constants and constructors are in :mod:`servesim.kv.pool`; the static allocator's
 hole kernels in :mod:`servesim.kv.extents`. Both are re-exported here.
 
+A prefix cache whose requests have no chains (``kv.counted``, kv/pcache.py) takes the paged
+rules here: nothing is ever cached there, so block ids cannot matter.
+
 Calling conventions: ``computed`` is the request table's int32 column; ``ids`` an int64 array
 of which the first ``nb`` entries count (unique ids); ``used`` an int64 array of at least
 ``k_max`` entries. Kernels return codes instead of raising: :func:`check_message` turns a
@@ -25,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from servesim.jit import kernel
-from servesim.kv.pcache import px_allocate, px_free, px_grow, px_step_usage
+from servesim.kv.pcache import px_allocate, px_counted_free, px_counted_hold, px_free, px_grow, px_step_usage
 from servesim.kv.pcheck import check_text, px_check
 from servesim.kv.runs import _first_step, _repeat_every, blocks_for, run_demand_into, slots_per_step  # noqa: F401 (re-exported)
 
@@ -96,7 +99,7 @@ def kv_allocate(kv, computed, rid, n):
 
     paged/elastic: take the blocks the new slot count needs beyond those held. static: the first
     allocation reserves the request's whole extent; later ones only check it fits."""
-    if kv.prefix:
+    if kv.prefix and not kv.counted:
         return px_allocate(kv, computed, rid, n)
     slots = int(computed[rid]) + n
     if kv.kind == STATIC:
@@ -106,6 +109,8 @@ def kv_allocate(kv, computed, rid, n):
         return True
     if need > kv.s[0].free:
         return False
+    if kv.counted:
+        px_counted_hold(kv, computed, rid)
     kv.held[held_put(kv, rid)] += need
     kv.s[0].free -= need
     return True
@@ -140,7 +145,7 @@ def kv_allocate_decodes(kv, computed, ids, nb):
     each request's growth. static: decodes write into the reservation, so only check it fits."""
     if nb == 0:
         return True
-    if kv.prefix:
+    if kv.prefix and not kv.counted:
         return px_grow(kv, computed, ids, nb, 1, False)
     bs = kv.block_size
     held = kv.held
@@ -192,9 +197,11 @@ def kv_free(kv, rid):
     """Request ``rid`` finished or was preempted: release its blocks. Returns 0, or (static) an
     extent_release code when its reservation overlaps a free hole (a corrupted state; then
     nothing changes). Callers that trust the state may ignore it."""
-    if kv.prefix:
+    if kv.prefix and not kv.counted:
         px_free(kv, kv.computed, rid)
         return 0
+    if kv.counted:
+        px_counted_free(kv, rid)
     i = held_slot(kv, rid)
     if i < 0:
         return 0
@@ -277,7 +284,7 @@ def kv_commit_decodes(kv, computed, ids, nb):
     reservation; static: nothing (decodes write into the reservation)."""
     if kv.kind == STATIC or nb == 0:
         return
-    if kv.prefix:
+    if kv.prefix and not kv.counted:
         px_grow(kv, computed, ids, nb, 0, True)
         return
     held = kv.held

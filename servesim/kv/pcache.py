@@ -472,6 +472,33 @@ def px_free(kv, computed, rid):
     _hold_remove(kv, rid)
 
 
+# ------------------------------------------------------------- chainless pools (``counted``)
+# Where no request has a chain (a workload without prefixes), no block is ever cached, so which
+# block a request holds cannot matter: the pool takes the paged allocator's count rules
+# (kv/kernels.py, ``kv.counted``) and keeps only what the prefix reports and the KV usage read.
+@kernel
+def px_counted_hold(kv, computed, rid):
+    """A counted pool's allocation that is about to succeed: a first one makes ``rid`` a
+    holder and counts its lookup (as :func:`px_allocate`: hit 0)."""
+    if kv.h_pos[rid] >= 0:
+        return
+    kv.pend[rid] = -1
+    kv.nhit[rid] = 0
+    kv.reg[rid] = 0
+    _hold_add(kv, rid)
+    if computed[rid] == 0:
+        _claim(kv, rid, 0, np.empty(0, dtype=np.int64), 0)
+
+
+@kernel
+def px_counted_free(kv, rid):
+    """A counted pool's release of ``rid`` (the blocks are the caller's count)."""
+    kv.pend[rid] = -1
+    if kv.h_pos[rid] >= 0:
+        kv.load_ready[rid] = 0.0
+        _hold_remove(kv, rid)
+
+
 # ------------------------------------------------------------------------------ decode runs
 @kernel
 def px_stable_steps(kv, computed, ids, nb, k):

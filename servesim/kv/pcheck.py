@@ -25,6 +25,14 @@ RADIX_TREE = 37  # sglang: a hash's cached-children count disagrees with the cac
 def px_check(kv, computed):
     """0, or the first violated invariant's code (NEG_REF .. CACHE_MAP, or a tier code)."""
     nb = kv.num_blocks
+    if kv.counted:  # (kv/pcache.py, chainless pools: counts, no block ids)
+        total = 0
+        for i in range(kv.ps[0].n_hold):
+            r = kv.h_arr[i]
+            total += kv.held[r]
+            if kv.held[r] < blocks_for(np.int64(computed[r]), kv.block_size):
+                return UNDER_HELD
+        return 0 if total + kv.s[0].free == nb else REF_TABLES
     for b in range(nb):
         if kv.ref[b] < 0:
             return NEG_REF

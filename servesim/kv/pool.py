@@ -109,6 +109,7 @@ class KVState(NamedTuple):
     # free queues, lower tiers, hot-prefix preload. Empty (``prefix`` 0) for the other pools; the
     # layout is built by kv/pstate.py, which documents every field.
     prefix: int = 0
+    counted: int = 0  # a prefix cache over chainless requests: paged counts (kv/pcache.py)
     evict: int = 0
     hot_min: int = 0
     hot_max: int = 0

@@ -45,13 +45,15 @@ class TierSpec(SimpleNamespace):
 
 def make_prefix_kv(num_blocks: int, block_size: int, table, offsets=None, hashes=None, *, eviction: str = "lru",
                    protect_share=None, tiers: list[TierSpec] | None = None, block_bytes: int = 0,
-                   hot: tuple[int, float, int] | None = None, trace: int = 0, shared=None) -> KVState:
+                   hot: tuple[int, float, int] | None = None, trace: int = 0, shared=None,
+                   counted: bool = False) -> KVState:
     """A prefix-cache pool of ``num_blocks`` blocks over request ``table`` (its ``computed``,
     ``prompt``, ``num_output``, ``klass`` columns are shared). ``offsets``/``hashes``: per-request
     chains in engine blocks; ``tiers``: lower tiers in order; ``hot``: (min_hits, window_s,
     max_blocks) of preload; ``trace``: keep the first ``trace`` evicted hashes (``evlog``);
     ``shared``: the fleet's shared link slots (kv/factory.py ``SharedLinks``) for tiers with a
-    ``shared_row``."""
+    ``shared_row``; ``counted``: keep counts, not block ids, where no request has a chain
+    (kv/pcache.py, chainless pools; ignored where one has)."""
     if num_blocks < 1 or block_size < 1:
         raise ValueError(f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}")
     if eviction not in EVICTIONS:
@@ -97,7 +99,7 @@ def make_prefix_kv(num_blocks: int, block_size: int, table, offsets=None, hashes
     kv = KVState(
         PAGED, int(block_size), nb, 0, 0, 0, scalars(0), np.zeros(n, dtype=i32),
         np.zeros(0, dtype=i32), np.zeros(0, dtype=i32), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
-        prefix=1, evict=evict, hot_min=hot_min, hot_max=hot_max, hot_window=hot_window,
+        prefix=1, counted=int(bool(counted) and len(chain) == 0), evict=evict, hot_min=hot_min, hot_max=hot_max, hot_window=hot_window,
         block_bytes=int(block_bytes), ps=np.zeros(1, dtype=PSCALARS), computed=table.computed,
         prompt=np.asarray(table.prompt, dtype=i32), num_output=table.num_output,
         klass=np.asarray(table.klass, dtype=np.int8), off=off, chain=chain, uniq=uniq,
