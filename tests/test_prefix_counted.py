@@ -36,7 +36,7 @@ def chainless(draw):
     return raw
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(chainless())
 def test_counted_pool_gives_the_block_id_results(raw):
     made = []
