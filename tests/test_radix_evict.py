@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from tests.prefix_face import KernelPrefixKV
 from tests.test_kv_golden import make_table, prefill
 
+
 def two_finished(eviction):
     """bs 1, 8 blocks. A (chain 11 12 13) and B (21 22 23) run and finish; then C, waiting,
     looks A's prefix up (a scheduling attempt) without being admitted."""
