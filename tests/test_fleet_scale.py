@@ -31,8 +31,9 @@ def _decisions(raw: dict, scan: bool):
 
 @pytest.mark.parametrize("router", ["least-tokens", "least-requests", "priority"])
 @pytest.mark.parametrize("extra", [{}, {"sim": {"engine": "python"}}, {"cluster": {"router_refresh_s": 0.05}},
-                                   {"workload": {"arrival": {"process": "closed", "clients": 40, "think_s": 0.01}}}],
-                         ids=["compiled", "python", "refresh", "closed"])
+                                   {"workload": {"arrival": {"process": "closed", "clients": 40, "think_s": 0.01}}},
+                                   {"engine": {"num_scheduler_steps": 4}}, {"sim": {"fast_path": False}}],
+                         ids=["compiled", "python", "refresh", "closed", "multistep", "single-step"])
 def test_tree_routing_equals_the_scan_request_by_request(router, extra):
     raw = merge(merge(LOADED, extra), {"cluster": {"router": router}})
     raw = merge(BASE, raw)

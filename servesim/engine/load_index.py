@@ -111,6 +111,8 @@ class FleetLoads:
         self.steps: list = []  # (next step end, replica): its tokens change then
         self.step_at = [INF] * n_rep
 
+    walk = False  # True: a replica due by time alone is read in full too (load_kernels.reread_tokens)
+
     def _kernels(self) -> bool:
         """Whether the reads are kernels (every engine compiled, each replica's engines
         consecutive); makes the LoadsRef the first time."""
@@ -125,7 +127,8 @@ class FleetLoads:
                     f._refs, first, self.rep_of, f.routed, self.tok.t, self.req.t, self.tok.size,
                     np.ones((2, n), dtype=np.uint8), np.tile(np.arange(n, dtype=np.int64), (2, 1)),
                     np.full(n, INF), np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64),
-                    np.array([n, n, 0], dtype=np.int64))
+                    np.array([n, n, 0, int(self.walk)], dtype=np.int64), np.zeros(len(f.engines), dtype=np.int64),
+                    np.zeros(len(f.engines), dtype=np.int64))
                 self._ref = ref
                 self._tok_fn = _entry(LK.refresh_tokens, ref, _NONE, 0.0)
                 self._req_fn = _entry(LK.refresh_requests, ref, _NONE)

@@ -30,15 +30,18 @@ from servesim.engine.kernel import DONE, ERROR, FLUSH, UNTIL, advance_ref, route
 from servesim.jit import bisect_right, kernel, struct_ref
 
 BIG = np.iinfo(np.int64).max  # an empty leaf
-TOK, REQ = 0, 1  # rows of ``mark`` / ``pend`` and slots of ``ints`` (pending counts); ints[2]: heap length
+TOK, REQ = 0, 1  # rows of ``mark`` / ``pend`` and slots of ``ints`` (pending counts); ints[2]: heap length;
+# ints[3]: 1 = a replica due by time alone is read in full too (FleetLoads.walk: benchmarks compare)
 
 # refs: the engines' EngineRefs (typed list); first: replica r's engines are first[r]:first[r+1];
 # rep_of: each engine's replica; routed: requests routed to each engine (the fleet's array);
 # tok, req: the trees; size: their leaf count; mark/pend: replicas to re-read, per kind;
-# step_at, heap, hpos: the next step end of each replica and the heap over them; ints: counts
+# step_at, heap, hpos: the next step end of each replica and the heap over them; ints: counts;
+# wbase, lin: each engine's tokens before its run's steps and its batch size (reread_tokens)
 LoadsRefType, LoadsRef, make_loads_ref = struct_ref(
     "LoadsRefType", "LoadsRef",
-    ["refs", "first", "rep_of", "routed", "tok", "req", "size", "mark", "pend", "step_at", "heap", "hpos", "ints"],
+    ["refs", "first", "rep_of", "routed", "tok", "req", "size", "mark", "pend", "step_at", "heap", "hpos", "ints",
+     "wbase", "lin"],
     "make_loads_ref", __name__, __file__)
 
 
@@ -154,10 +157,14 @@ def _step_at_set(ref, r, v):
 
 @kernel(inline=True)
 def _mark(ref, kind, r):
-    if ref.mark[kind, r] == 0:
+    """Replica ``r`` was touched: re-read in full at the next read of ``kind`` (mark 1; a
+    replica due by time alone is marked 2 until then: :func:`reread_tokens`)."""
+    m = ref.mark[kind, r]
+    if m != 1:
+        if m == 0:
+            ref.pend[kind, ref.ints[kind]] = r
+            ref.ints[kind] += 1
         ref.mark[kind, r] = 1
-        ref.pend[kind, ref.ints[kind]] = r
-        ref.ints[kind] += 1
 
 
 @kernel
@@ -193,27 +200,54 @@ def replica_requests(ref, r):
 def reread_tokens(ref, t):
     """The tokens tree at ``t``: re-read the replicas marked since the last read and those whose
     decode run's next step ended by ``t``; key each re-read replica by its next step end after
-    ``t``."""
+    ``t``.
+
+    A replica due by time alone was not called since its last read, so only the steps of its
+    run done by ``t`` changed: ``outstanding_work`` subtracts ``min(done, rem)`` for each request
+    of the batch, and in a run that is no multi-step burst no request finishes before the run's
+    last step (``rem >= run_k >= done``, checked at the full read), so its tokens are the full
+    read's value before any step (``wbase``) less ``done * b_len`` (``lin``: the batch size; -1:
+    a burst, read in full) -- O(1) instead of a walk over every request it holds."""
     heap, at = ref.heap, ref.step_at
     while ref.ints[2] > 0 and at[heap[0]] <= t:
         r = heap[0]
-        _mark(ref, TOK, r)
+        if ref.mark[TOK, r] == 0:
+            ref.mark[TOK, r] = 2
+            ref.pend[TOK, ref.ints[TOK]] = r
+            ref.ints[TOK] += 1
         _step_at_set(ref, r, np.inf)
     pend = ref.pend
     for j in range(ref.ints[TOK]):
         r = pend[TOK, j]
+        full = ref.mark[TOK, r] == 1
         ref.mark[TOK, r] = 0
         w = np.int64(0)
         nxt = np.inf
         for e in range(ref.first[r], ref.first[r + 1]):
             x = ref.refs[e]
             st = x.state
-            w += outstanding_work(x.cfg, st, t)
-            if st.s.inflight == INFLIGHT_RUN:
-                k = st.s.run_k
-                done = bisect_right(st.ends[:k], t)
-                if done < k and st.ends[done] < nxt:
-                    nxt = st.ends[done]
+            run = st.s.inflight == INFLIGHT_RUN
+            k = st.s.run_k if run else 0
+            done = bisect_right(st.ends[:k], t) if run else 0
+            if full or ref.lin[e] < 0 or ref.ints[3]:
+                we = outstanding_work(x.cfg, st, t)
+                if full:
+                    lin = 0
+                    if run:
+                        lin = st.s.b_len
+                        if st.s.b_steps > 1:
+                            lin = -1
+                        for i in range(st.s.b_len):
+                            q = st.b_ids[i]
+                            if np.int64(st.output[q]) - np.int64(st.num_output[q]) < k:
+                                lin = -1
+                    ref.lin[e] = lin
+                    ref.wbase[e] = we + done * lin if lin > 0 else we
+            else:
+                we = ref.wbase[e] - done * ref.lin[e]
+            w += we
+            if run and done < k and st.ends[done] < nxt:
+                nxt = st.ends[done]
         tree_set(ref.tok, ref.size, r, w)
         _step_at_set(ref, r, nxt)
     ref.ints[TOK] = 0
