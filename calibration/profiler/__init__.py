@@ -17,7 +17,8 @@ Modules, bottom to top (the torch-free ones are tested without torch in the main
   ``writers`` (pack / validation CSV and YAML), ``combine`` (``merge`` and ``combine``: finishing
   packs on a machine without a GPU), ``cli`` (the argument parser, modes loaded when named);
 * torch: ``attn_backends`` (SDPA backend check, survey, choice), ``variants`` (quantized linears,
-  MoE), ``triton_decode``, ``surveys``, ``timing`` (graph-replay timer), ``ops`` (the op
+  MoE with its backends), ``triton_moe`` (our fused MoE Triton kernel, the default experts backend
+  on a GPU), ``triton_decode``, ``surveys``, ``timing`` (graph-replay timer), ``ops`` (the op
   functions), ``forward`` (the random-weight model and its forward), ``opbench`` (op tables),
   ``environment`` (device facts, pack metadata, device peaks), and one module per mode:
   ``mode_ops``, ``mode_iterations``, ``mode_collectives``, ``mode_misc`` (survey, backends),
