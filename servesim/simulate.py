@@ -23,7 +23,7 @@ from servesim.metrics.summary import (Labels, build_summary, latency_sketches, p
 from servesim.perf.base import StepTimeModel
 from servesim.perf.extrapolation import report as extrapolation_report
 from servesim.perf.select import provenance as step_provenance
-from servesim.policy_catalog import POLICIES, python_only_reasons
+from servesim.policy_catalog import python_only_reasons
 from servesim.fields import MAX_SECONDS
 from servesim.request import TIME_BOUND_WHY, RequestTable, Workload
 from servesim.resolved import resolved_info
@@ -316,7 +316,7 @@ def _build(sc: Scenario, seed: int, workload, step_model, on_iteration, progress
     replica -- a fleet of one, whose engine keeps its arrivals in its own inbox (``Fleet.solo``)."""
     from servesim.engine.fleet_build import build_fleet
     from servesim.perf.base import KernelModel
-    from servesim.sched.custom import load_user_policy
+    from servesim.sched.custom import user_policy_loader
 
     wl = workload
     if wl is None:
@@ -331,18 +331,7 @@ def _build(sc: Scenario, seed: int, workload, step_model, on_iteration, progress
     if own_arrivals and np.shares_memory(table.arrival, wl.arrival_s):
         table.arrival = table.arrival.copy()  # a rate change moves arrivals: not the caller's workload's
     env = simpy.Environment()
-    users: dict = {}
-
-    def user(gsc):
-        name = gsc.engine.scheduler
-        if name in POLICIES:
-            return None
-        if name not in users:
-            try:
-                users[name] = load_user_policy(name)
-            except ValueError as exc:
-                raise ScenarioError(str(exc)) from None
-        return users[name]
+    user = user_policy_loader()
 
     reasons: dict = {}
 
@@ -387,6 +376,7 @@ def build_sharded(sc: Scenario, seed: int, workload: Workload | None = None, *, 
     from servesim.engine.router import make_router
     from servesim.engine.shard import ShardedRun, run_sharded, shard_refusal
     from servesim.memory import plan_memory
+    from servesim.sched.custom import user_policy_loader
     from servesim.workload.streams import stream
 
     if workers is None and scheduler is None:
@@ -400,10 +390,10 @@ def build_sharded(sc: Scenario, seed: int, workload: Workload | None = None, *, 
     table = RequestTable(wl)
     if sc.delay_in_s:  # (as engine/fleet_build.py: requests reach the router delay_in after their send)
         table.arrival = np.where(np.isfinite(table.arrival), table.arrival + sc.delay_in_s, table.arrival)
+    user = user_policy_loader()  # (a bad policy: its one line here, before any worker starts)
     reasons = []
     for g in sc.replica_groups:
-        gw = python_reasons(g.scenario, custom_model=False, on_iteration=False,
-                            user=None if g.scenario.engine.scheduler in POLICIES else True,
+        gw = python_reasons(g.scenario, custom_model=False, on_iteration=False, user=user(g.scenario),
                             kernel_overrides=None, cold=cold, n_requests=len(wl))
         reasons.append("; ".join(gw) if gw else None)
     n_engines = sum(g.replicas * g.scenario.pp for g in sc.replica_groups)

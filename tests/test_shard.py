@@ -126,6 +126,28 @@ def test_refuses_more_workers_than_replicas_and_extras():
         simulate(sc, workers=2, processes=[lambda env, fleet: iter(())])
 
 
+@pytest.mark.parametrize("policy,needle", [("os:system", "not a policy class"),
+                                           ("no_such_module_xyz:Policy", "cannot import it")])
+def test_bad_user_policy_is_the_line_of_one_process(policy, needle, monkeypatch):
+    """A user policy is imported by the coordinator before any worker starts: the one line of a
+    run in one process, not a worker's failure (servesim/sched/custom.py user_policy_loader)."""
+    import servesim.engine.shard as shard
+
+    def no_workers(*args, **kwargs):  # pragma: no cover - reached only if the refusal comes late
+        raise AssertionError("worker processes were started for a run that had to be refused")
+
+    monkeypatch.setattr(shard, "connect", no_workers)
+    raw = fleet(replicas=2, requests=40, engine={"scheduler": policy})
+    lines = []
+    for workers in (1, 2):
+        raw["sim"]["workers"] = workers
+        with pytest.raises(ScenarioError) as err:
+            simulate(scenario_from_dict(raw))
+        lines.append(str(err.value))
+    assert lines[0] == lines[1], lines
+    assert "\n" not in lines[1] and lines[1].startswith(f"engine.scheduler {policy!r}") and needle in lines[1]
+
+
 def test_sim_workers_field():
     assert scenario_from_dict(fleet()).sim.workers == 1
     raw = fleet()

@@ -140,22 +140,12 @@ class ShardWorker:
         from servesim.engine.fleet_build import build_fleet
 
         cpu0 = time.process_time()
-        from servesim.policy_catalog import POLICIES
         from servesim.request import RequestTable
-        from servesim.sched.custom import load_user_policy
+        from servesim.sched.custom import user_policy_loader
 
         self.table = table = RequestTable(workload)
         why = {id(g.scenario): reasons[i] for i, g in enumerate(sc.replica_groups)}
-        users: dict = {}
-
-        def user(gsc):
-            name = gsc.engine.scheduler
-            if name in POLICIES:
-                return None
-            if name not in users:
-                users[name] = load_user_policy(name)
-            return users[name]
-
+        user = user_policy_loader()  # (one line too where a remote worker cannot import what the coordinator did)
         _, built, infos = build_fleet(sc, table, workload, seed, simpy.Environment(), new_recorder=new_recorder,
                                       force_python=lambda gsc: why[id(gsc)], user=user, buffers=buffers,
                                       stop_when_drained=stop_when_drained, only=range(lo, hi))

@@ -33,6 +33,7 @@ import dataclasses
 import importlib
 from typing import Any, Callable
 
+from servesim.errors import ScenarioError
 from servesim.policy_catalog import POLICIES, PolicySpec
 from servesim.sched import parts, policies, queues
 
@@ -82,3 +83,25 @@ def load_user_policy(path: str) -> UserPolicy:
     extra = getattr(obj, "options", {}) or {}
     spec = dataclasses.replace(POLICIES[base], name=path, options={**POLICIES[base].options, **extra})
     return UserPolicy(spec, overrides, path)
+
+
+def user_policy_loader() -> Callable[[Any], UserPolicy | None]:
+    """``user(gsc)``: the user policy a replica group's ``engine.scheduler`` names (None for a
+    built-in one), each imported once per run. One function, so a run in one process
+    (servesim/simulate.py) and a sharded one (its coordinator and each worker,
+    servesim/engine/shard.py) refuse a bad policy with the same one line: ScenarioError
+    (exit 2 through the CLI), where :func:`load_user_policy` raises ValueError."""
+    loaded: dict[str, UserPolicy] = {}
+
+    def user(gsc) -> UserPolicy | None:
+        name = gsc.engine.scheduler
+        if name in POLICIES:
+            return None
+        if name not in loaded:
+            try:
+                loaded[name] = load_user_policy(name)
+            except ValueError as exc:
+                raise ScenarioError(str(exc)) from None
+        return loaded[name]
+
+    return user
