@@ -28,6 +28,7 @@ def run_cli(tmp_path, content, extra=()):
 
 
 INF = float("inf")
+FLEET = merge(BASE, {"hardware": {"replicas": 2}})  # (round-robin: shardable without a refresh interval)
 
 
 def _alias_bomb(levels: int = 9) -> str:
@@ -187,6 +188,25 @@ CASES = [
      ["step_time.model is missing", "docs/scenario-reference.md"]),
     ("graph-cap-below-one", merge(BASE, {"step_time": {"model": "auto", "cuda_graph_max_batch": 0}}), (),
      ["cuda_graph_max_batch = 0", "greater than or equal to 1"]),
+    # a fleet sharded over worker processes (sim.workers, --scheduler; servesim/engine/shard.py):
+    # refused before any worker starts
+    ("workers-zero", merge(FLEET, {"sim": {"workers": 0}}), (), ["sim.workers = 0", "greater than or equal to 1"]),
+    ("workers-negative", merge(FLEET, {"sim": {"workers": -2}}), (), ["sim.workers = -2", "greater than or equal to 1"]),
+    ("workers-not-a-number", merge(FLEET, {"sim": {"workers": "two"}}), (), ["sim.workers = 'two'", "integer"]),
+    ("workers-fraction", merge(FLEET, {"sim": {"workers": 1.5}}), (), ["sim.workers = 1.5", "integer"]),
+    ("workers-above-replicas", merge(FLEET, {"sim": {"workers": 3}}), (),
+     ["sim.workers = 3", "more workers than the fleet's 2 replicas", "allowed: 1..2"]),
+    ("workers-lone-replica", merge(BASE, {"sim": {"workers": 2}}), (),
+     ["sim.workers = 2", "lone replica", "hardware.replicas > 1"]),
+    ("workers-bad-user-policy", merge(FLEET, {"sim": {"workers": 2}, "engine": {"scheduler": "os:system"}}), (),
+     ["engine.scheduler 'os:system'", "not a policy class"]),
+    ("scheduler-empty", FLEET, ("--scheduler", ""), ["--scheduler ''", "not a scheduler address", "host:port"]),
+    ("scheduler-bad-port", FLEET, ("--scheduler", "tcp://127.0.0.1:99999"),
+     ["--scheduler 'tcp://127.0.0.1:99999'", "not a scheduler address", "host:port"]),
+    ("scheduler-port-not-a-number", FLEET, ("--scheduler", "localhost:xx"),
+     ["--scheduler 'localhost:xx'", "not a scheduler address"]),
+    ("scheduler-lone-replica", BASE, ("--scheduler", "tcp://127.0.0.1:8786"),
+     ["--scheduler", "lone replica", "hardware.replicas > 1"]),
 ]
 
 
@@ -202,6 +222,16 @@ def test_bad_scenario_one_line_exit_2(tmp_path, case_id, content, extra, needles
         assert needle in text, f"{needle!r} not in {text!r}"
     # one logical line (the console may soft-wrap nothing: we print with soft_wrap)
     assert len(lines) == 1, lines
+
+
+def test_unreachable_scheduler_exit_2(tmp_path):
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    line = _one_error_line(run_cli(tmp_path, FLEET, ("--scheduler", f"127.0.0.1:{port}")))
+    assert f"--scheduler 127.0.0.1:{port}: cannot reach a dask scheduler there" in line, line
 
 
 def test_missing_file(tmp_path):

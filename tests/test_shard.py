@@ -102,11 +102,23 @@ def test_workers_equal_one_process(four, tmp_path, router, extra):
     ({"cluster": {"autoscale": {"min_replicas": 2}}}, "cluster.autoscale is set"),
     ({"hardware": {"replicas": 1}}, "a lone replica has nothing to shard"),
     ({"cluster": {"router": "cache-aware"}}, "cluster.router 'cache-aware' is not shardable (allowed: round-robin"),
+    ({"rate_schedule": {"steps": [{"at_s": 0, "factor": 0.5}, {"at_s": 2, "factor": 2.0}]}}, "rate_schedule is set"),
+    ({"engine": {"enable_prefix_caching": True},
+      "kv_tiers": [{"kind": "remote", "capacity_gib": 8, "name": "L3", "bandwidth_gb_s": 1.0, "shared_link": True}]},
+     "kv_tiers with shared_link"),
+    ({"stop": {"duration_s": 2.0}, "cluster": {"network_delay_s": 1.5}},  # (arrivals reach replicas 1.5 s late)
+     "is not before stop.duration_s = 2.0"),
 ])
-def test_refusals(change, field):
+def test_refusals(change, field, monkeypatch):
+    import servesim.engine.shard as shard
+
+    def no_workers(*args, **kwargs):  # pragma: no cover - reached only if the refusal comes late
+        raise AssertionError("worker processes were started for a run that had to be refused")
+
+    monkeypatch.setattr(shard, "connect", no_workers)
     raw = fleet()
     for k, v in change.items():
-        raw[k] = {**raw[k], **v}
+        raw[k] = {**raw[k], **v} if k in raw else v
     raw["sim"]["workers"] = 2
     try:
         sc = scenario_from_dict(raw)

@@ -324,7 +324,8 @@ class ShardedRun:
 
 def connect(workers: int, scheduler: str | None):
     """(client, cluster or None): a LocalCluster of ``workers`` single-threaded processes, or the
-    scheduler at ``scheduler`` (ValueError, one line, when nothing answers there)."""
+    scheduler at ``scheduler`` (ValueError, one line, when it is not an address or nothing answers
+    there: an empty host would otherwise be tried as localhost and reported as unreachable)."""
     import logging
     import socket
     from urllib.parse import urlparse
@@ -334,7 +335,14 @@ def connect(workers: int, scheduler: str | None):
     if scheduler is not None:
         u = urlparse(scheduler if "://" in scheduler else f"tcp://{scheduler}")
         try:
-            socket.create_connection((u.hostname, u.port or 8786), timeout=5).close()
+            port = u.port
+        except ValueError:  # (a port that is not a number in 0..65535)
+            port = -1
+        if not u.hostname or port == -1 or port == 0:
+            raise ValueError(f"--scheduler {scheduler!r}: not a scheduler address (allowed: host:port or "
+                             f"tcp://host:port, e.g. tcp://10.0.0.5:8786; the port defaults to 8786)")
+        try:
+            socket.create_connection((u.hostname, port or 8786), timeout=5).close()
             return Client(scheduler, timeout="10s"), None
         except (OSError, TimeoutError, ValueError) as exc:
             raise ValueError(f"--scheduler {scheduler}: cannot reach a dask scheduler there "
