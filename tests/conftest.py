@@ -50,6 +50,20 @@ def scenario(**patch):
     return scenario_from_dict(merge(BASE, patch), "test")
 
 
+def sessions_fleet(router: str, replicas: int = 4, requests: int = 300, **cluster) -> dict:
+    """A fleet of ``replicas`` with prefix caching serving multi-turn chat sessions (a shared
+    64-token system prompt, 32 new tokens a turn): the workload on which routers that keep a
+    session's prefix in one cache (affinity, cache-aware) differ from load-only ones."""
+    raw = merge(BASE, {"stop": {"requests": requests}, "hardware": {"replicas": replicas},
+                       "engine": {"max_num_seqs": 8, "enable_prefix_caching": True},
+                       "cluster": {"router": router, **cluster}})
+    raw["workload"] = {"arrival": {"process": "poisson", "rate": 20.0},
+                       "sessions": {"turns": {"dist": "geometric", "mean": 4, "max": 8}, "think_s": 0.2,
+                                    "new_input": {"dist": "fixed", "value": 32},
+                                    "output": {"dist": "fixed", "value": 8}, "system_prompt_tokens": 64}}
+    return raw
+
+
 @pytest.fixture
 def shared_dir() -> Path:
     if not SHARED.is_dir():

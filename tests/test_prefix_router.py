@@ -11,7 +11,7 @@ from servesim.engine import prefix_router
 from servesim.errors import ScenarioError
 from servesim.request import Workload
 from servesim.simulate import build, run_built
-from tests.conftest import BASE, merge
+from tests.conftest import BASE, merge, sessions_fleet
 from tests.test_cluster_identity import assert_identical, run
 
 BS = 16  # engine block = workload block: a chain entry is an engine block
@@ -99,15 +99,7 @@ def test_a_replica_that_failed_is_read_afresh():
     assert chosen == [0, 1, 0] and res.summary["cluster"]["cache_aware"]["cache_routed"] == 0
 
 
-def sessions(router, replicas=4, requests=300, **cluster):
-    raw = merge(BASE, {"stop": {"requests": requests}, "hardware": {"replicas": replicas},
-                       "engine": {"max_num_seqs": 8, "enable_prefix_caching": True},
-                       "cluster": {"router": router, **cluster}})
-    raw["workload"] = {"arrival": {"process": "poisson", "rate": 20.0},
-                       "sessions": {"turns": {"dist": "geometric", "mean": 4, "max": 8}, "think_s": 0.2,
-                                    "new_input": {"dist": "fixed", "value": 32},
-                                    "output": {"dist": "fixed", "value": 8}, "system_prompt_tokens": 64}}
-    return raw
+sessions = sessions_fleet
 
 
 def test_sessions_hit_more_than_least_requests_and_affinity():

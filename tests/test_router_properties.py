@@ -15,7 +15,7 @@ from servesim.engine.router import Affinity, LeastRequests, LeastTokens, LoadVie
 from servesim.request import FINISHED, PENDING, REJECTED
 from servesim.simulate import build, run_built
 from servesim.testing.strategies import router_names
-from tests.conftest import BASE, merge
+from tests.conftest import BASE, merge, sessions_fleet
 
 
 def view(loads, tokens=None):
@@ -152,15 +152,9 @@ def test_no_request_lost_or_duplicated(raw):
 
 
 def _sessions(router="affinity", cap=1.25, requests=400):
-    raw = merge(BASE, {"stop": {"requests": requests}, "hardware": {"replicas": 4},
-                       "engine": {"max_num_seqs": 8, "enable_prefix_caching": True},
-                       "cluster": {"router": router}})
+    raw = sessions_fleet(router, requests=requests)
     if router == "affinity":
         raw["cluster"]["affinity"] = {"key": "session", "load_cap": cap}
-    raw["workload"] = {"arrival": {"process": "poisson", "rate": 20.0},
-                       "sessions": {"turns": {"dist": "geometric", "mean": 4, "max": 8}, "think_s": 0.2,
-                                    "new_input": {"dist": "fixed", "value": 32},
-                                    "output": {"dist": "fixed", "value": 8}, "system_prompt_tokens": 64}}
     return raw
 
 
