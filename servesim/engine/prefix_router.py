@@ -11,7 +11,7 @@ The rule is SGLang's router's ``cache_aware`` policy (sgl-router ``src/policies/
    chain its prefix cache holds now, in tokens. The longest match's share of the prompt above
    ``cache_threshold``: the request goes to a replica with that match (the least loaded of them);
    else to the least loaded (sgl-router sends a miss to the replica with the smallest cache tree,
-   the most room; here the least loaded, as the issue asks and as vLLM's production-stack falls back).
+   the most room; here the least loaded, as vLLM's production-stack falls back).
 
 What differs from sgl-router is where the match comes from. sgl-router keeps an *approximate*
 radix tree per worker of the texts it routed there (inserted at routing time, evicted by its own
@@ -125,28 +125,41 @@ class CacheAware(Router):
             raise RuntimeError("the cache-aware router was not attached to its fleet (Router.attach)")
         prompt = int(self.prompt[rid])
         if self.sample:
-            return self._choose_sampled(rid, prompt, view)
+            cands = self._drawn()
+            loads = [view.load(self.kind, r) for r in cands]
+            i, matched = self._rule(prompt, loads, (max(loads), min(loads)),
+                                    lambda: [self.match_tokens(r, rid) for r in cands],
+                                    lambda values: values.index(min(values)))  # ties: the first drawn
+            return self._done(cands[i], rid, prompt, matched)
         loads = view.requests() if self.kind == "requests" else view.tokens()
         act = self.active
         live = loads if act is None else loads[act]
-        hi, lo = live.max(), live.min()
-        if self._unbalanced(hi, lo):
+        r, matched = self._rule(prompt, loads.tolist(), (live.max(), live.min()),
+                                lambda: [0 if self._skip(r) else self.match_tokens(r, rid) for r in range(self.n)],
+                                self.least)  # ties: the rotating pointer; drained replicas never chosen
+        return self._done(r, rid, prompt, matched)
+
+    def _rule(self, prompt, loads, hi_lo, matches, pick):
+        """sgl-router's decision, written once for both candidate sets (every replica, or the
+        ``d`` drawn): ``loads`` per candidate; ``hi_lo`` the highest and lowest live load, which
+        the balance test reads; ``matches()`` each candidate's resident prefix tokens, read only
+        when loads are balanced; ``pick`` the least of a list of values with the caller's tie
+        rule. Returns the chosen candidate's index and its match (None: not read)."""
+        if self._unbalanced(*hi_lo):
             self.unbalanced += 1
-            r = self.least(loads)
-            return self._done(r, rid, prompt, None)
-        match = [0 if (act is not None and not act[r]) else self.match_tokens(r, rid) for r in range(self.n)]
+            return pick(loads), None
+        match = matches()
         best = max(match)
         if prompt and min(best, prompt) / prompt > self.cache_threshold:
             self.cache_routed += 1
-            r = self.least([x if m == best else math.inf for x, m in zip(loads.tolist(), match)])
-            return self._done(r, rid, prompt, best)
+            return pick([x if m == best else math.inf for x, m in zip(loads, match)]), best
         self.below += 1
-        r = self.least(loads)
-        return self._done(r, rid, prompt, match[r])
+        i = pick(loads)
+        return i, match[i]
 
-    def _choose_sampled(self, rid, prompt, view):
-        """The rule over ``sample`` drawn replicas (a drained one drawn is drawn again; ties: the
-        first drawn)."""
+    def _drawn(self) -> list:
+        """``sample`` replicas drawn from the run's router stream (a drained one drawn is drawn
+        again; a replica drawn twice counts once)."""
         cands = []
         for _ in range(self.sample):
             r = self._draw()
@@ -155,20 +168,7 @@ class CacheAware(Router):
             if r not in cands:
                 cands.append(r)
         self.sampled += 1
-        loads = [view.load(self.kind, r) for r in cands]
-        if self._unbalanced(max(loads), min(loads)):
-            self.unbalanced += 1
-            return self._done(cands[loads.index(min(loads))], rid, prompt, None)
-        match = [self.match_tokens(r, rid) for r in cands]
-        best = max(match)
-        if prompt and min(best, prompt) / prompt > self.cache_threshold:
-            self.cache_routed += 1
-            low = min(x for x, m in zip(loads, match) if m == best)
-            i = next(i for i, (x, m) in enumerate(zip(loads, match)) if m == best and x == low)
-            return self._done(cands[i], rid, prompt, best)
-        self.below += 1
-        i = loads.index(min(loads))
-        return self._done(cands[i], rid, prompt, match[i])
+        return cands
 
     def _done(self, r: int, rid: int, prompt: int, matched: int | None) -> int:
         if matched is None:
