@@ -252,16 +252,12 @@ class PackStepModel(KernelModel):
                             + self.layers * float(self.decode_attn.reference(int(x), np.array([x * c0]))[0])
                             for x in b])
         walls = Curve(b, kernels + over)
-        cpu = over >= self.CPU_BOUND_SHARE * kernels
-        if not cpu.any():
+        cpu_bound = cpu_bound_walls(b, kernels, over)
+        if cpu_bound is None:
             return walls
-        fit = Curve(b[cpu], (kernels + over)[cpu])
-        xs, ys = b[cpu], (kernels + over)[cpu]
-        if len(xs) > 1:
-            dx = xs - xs.mean()
-            fit.slope = max(float((dx * (ys - ys.mean())).sum() / (dx * dx).sum()), 0.0)
-        else:
-            fit.slope = 0.0
+        xs, ys, slope = cpu_bound
+        fit = Curve(xs, ys)
+        fit.slope = slope
         return _min_curve(walls, fit)
 
     def _gaps(self, seqs: np.ndarray) -> np.ndarray:
@@ -416,6 +412,25 @@ class PackStepModel(KernelModel):
         busy = sum(out.values())
         out["cpu_wait"] = 0.0 if in_graph else max(self._cpu_at(n) - busy, 0.0)
         return out
+
+
+def cpu_bound_walls(batches, kernels, over) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """The eager floor's fit (:meth:`PackStepModel._cpu_floor_curve`, where the rule and its
+    reasons are written): the CPU-bound calibration forwards (``over >= CPU_BOUND_SHARE x
+    kernels``) as ``(batches, walls, slope)``, the slope least-squares over them, clipped at 0
+    (0 with one row); None when no forward was CPU-bound. One rule for the pack model and for
+    derive's launch-count check (servesim/tools/derive_launches.py)."""
+    b = np.asarray(batches, np.float64)
+    k, o = np.asarray(kernels, np.float64), np.asarray(over, np.float64)
+    cpu = o >= PackStepModel.CPU_BOUND_SHARE * k
+    if not cpu.any():
+        return None
+    xs, ys = b[cpu], (k + o)[cpu]
+    slope = 0.0
+    if len(xs) > 1:
+        dx = xs - xs.mean()
+        slope = max(float((dx * (ys - ys.mean())).sum() / (dx * dx).sum()), 0.0)
+    return xs, ys, slope
 
 
 def _min_curve(f: Curve, g: Curve) -> Curve:

@@ -39,7 +39,7 @@ import pandas as pd
 import yaml
 
 from servesim.models import ModelShape
-from servesim.perf.packmodel import PackStepModel
+from servesim.perf.packmodel import PackStepModel, cpu_bound_walls
 
 #: the engine version whose model code the launch counts are read from
 ENGINE_VERSION = "vLLM v0.6.4 (the engine of the published eager run, vLLM PR #10927)"
@@ -131,16 +131,11 @@ def launch_floor(batches, kernels, over) -> np.ndarray:
     CPU-bound, else the CPU-bound walls' line continued (slope >= 0), never above the wall; with
     no CPU-bound row, the walls. For walls read from a YAML (the held-out check), not a pack."""
     b = np.asarray(batches, np.float64)
-    k, o = np.asarray(kernels, np.float64), np.asarray(over, np.float64)
-    wall = k + o
-    cpu = o >= CPU_BOUND_SHARE * k
-    if not cpu.any():
+    wall = np.asarray(kernels, np.float64) + np.asarray(over, np.float64)
+    cpu_bound = cpu_bound_walls(b, kernels, over)
+    if cpu_bound is None:
         return wall
-    xs, ys = b[cpu], wall[cpu]
-    slope = 0.0
-    if len(xs) > 1:
-        dx = xs - xs.mean()
-        slope = max(float((dx * (ys - ys.mean())).sum() / (dx * dx).sum()), 0.0)
+    xs, ys, slope = cpu_bound
     f = np.interp(b, xs, ys) + slope * np.maximum(b - xs[-1], 0.0)
     return np.minimum(f, wall)
 
