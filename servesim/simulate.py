@@ -406,8 +406,10 @@ def build_sharded(sc: Scenario, seed: int, workload: Workload | None = None, *, 
     run = ShardedRun(router, np.full(table.n, -1, dtype=np.int32))
     py = sorted({w for w in reasons if w})
     run.path = "python" if py else "compiled"
-    run.why = "; ".join(py + [f"sharded over {workers} Dask worker processes" if scheduler is None
-                              else f"sharded over {workers or 'the'} workers of {scheduler}"])
+    windows = (f"in windows of cluster.router_refresh_s = {sc.cluster.router_refresh_s:g} s" if router.reads_load
+               else f"in one window (router {sc.cluster.router!r} reads no loads)")
+    run.why = "; ".join(py + [f"sharded over {workers} Dask worker processes {windows}" if scheduler is None
+                              else f"sharded over {workers or 'the'} workers of {scheduler} {windows}"])
     warmup = sc.stop.warmup_requests
     drained = sc.stop.requests is not None and len(wl) >= sc.stop.requests
 
@@ -573,6 +575,9 @@ def run_built(b: Built, seed: int | None = None) -> Result:
         summary["kv"].update(fleet_kv_report(kvs, ttft))
     if b.fleet is not None:
         summary["cluster"] = cluster_summary(sc, fleet, engines, b.fleet.replicas, b.table, sim_time)
+    sharding = getattr(fleet, "sharding", None)
+    if sharding is not None:  # (a fleet over Dask workers: servesim/engine/shard.py ShardedRun)
+        summary["sharded"] = sharding()
     summary["step_model"] = step_provenance(sc)  # which model priced the iterations (servesim/perf/select.py)
     if b.handle is not None:
         from servesim.engine.processes import faults_summary, processes_summary

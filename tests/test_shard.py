@@ -50,6 +50,10 @@ def test_two_workers_equal_one_process(tmp_path):
     assert two.requests.equals(one.requests)
     assert parquet_digest(two, tmp_path, "two") == parquet_digest(one, tmp_path, "one")
     assert same_summary(one.summary, two.summary) == []
+    assert "sharded" not in one.summary  # (provenance: said only where the fleet ran over workers)
+    sharded = two.summary["sharded"]
+    assert sharded["workers"] == 2 and sharded["scheduler"] is None and sharded["window_s"] == 0.25, sharded
+    assert sharded["windows"] > 1, sharded
     assert (one.requests["replica"].nunique()) == 6  # (the router spread the work: a real test of routing)
 
 

@@ -320,6 +320,15 @@ class ShardedRun:
     path: str = "compiled"  # the engines' (the run header's simulator line)
     why: str = ""
     interrupted: bool = False  # (Ctrl-C is not held across workers: the run stops with a KeyboardInterrupt)
+    workers: int = 0  # how many worker processes held replicas
+    scheduler: str | None = None  # the Dask scheduler's address (None: a local cluster)
+    window_s: float | None = None  # the router's refresh interval (None: a router that reads no loads)
+
+    def sharding(self) -> dict:
+        """The summary's ``sharded`` block: what a reader of summary.json needs to know the fleet
+        ran over several processes (the results are one process's with the same refresh interval)."""
+        return {"workers": self.workers, "scheduler": self.scheduler, "window_s": self.window_s,
+                "windows": self.windows}
 
 
 def connect(workers: int, scheduler: str | None):
@@ -406,6 +415,7 @@ def run_sharded(sc, seed: int, workload, table, run: ShardedRun, *, workers: int
                               new_recorder, actor=True, workers=[addrs[i]], pure=False) for i, p in enumerate(parts)]
         actors = [f.result() for f in futs]  # (each worker builds its replicas meanwhile)
         run.description = f"{k} workers ({cluster and 'local processes' or scheduler})"
+        run.workers, run.scheduler, run.window_s = k, scheduler, (R if R < INF else None)
         bounds = np.array([p.start for p in parts] + [n_rep])
         snap: list = [np.zeros(n_rep, dtype=np.int64), np.zeros(n_rep, dtype=np.int64), None]
 
