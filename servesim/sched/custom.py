@@ -89,7 +89,7 @@ def user_policy_loader() -> Callable[[Any], UserPolicy | None]:
     """``user(gsc)``: the user policy a replica group's ``engine.scheduler`` names (None for a
     built-in one), each imported once per run. One function, so a run in one process
     (servesim/simulate.py) and a sharded one (its coordinator and each worker,
-    servesim/engine/shard.py) refuse a bad policy with the same one line: ScenarioError
+    servesim/engine/shard_worker.py) refuse a bad policy with the same one line: ScenarioError
     (exit 2 through the CLI), where :func:`load_user_policy` raises ValueError."""
     loaded: dict[str, UserPolicy] = {}
 
