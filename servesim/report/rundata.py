@@ -130,7 +130,7 @@ def check_summary(summary: dict, where: Path) -> None:
 
 def from_result(res: "Result", label: str | None = None) -> RunData:
     """A Result in memory (notebooks, tests), without writing files."""
-    from servesim.simulate import summary_json
+    from servesim.metrics.runfiles import summary_json
 
     summary = json.loads(summary_json(res.summary))  # as summary.json holds it (non-finite -> null)
     return RunData(label or res.scenario.name, summary, measured(res.requests, summary), res.timeseries,

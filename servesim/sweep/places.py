@@ -30,7 +30,7 @@ def check_out(out: Path, force: bool, kind: str = "run") -> None:
     """Before the run: ``out`` must be a folder we can write into (or create), and must not
     hold an earlier run unless ``--force``; a run and a sweep never share a folder (``--force``
     does not remove a sweep's rows, nor a sweep a run's files)."""
-    from servesim.simulate import holds_run
+    from servesim.metrics.runfiles import holds_run
     from servesim.sweep.store import holds_sweep
 
     if out.exists():

@@ -25,7 +25,7 @@ from servesim.metrics.flat import METRIC_NAMES, class_metric_names, flat_metrics
 from servesim.metrics.intervals import (DEFAULT_CONFIDENCE, METHOD, Interval, absent_groups_as_zero, intervals,
                                        mean_summary)
 from servesim.scenario import Scenario
-from servesim.simulate import clear_earlier_run, summary_json
+from servesim.metrics.runfiles import clear_earlier_run, summary_json
 from servesim.sweep.executor import SerialExecutor
 from servesim.sweep.runner import Progress, raise_errors, run_tasks
 from servesim.sweep.spec import Point, scenario_key
