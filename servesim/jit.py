@@ -59,6 +59,7 @@ KERNEL_MODULES = (
     "sched/parts.py",
     "sched/reserve.py",
     "sched/policies.py",
+    "engine/iheap.py",
     "engine/inbox.py",
     "engine/kernel.py",
     "engine/load_kernels.py",

@@ -12,14 +12,17 @@ tree) the sum of the ``n`` values -- affinity's load cap reads the fleet's total
 
 The replicas whose tokens change with time alone (a decode run under way: a step ending counts
 its tokens as done, engine/inbox.py ``outstanding_work``) are keyed by their next step end on an
-indexed binary heap (one entry a replica, ``hpos[r]`` its place, -1: none): a read at ``t`` first
-marks every replica whose step end came by ``t``.
+indexed binary heap (engine/iheap.py: one entry a replica, ``hpos[r]`` its place, -1: none; equal
+step ends by replica id): a read at ``t`` first marks every replica whose step end came by ``t``.
+The order in which due replicas are marked does not matter: each re-read touches only its own
+replica's leaf, sum and heap entry (the Python path re-reads a set, in no set order).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from servesim.engine.iheap import iheap_set
 from servesim.engine.inbox import (
     INFLIGHT_RUN,
     due_arrivals,
@@ -93,66 +96,9 @@ def tree_least_from(t, size, n, ptr):
 
 
 @kernel(inline=True)
-def _sift_up(heap, hpos, at, i):
-    r = heap[i]
-    while i > 0:
-        p = (i - 1) >> 1
-        q = heap[p]
-        if at[q] <= at[r]:
-            break
-        heap[i] = q
-        hpos[q] = i
-        i = p
-    heap[i] = r
-    hpos[r] = i
-
-
-@kernel(inline=True)
-def _sift_down(heap, hpos, at, i, n):
-    r = heap[i]
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and at[heap[c + 1]] < at[heap[c]]:
-            c += 1
-        q = heap[c]
-        if at[r] <= at[q]:
-            break
-        heap[i] = q
-        hpos[q] = i
-        i = c
-    heap[i] = r
-    hpos[r] = i
-
-
-@kernel(inline=True)
 def _step_at_set(ref, r, v):
     """Replica ``r``'s next step end is ``v`` (inf: none): its heap entry moved, made or removed."""
-    heap, hpos, at = ref.heap, ref.hpos, ref.step_at
-    n = ref.ints[2]
-    i = hpos[r]
-    at[r] = v
-    if v == np.inf:
-        if i >= 0:
-            hpos[r] = -1
-            n -= 1
-            ref.ints[2] = n
-            if i < n:
-                q = heap[n]  # (the last entry takes the place: up or down from there)
-                heap[i] = q
-                hpos[q] = i
-                _sift_up(heap, hpos, at, i)
-                _sift_down(heap, hpos, at, hpos[q], n)
-        return
-    if i < 0:
-        heap[n] = r
-        hpos[r] = n
-        ref.ints[2] = n + 1
-        _sift_up(heap, hpos, at, n)
-    else:
-        _sift_up(heap, hpos, at, i)
-        _sift_down(heap, hpos, at, hpos[r], n)
+    ref.ints[2] = iheap_set(ref.step_at, ref.heap, ref.hpos, ref.ints[2], r, v)
 
 
 @kernel(inline=True)
@@ -296,72 +242,11 @@ ROUTING, ROUTED = 1, 2  # ints[I_PHASE]: a batch of arrivals being routed; route
 CALLS_EVERY = 8192  # engine calls between returns (the progress callback, a held Ctrl-C)
 
 
-@kernel(inline=True)
-def _eh_less(key, a, b):
-    return key[a] < key[b] or (key[a] == key[b] and a < b)
-
-
-@kernel(inline=True)
-def _eh_up(key, eh, ehpos, i):
-    e = eh[i]
-    while i > 0:
-        p = (i - 1) >> 1
-        q = eh[p]
-        if not _eh_less(key, e, q):
-            break
-        eh[i] = q
-        ehpos[q] = i
-        i = p
-    eh[i] = e
-    ehpos[e] = i
-
-
-@kernel(inline=True)
-def _eh_down(key, eh, ehpos, i, n):
-    e = eh[i]
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and _eh_less(key, eh[c + 1], eh[c]):
-            c += 1
-        q = eh[c]
-        if not _eh_less(key, q, e):
-            break
-        eh[i] = q
-        ehpos[q] = i
-        i = c
-    eh[i] = e
-    ehpos[e] = i
-
-
 @kernel
 def eh_set(key, eh, ehpos, ints, e, k):
     """Engine ``e``'s next event is ``k`` (inf: it has ended): its heap entry moved, made or
     removed."""
-    n = ints[I_EH]
-    i = ehpos[e]
-    key[e] = k
-    if k == np.inf:
-        if i >= 0:
-            ehpos[e] = -1
-            n -= 1
-            ints[I_EH] = n
-            if i < n:
-                q = eh[n]
-                eh[i] = q
-                ehpos[q] = i
-                _eh_up(key, eh, ehpos, i)
-                _eh_down(key, eh, ehpos, ehpos[q], n)
-        return
-    if i < 0:
-        eh[n] = e
-        ehpos[e] = n
-        ints[I_EH] = n + 1
-        _eh_up(key, eh, ehpos, n)
-    else:
-        _eh_up(key, eh, ehpos, i)
-        _eh_down(key, eh, ehpos, ehpos[e], n)
+    ints[I_EH] = iheap_set(key, eh, ehpos, ints[I_EH], e, k)
 
 
 @kernel
