@@ -63,6 +63,7 @@ KERNEL_MODULES = (
     "engine/inbox.py",
     "engine/kernel.py",
     "engine/load_kernels.py",
+    "engine/fleet_loop.py",
 )
 _PKG = Path(__file__).resolve().parent
 UNUSED_DAYS = 14  # a cache folder no process has used this long is removed (each is ~200 MB)

@@ -198,7 +198,7 @@ def _run_loop(raw: dict, compiled: bool):
                                    {"stop": {"requests": None, "duration_s": 0.8}}],
                          ids=["drain", "warmup", "duration"])
 def test_compiled_loop_equals_the_python_loop(router, sample, extra):
-    """The routed loop as one kernel (engine/load_kernels.py ``fleet_run``) takes the Python
+    """The routed loop as one kernel (engine/fleet_loop.py ``fleet_run``) takes the Python
     loop's steps: same routes, same results, request by request."""
     raw = merge(merge(BASE, LOADED), merge({"cluster": {"router": router, "router_sample": sample}}, extra))
     fast, slow = _run_loop(raw, True), _run_loop(raw, False)

@@ -50,7 +50,7 @@ reads: the load-reading routers read loads kept incrementally (engine/load_index
 replicas touched since the last read are read again; ``scan = True`` reads every replica, as
 before), so a routing costs O(log N) (benchmarks/fleet.py, benchmarks/RESULTS.md). For an open
 loop behind least-tokens or least-requests the whole loop is one kernel (``_run_compiled``,
-engine/load_kernels.py ``fleet_run``): the same steps, without a return to Python per event.
+engine/fleet_loop.py ``fleet_run``): the same steps, without a return to Python per event.
 """
 
 from __future__ import annotations
@@ -123,10 +123,10 @@ class Fleet:
             self._loop_entry = self._fleet_run_entry()  # (loads the cached kernel at build, as the engines')
 
     def _fleet_run_entry(self):
-        from servesim.engine import load_kernels as LK
+        from servesim.engine import fleet_loop as FL
 
         f8, i8 = np.zeros(1), np.zeros(1, dtype=np.int64)
-        return entry_point(LK.fleet_run, self.loads._ref, self.inbox.cfg, self.inbox.kst, f8, np.zeros(1, dtype=np.uint8),
+        return entry_point(FL.fleet_run, self.loads._ref, self.inbox.cfg, self.inbox.kst, f8, np.zeros(1, dtype=np.uint8),
                            i8, i8, i8, f8, i8, i8, i8, i8, self.replica_of)
 
     # -- what the router sees ---------------------------------------------------------------
@@ -560,7 +560,7 @@ class Fleet:
     compiled_loop = True  # False: the Python loop even where the compiled one applies (tests compare them)
 
     def _loop_compiles(self) -> bool:
-        """Whether ``_run_events`` runs compiled (engine/load_kernels.py ``fleet_run``): an open
+        """Whether ``_run_events`` runs compiled (engine/fleet_loop.py ``fleet_run``): an open
         loop of compiled engines, one a replica, behind least-tokens or least-requests (exact or
         sampled, no replica drained), nothing else on the clock, no decisions recorded."""
         from servesim.engine.router import LeastRequests, LeastTokens
@@ -571,10 +571,11 @@ class Fleet:
                 and not self._rekey and not self._retry and self.loads._kernels())
 
     def _run_compiled(self) -> None:
-        """``_run_events`` as one kernel (engine/load_kernels.py ``fleet_run``): the same steps
+        """``_run_events`` as one kernel (engine/fleet_loop.py ``fleet_run``): the same steps
         in the same order; it returns to Python only where Python must act (drain an engine's
         buffers, raise its error, draw for a sampling router, take a request in at an ended
         engine, shut the inbox, the warm-up request, progress and Ctrl-C every 8,192 calls)."""
+        from servesim.engine import fleet_loop as FL
         from servesim.engine import load_kernels as LK
         from servesim.engine.router import LeastTokens
 
@@ -584,12 +585,12 @@ class Fleet:
         done = np.zeros(n_eng, dtype=np.uint8)
         eh = np.arange(n_eng, dtype=np.int64)  # (every key 0: ordered by engine)
         ehpos = np.arange(n_eng, dtype=np.int64)
-        ints = np.zeros(LK.N_INTS, dtype=np.int64)
-        ints[LK.I_EH] = n_eng
-        ints[LK.I_PTR] = router.ptr
-        ints[LK.I_WARMUP] = self.warmup_id
-        ints[LK.I_D] = router.sample
-        ints[LK.I_KIND] = LK.TOK if type(router) is LeastTokens else LK.REQ
+        ints = np.zeros(FL.N_INTS, dtype=np.int64)
+        ints[FL.I_EH] = n_eng
+        ints[FL.I_PTR] = router.ptr
+        ints[FL.I_WARMUP] = self.warmup_id
+        ints[FL.I_D] = router.sample
+        ints[FL.I_KIND] = LK.TOK if type(router) is LeastTokens else LK.REQ
         fl = np.zeros(2)
         due = np.zeros(max(self.table.n, 1), dtype=np.int64)
         rids = np.zeros(1 << 16, dtype=np.int64)
@@ -597,19 +598,19 @@ class Fleet:
         # a sampling router's draws: the rest of its block, then blocks drawn as Router._draw does
         blocks = [(-router._di, router._draws)] if router.sample else []
         draws = np.array(router._draws[router._di:] if router.sample else [], dtype=np.int64)
-        ints[LK.I_DRAW_N] = len(draws)
+        ints[FL.I_DRAW_N] = len(draws)
         ref = loads._ref
         first = np.array([m[0] for m in self.replicas], dtype=np.int64)
         arrival = self.table.arrival
         T = inbox.next()
         if T == INF and inbox.exhausted():
-            LK.fleet_shut(ref, key, done, eh, ehpos, ints)
+            FL.fleet_shut(ref, key, done, eh, ehpos, ints)
             self._is_shut = True
         fl[0] = T
         run = self._loop_entry or self._fleet_run_entry()
 
         def note_routed() -> None:  # (Engine.route_in's Python half, for the requests routed since)
-            m = int(ints[LK.I_RIDS])
+            m = int(ints[FL.I_RIDS])
             if not m:
                 return
             ids = rids[:m]
@@ -621,14 +622,14 @@ class Fleet:
                 eng = engines[int(es[part[0]])]
                 eng.routed += len(part)
                 eng.recorder.note_arrivals(arrival[ids[part]])
-            ints[LK.I_RIDS] = 0
+            ints[FL.I_RIDS] = 0
 
         def sync_router() -> None:
-            router.ptr = int(ints[LK.I_PTR])
-            router.sampled += int(ints[LK.I_SAMPLED])
-            ints[LK.I_SAMPLED] = 0
+            router.ptr = int(ints[FL.I_PTR])
+            router.sampled += int(ints[FL.I_SAMPLED])
+            ints[FL.I_SAMPLED] = 0
             if router.sample:
-                p = int(ints[LK.I_DRAW_I])
+                p = int(ints[FL.I_DRAW_I])
                 for start, blk in reversed(blocks):
                     if start <= p:
                         router._draws, router._di = blk, p - start
@@ -640,42 +641,42 @@ class Fleet:
             why = run(ref, inbox.cfg, inbox.kst, key, done, eh, ehpos, ints, fl, due, draws, rids, late,
                       self.replica_of)
             note_routed()
-            if why == LK.X_DONE:
+            if why == FL.X_DONE:
                 break
-            if why == LK.X_ENGINE:
-                eng = engines[int(ints[LK.I_E])]
+            if why == FL.X_ENGINE:
+                eng = engines[int(ints[FL.I_E])]
                 eng._drain()
-                if ints[LK.I_CODE] == K.ERROR:
+                if ints[FL.I_CODE] == K.ERROR:
                     sync_router()
                     eng.raise_error()
-            elif why == LK.X_DRAWS:
-                p, n = int(ints[LK.I_DRAW_I]), int(ints[LK.I_DRAW_N])
+            elif why == FL.X_DRAWS:
+                p, n = int(ints[FL.I_DRAW_I]), int(ints[FL.I_DRAW_N])
                 new = router._rng.integers(0, router.n, router._block).tolist()
                 blocks = [(start - p, blk) for start, blk in blocks if start - p + len(blk) >= 0] + [(n - p, new)]
                 draws = np.concatenate([draws[p:n], np.array(new, dtype=np.int64)])
-                ints[LK.I_DRAW_I], ints[LK.I_DRAW_N] = 0, len(draws)
-            elif why == LK.X_LATE:
-                m = int(ints[LK.I_LATE])
-                ints[LK.I_LATE] = 0
+                ints[FL.I_DRAW_I], ints[FL.I_DRAW_N] = 0, len(draws)
+            elif why == FL.X_LATE:
+                m = int(ints[FL.I_LATE])
+                ints[FL.I_LATE] = 0
                 self._t = float(fl[1])
                 for e in sorted(late[:m].tolist()):
                     self._take_in(e, float(fl[1]))
-            elif why == LK.X_NOARRIVAL:
+            elif why == FL.X_NOARRIVAL:
                 if inbox.exhausted():
-                    LK.fleet_shut(ref, key, done, eh, ehpos, ints)
+                    FL.fleet_shut(ref, key, done, eh, ehpos, ints)
                     self._is_shut = True
-            elif why == LK.X_WARMUP:
+            elif why == FL.X_WARMUP:
                 w = self.warmup_id
                 mine = engines[int(first[self.replica_of[w]])]
                 for other in engines:
                     if other is not mine:
                         other.s.set_f("itl_from", float(self.table.arrival[w]))
-            elif why == LK.X_STALL:
+            elif why == FL.X_STALL:
                 raise RuntimeError("fleet stalled: no engine has anything to do and no request is left to "
                                    "route, yet the run has not ended (a bug)")
-            elif why == LK.X_CALLS and self.progress is not None:
+            elif why == FL.X_CALLS and self.progress is not None:
                 self.progress(sum(x.s.get_i("ended") for x in engines))
-            if why != LK.X_RIDS and self._interrupt_now():
+            if why != FL.X_RIDS and self._interrupt_now():
                 sync_router()
                 return
         sync_router()

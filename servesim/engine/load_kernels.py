@@ -1,6 +1,11 @@
 """Kernels of a fleet's incrementally kept loads (engine/load_index.py): the min segment tree,
 and the re-read of the replicas whose load may have changed, in one compiled call.
 
+This module is the load index only: what a load-reading router asks (the least-loaded replica,
+one replica's load) and how the answer is kept current. The routed loop that drives it, compiled
+(engine/fleet_loop.py), is a client of it as engine/router.py is, and lives apart so that each
+can be read, and changed, without the other.
+
 Before, the re-read was a Python loop (one kernel call per engine read, ~65 us a replica with
 its bookkeeping) and took ~40 % of a 1,024-replica least-tokens run (benchmarks/RESULTS.md).
 Here the fleet's load state is one StructRef (:data:`LoadsRef`: one pointer per call, as the
@@ -23,13 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from servesim.engine.iheap import iheap_set
-from servesim.engine.inbox import (
-    INFLIGHT_RUN,
-    due_arrivals,
-    next_arrival,
-    outstanding_work,
-)
-from servesim.engine.kernel import DONE, ERROR, FLUSH, UNTIL, advance_ref, route_in_ref
+from servesim.engine.inbox import INFLIGHT_RUN, outstanding_work
 from servesim.jit import bisect_right, kernel, struct_ref
 
 BIG = np.iinfo(np.int64).max  # an empty leaf
@@ -113,14 +112,19 @@ def _mark(ref, kind, r):
         ref.mark[kind, r] = 1
 
 
+@kernel(inline=True)
+def mark_replica(ref, r):
+    """Replica ``r`` was touched (advanced, routed to, restarted): re-read at the next read of
+    either kind."""
+    _mark(ref, TOK, r)
+    _mark(ref, REQ, r)
+
+
 @kernel
 def mark_touched(ref, touched):
-    """The replicas of engines ``touched`` (advanced, routed to, restarted) are re-read at the
-    next read of either kind."""
+    """The replicas of engines ``touched`` are re-read at the next read of either kind."""
     for j in range(touched.shape[0]):
-        r = ref.rep_of[touched[j]]
-        _mark(ref, TOK, r)
-        _mark(ref, REQ, r)
+        mark_replica(ref, ref.rep_of[touched[j]])
 
 
 @kernel
@@ -221,169 +225,3 @@ def refresh_tokens(ref, touched, t):
 def refresh_requests(ref, touched):
     mark_touched(ref, touched)
     reread_requests(ref)
-
-
-# ------------------------------------------------------------------ the routed loop, compiled
-# engine/cluster.py ``Fleet._run_events`` for an open loop behind least-tokens or least-requests
-# (exact or sampled), one engine a replica, nothing else on the clock: the same steps in the
-# same order, with a return to Python only where Python must act (``X_*`` below). Its state
-# lives in arrays the fleet keeps between calls: ``key`` (each engine's next event), ``done``,
-# the engines' indexed heap ``eh``/``ehpos`` ordered by (key, engine) as the Python loop's
-# heapq of (key, engine) tuples, ``ints`` (the counters named below), ``fl`` (the next arrival
-# T, and the instant of the batch being routed), ``due`` (that batch), ``draws`` (a sampling
-# router's draws, refilled by Python from the run's router stream), ``rids`` (requests routed
-# since the last return: Python notes their arrivals at their engines) and ``late`` (ended
-# engines that were routed a request: Python takes it in).
-X_DONE, X_ENGINE, X_DRAWS, X_LATE, X_NOARRIVAL, X_WARMUP, X_CALLS, X_RIDS, X_STALL = 0, 1, 2, 3, 4, 5, 6, 7, 8
-(I_EH, I_DONE, I_PTR, I_DRAW_I, I_DRAW_N, I_CALLS, I_RIDS, I_DUE_I, I_DUE_N, I_LATE, I_E, I_CODE, I_SAMPLED,
- I_SHUT, I_WARMUP, I_D, I_KIND, I_PHASE) = range(18)
-N_INTS = 18
-ROUTING, ROUTED = 1, 2  # ints[I_PHASE]: a batch of arrivals being routed; routed (what follows it)
-CALLS_EVERY = 8192  # engine calls between returns (the progress callback, a held Ctrl-C)
-
-
-@kernel
-def eh_set(key, eh, ehpos, ints, e, k):
-    """Engine ``e``'s next event is ``k`` (inf: it has ended): its heap entry moved, made or
-    removed."""
-    ints[I_EH] = iheap_set(key, eh, ehpos, ints[I_EH], e, k)
-
-
-@kernel
-def fleet_shut(ref, key, done, eh, ehpos, ints):
-    """``Fleet._shut``: the inbox is exhausted; engines may end once drained, idle ones are
-    woken (keyed now) to see it."""
-    for i in range(key.shape[0]):
-        if done[i]:
-            continue
-        s = ref.refs[i].state.s
-        s.inbox_shut = 1
-        if s.inflight == 0:
-            k = s.now
-            if k != key[i]:
-                eh_set(key, eh, ehpos, ints, i, k)
-    ints[I_SHUT] = 1
-
-
-@kernel(inline=True)
-def _choose(ref, ints, draws, t):
-    """The router's replica for an arrival at ``t`` (``Router.least_of``)."""
-    d = ints[I_D]
-    if d > 0:  # power of d choices: the least loaded of d drawn, ties to the first drawn
-        best = -1
-        low = np.int64(0)
-        for _ in range(d):
-            r = draws[ints[I_DRAW_I]]
-            ints[I_DRAW_I] += 1
-            v = replica_tokens(ref, r, t) if ints[I_KIND] == TOK else replica_requests(ref, r)
-            if best < 0 or v < low:
-                best = r
-                low = v
-        ints[I_SAMPLED] += 1
-        return best
-    if ints[I_KIND] == TOK:
-        reread_tokens(ref, t)
-        tree = ref.tok
-    else:
-        reread_requests(ref)
-        tree = ref.req
-    n = ref.first.shape[0] - 1
-    best = tree_least_from(tree, ref.size, n, ints[I_PTR])
-    ints[I_PTR] = best + 1 if best + 1 < n else 0
-    return best
-
-
-@kernel
-def fleet_run(ref, icfg, ist, key, done, eh, ehpos, ints, fl, due, draws, rids, late, replica_of):
-    """Run the fleet's loop until Python must act; returns why (``X_*``)."""
-    n_eng = key.shape[0]
-    refs = ref.refs
-    while True:
-        if ints[I_PHASE] == ROUTING:  # the batch of arrivals at fl[1], in (time, id) order
-            t = fl[1]
-            while ints[I_DUE_I] < ints[I_DUE_N]:
-                if ints[I_D] > 0 and ints[I_DRAW_N] - ints[I_DRAW_I] < ints[I_D]:
-                    return X_DRAWS
-                if ints[I_RIDS] >= rids.shape[0]:
-                    return X_RIDS
-                rid = due[ints[I_DUE_I]]
-                ints[I_DUE_I] += 1
-                r = _choose(ref, ints, draws, t)
-                e = ref.first[r]
-                x = refs[e]
-                route_in_ref(x, rid)
-                ref.routed[e] += 1
-                _mark(ref, TOK, r)
-                _mark(ref, REQ, r)
-                replica_of[rid] = r
-                rids[ints[I_RIDS]] = rid
-                ints[I_RIDS] += 1
-                s = x.state.s
-                if s.inflight:
-                    k = s.t_end  # (route_in may have cut its decode run)
-                elif s.idle:
-                    k = key[e] if key[e] < t else t  # it wakes up for this arrival, if not earlier
-                else:
-                    k = key[e]  # a boundary it has yet to plan
-                if done[e]:
-                    seen = False
-                    for j in range(ints[I_LATE]):
-                        seen = seen or late[j] == e
-                    if not seen:
-                        late[ints[I_LATE]] = e
-                        ints[I_LATE] += 1
-                elif k != key[e]:
-                    eh_set(key, eh, ehpos, ints, e, k)
-                if rid == ints[I_WARMUP]:
-                    return X_WARMUP
-            fl[0] = next_arrival(icfg, ist)
-            ints[I_PHASE] = ROUTED
-        if ints[I_PHASE] == ROUTED:
-            if ints[I_LATE] > 0:  # (Python takes them in, in engine order, and clears the count)
-                return X_LATE
-            ints[I_PHASE] = 0
-            if ints[I_SHUT] == 0 and fl[0] == np.inf:
-                return X_NOARRIVAL
-            continue
-        if ints[I_DONE] >= n_eng:
-            return X_DONE
-        T = fl[0]
-        k_min = key[eh[0]] if ints[I_EH] > 0 else np.inf
-        if T <= k_min and T < np.inf:
-            batch = due_arrivals(icfg, ist, T)
-            m = batch.shape[0]
-            due[:m] = batch
-            ints[I_DUE_I] = 0
-            ints[I_DUE_N] = m
-            ints[I_PHASE] = ROUTING
-            fl[1] = T
-            continue
-        if k_min == np.inf:
-            return X_STALL
-        e = eh[0]
-        bound = np.nextafter(T, -np.inf) if T < np.inf else np.inf  # arrivals at T are routed first
-        x = refs[e]
-        code = advance_ref(x, bound)
-        r = ref.rep_of[e]
-        _mark(ref, TOK, r)
-        _mark(ref, REQ, r)
-        if code == DONE:
-            done[e] = 1
-            ints[I_DONE] += 1
-            eh_set(key, eh, ehpos, ints, e, np.inf)
-            continue
-        s = x.state.s
-        if s.inflight:
-            k = s.t_end
-        elif code == UNTIL:
-            k = s.wake
-        else:
-            k = s.now
-        eh_set(key, eh, ehpos, ints, e, k)
-        ints[I_CALLS] += 1
-        if code == FLUSH or code == ERROR:
-            ints[I_E] = e
-            ints[I_CODE] = code
-            return X_ENGINE
-        if ints[I_CALLS] % CALLS_EVERY == 0:
-            return X_CALLS
