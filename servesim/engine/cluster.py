@@ -49,8 +49,9 @@ Cost: one kernel call per engine event (an iteration, a decode run, a wake-up) p
 reads: the load-reading routers read loads kept incrementally (engine/load_index.py: only the
 replicas touched since the last read are read again; ``scan = True`` reads every replica, as
 before), so a routing costs O(log N) (benchmarks/fleet.py, benchmarks/RESULTS.md). For an open
-loop behind least-tokens or least-requests the whole loop is one kernel (``_run_compiled``,
-engine/fleet_loop.py ``fleet_run``): the same steps, without a return to Python per event.
+loop behind least-tokens or least-requests the whole loop is one kernel (``_run_compiled`` in
+engine/fleet_compiled.py, engine/fleet_loop.py ``fleet_run``): the same steps, without a return
+to Python per event. Replica failures (``fail_replica``) are in engine/fleet_faults.py.
 """
 
 from __future__ import annotations
@@ -63,7 +64,9 @@ import numpy as np
 
 from servesim.engine import kernel as K
 from servesim.engine.driver import SCALAR_INDEX, Engine, HeldInterrupt, entry_point
+from servesim.engine.fleet_compiled import CompiledLoop
 from servesim.engine.fleet_engine import FleetInbox
+from servesim.engine.fleet_faults import ReplicaFaults
 from servesim.engine.load_index import FleetLoads, StaticLoads
 from servesim.engine.router import LoadView, Router
 from servesim.request import PENDING
@@ -71,8 +74,10 @@ from servesim.request import PENDING
 INF = float("inf")
 
 
-class Fleet:
-    """Engines, the replicas they form, the router, the inbox; ``run()`` simulates.
+class Fleet(CompiledLoop, ReplicaFaults):
+    """Engines, the replicas they form, the router, the inbox; ``run()`` simulates. The compiled
+    loop's driver (engine/fleet_compiled.py) and replica failures (engine/fleet_faults.py) are
+    parts of it written apart.
 
     ``scalars``: every engine's scalar record in one array (compiled engines), so the router's
     loads are read in one vectorized step; engines of a replica are consecutive."""
@@ -122,13 +127,6 @@ class Fleet:
         if type(router) in (LeastTokens, LeastRequests) and self._vector is not None and self.loads._kernels():
             self._loop_entry = self._fleet_run_entry()  # (loads the cached kernel at build, as the engines')
 
-    def _fleet_run_entry(self):
-        from servesim.engine import fleet_loop as FL
-
-        f8, i8 = np.zeros(1), np.zeros(1, dtype=np.int64)
-        return entry_point(FL.fleet_run, self.loads._ref, self.inbox.cfg, self.inbox.kst, f8, np.zeros(1, dtype=np.uint8),
-                           i8, i8, i8, f8, i8, i8, i8, i8, self.replica_of)
-
     # -- what the router sees ---------------------------------------------------------------
     def _per_replica(self, x: np.ndarray) -> np.ndarray:
         return x if len(x) == len(self._starts) else np.add.reduceat(x, self._starts)
@@ -154,86 +152,6 @@ class Fleet:
         if self.scan:
             return None
         return self.loads.requests() if kind == "requests" else self.loads.tokens(self._t)
-
-    def fail_replica(self, r: int, t: float, retry: bool) -> tuple[int, int]:
-        """Replica ``r`` fails at ``t`` (the loop is paused there): every engine of it restarts
-        empty -- its queues, running batch, the iterations under way and its KV cache (prefix
-        cache included) are lost. The requests it held (routed there, not ended) are sent again
-        through the router when the loop resumes (``retry``: they start over, their latencies
-        still counted from their first arrival) or end rejected (``replica_failed``; a closed
-        loop's client then sends its next one). Returns (lost, retried)."""
-        from servesim.request import FINISHED, PENDING, REJECTED, Reject
-        from servesim.sched.state import new_scalars
-
-        table = self.table
-        for e in self.replicas[r]:
-            old = self.engines[e]
-            if self.closed:
-                self._send_successors(old)  # (what it ended before the failure)
-            old.finish()
-            if getattr(old.kv, "prefix_caching", False):
-                self.retired_kv.append(_Retired(old.kv))
-            if self._scalars is not None:
-                self._scalars[e] = new_scalars()[0]
-            new = self.factories[e](old.recorder)
-            new.s.set_f("now", max(t, old.s.get_f("now")))
-            new.s.set_f("itl_from", old.s.get_f("itl_from"))
-            new.recorder.itl_from = old.recorder.itl_from
-            if self._is_shut:
-                new.s.set_i("inbox_shut", 1)
-            self.engines[e] = new
-            if self._vector is not None:
-                self._refs[e] = new._ref
-            self.routed[e] = 0
-            self.loads.touch(e)
-            self._rekey.append(e)
-        st = table.status
-        held = np.flatnonzero((self.replica_of == r) & (st != FINISHED) & (st != REJECTED))
-        if retry:
-            for rid in held.tolist():
-                self.first_arrival.setdefault(rid, float(table.arrival[rid]))
-            table.arrival[held] = t  # (restored after the run: restore_arrivals)
-            st[held] = PENDING
-            table.computed[held] = 0
-            table.num_output[held] = 0
-            for col in (table.t_first_sched, table.t_first_token, table.t_last_token):
-                col[held] = np.nan
-            self._retry.extend(held.tolist())
-            return 0, len(held)
-        st[held] = REJECTED
-        table.reject_reason[held] = Reject.REPLICA_FAILED
-        table.t_finish[held] = t
-        if self.closed:
-            for rid in held.tolist():
-                self.inbox.ended(rid, t + self.delay_out + self.delay_in)
-        return len(held), 0
-
-    def restore_arrivals(self) -> None:
-        """Retried requests' arrival times back to their first (latencies count from there)."""
-        for rid, t in self.first_arrival.items():
-            self.table.arrival[rid] = t
-
-    def _resume_faults(self, t: float, key: list, heap: list, done: list) -> int:
-        """After a pause in which replicas failed: key their restarted engines and route the
-        requests to retry (at ``t``). Returns how many ended engines run again."""
-        woke = 0
-        for e in self._rekey:
-            if done[e]:
-                done[e] = False
-                woke += 1
-            key[e] = self.engines[e].s.get_f("now")
-            heapq.heappush(heap, (key[e], e))
-        self._rekey.clear()
-        retry, self._retry = self._retry, []
-        self._t = t
-        for rid in retry:
-            e = self._route(rid, t, key, heap)
-            if done[e]:
-                done[e] = False
-                woke += 1
-                key[e] = max(t, self.engines[e].s.get_f("now"))
-                heapq.heappush(heap, (key[e], e))
-        return woke
 
     def stale_loads(self) -> None:
         """The router reads the loads of the last :meth:`refresh_loads` (``cluster.router_refresh_s``),
@@ -557,138 +475,6 @@ class Fleet:
             self._route_due(T, key, heap, done)
             T = inbox.next()
 
-    compiled_loop = True  # False: the Python loop even where the compiled one applies (tests compare them)
-
-    def _loop_compiles(self) -> bool:
-        """Whether ``_run_events`` runs compiled (engine/fleet_loop.py ``fleet_run``): an open
-        loop of compiled engines, one a replica, behind least-tokens or least-requests (exact or
-        sampled, no replica drained), nothing else on the clock, no decisions recorded."""
-        from servesim.engine.router import LeastRequests, LeastTokens
-
-        return (self.compiled_loop and not self.dynamic and not self.closed and not self.coupled
-                and not self.scan and self.decisions is None and type(self.router) in (LeastTokens, LeastRequests)
-                and self.router.active is None and len(self.engines) == len(self.replicas)
-                and not self._rekey and not self._retry and self.loads._kernels())
-
-    def _run_compiled(self) -> None:
-        """``_run_events`` as one kernel (engine/fleet_loop.py ``fleet_run``): the same steps
-        in the same order; it returns to Python only where Python must act (drain an engine's
-        buffers, raise its error, draw for a sampling router, take a request in at an ended
-        engine, shut the inbox, the warm-up request, progress and Ctrl-C every 8,192 calls)."""
-        from servesim.engine import fleet_loop as FL
-        from servesim.engine import load_kernels as LK
-        from servesim.engine.router import LeastTokens
-
-        engines, inbox, loads, router = self.engines, self.inbox, self.loads, self.router
-        n_eng = len(engines)
-        key = np.zeros(n_eng)
-        done = np.zeros(n_eng, dtype=np.uint8)
-        eh = np.arange(n_eng, dtype=np.int64)  # (every key 0: ordered by engine)
-        ehpos = np.arange(n_eng, dtype=np.int64)
-        ints = np.zeros(FL.N_INTS, dtype=np.int64)
-        ints[FL.I_EH] = n_eng
-        ints[FL.I_PTR] = router.ptr
-        ints[FL.I_WARMUP] = self.warmup_id
-        ints[FL.I_D] = router.sample
-        ints[FL.I_KIND] = LK.TOK if type(router) is LeastTokens else LK.REQ
-        fl = np.zeros(2)
-        due = np.zeros(max(self.table.n, 1), dtype=np.int64)
-        rids = np.zeros(1 << 16, dtype=np.int64)
-        late = np.zeros(n_eng, dtype=np.int64)
-        # a sampling router's draws: the rest of its block, then blocks drawn as Router._draw does
-        blocks = [(-router._di, router._draws)] if router.sample else []
-        draws = np.array(router._draws[router._di:] if router.sample else [], dtype=np.int64)
-        ints[FL.I_DRAW_N] = len(draws)
-        ref = loads._ref
-        first = np.array([m[0] for m in self.replicas], dtype=np.int64)
-        arrival = self.table.arrival
-        T = inbox.next()
-        if T == INF and inbox.exhausted():
-            FL.fleet_shut(ref, key, done, eh, ehpos, ints)
-            self._is_shut = True
-        fl[0] = T
-        run = self._loop_entry or self._fleet_run_entry()
-
-        def note_routed() -> None:  # (Engine.route_in's Python half, for the requests routed since)
-            m = int(ints[FL.I_RIDS])
-            if not m:
-                return
-            ids = rids[:m]
-            es = first[self.replica_of[ids]]
-            order = np.argsort(es, kind="stable")
-            es, ids = es[order], ids[order]
-            cut = np.flatnonzero(np.diff(es)) + 1
-            for part in np.split(np.arange(m), cut):
-                eng = engines[int(es[part[0]])]
-                eng.routed += len(part)
-                eng.recorder.note_arrivals(arrival[ids[part]])
-            ints[FL.I_RIDS] = 0
-
-        def sync_router() -> None:
-            router.ptr = int(ints[FL.I_PTR])
-            router.sampled += int(ints[FL.I_SAMPLED])
-            ints[FL.I_SAMPLED] = 0
-            if router.sample:
-                p = int(ints[FL.I_DRAW_I])
-                for start, blk in reversed(blocks):
-                    if start <= p:
-                        router._draws, router._di = blk, p - start
-                        break
-
-        while True:
-            if loads.touched:  # (engines Python touched: _take_in)
-                LK.mark_touched(ref, loads._touched())
-            why = run(ref, inbox.cfg, inbox.kst, key, done, eh, ehpos, ints, fl, due, draws, rids, late,
-                      self.replica_of)
-            note_routed()
-            if why == FL.X_DONE:
-                break
-            if why == FL.X_ENGINE:
-                eng = engines[int(ints[FL.I_E])]
-                eng._drain()
-                if ints[FL.I_CODE] == K.ERROR:
-                    sync_router()
-                    eng.raise_error()
-            elif why == FL.X_DRAWS:
-                p, n = int(ints[FL.I_DRAW_I]), int(ints[FL.I_DRAW_N])
-                new = router._rng.integers(0, router.n, router._block).tolist()
-                blocks = [(start - p, blk) for start, blk in blocks if start - p + len(blk) >= 0] + [(n - p, new)]
-                draws = np.concatenate([draws[p:n], np.array(new, dtype=np.int64)])
-                ints[FL.I_DRAW_I], ints[FL.I_DRAW_N] = 0, len(draws)
-            elif why == FL.X_LATE:
-                m = int(ints[FL.I_LATE])
-                ints[FL.I_LATE] = 0
-                self._t = float(fl[1])
-                for e in sorted(late[:m].tolist()):
-                    self._take_in(e, float(fl[1]))
-            elif why == FL.X_NOARRIVAL:
-                if inbox.exhausted():
-                    FL.fleet_shut(ref, key, done, eh, ehpos, ints)
-                    self._is_shut = True
-            elif why == FL.X_WARMUP:
-                w = self.warmup_id
-                mine = engines[int(first[self.replica_of[w]])]
-                for other in engines:
-                    if other is not mine:
-                        other.s.set_f("itl_from", float(self.table.arrival[w]))
-            elif why == FL.X_STALL:
-                raise RuntimeError("fleet stalled: no engine has anything to do and no request is left to "
-                                   "route, yet the run has not ended (a bug)")
-            elif why == FL.X_CALLS and self.progress is not None:
-                self.progress(sum(x.s.get_i("ended") for x in engines))
-            if why != FL.X_RIDS and self._interrupt_now():
-                sync_router()
-                return
-        sync_router()
-        # every engine has ended its run (a duration stop): what arrives by the fleet's final
-        # instant is in the system when the run ends, as in ``_run_events``
-        keys, heap, dones = key.tolist(), [], [True] * n_eng
-        end = self.now
-        T = float(fl[0])
-        while T <= end:
-            self._route_due(T, keys, heap, dones)
-            T = inbox.next()
-
     def _horizon(self) -> float:
         return self._env.peek() if self._env is not None else INF
 
@@ -709,16 +495,3 @@ class Fleet:
                 self._env = None
         yield env.timeout(max(0.0, self.now - env.now))
 
-
-class _Retired:
-    """A failed engine's prefix-cache manager, for the summary: its counters (lookups, hits,
-    evictions) count toward the run's; the blocks it cached were lost with it."""
-
-    def __init__(self, kv):
-        self._kv = kv
-
-    def __getattr__(self, name):
-        return getattr(self._kv, name)
-
-    def cached_blocks(self) -> int:
-        return 0
