@@ -31,9 +31,16 @@ def test_every_row_is_a_valid_scenario(row):
     sc = scenario_of(row, DATA["sources"][row["source"]])
     assert sc.hardware.gpu == row["setup"]["gpu"] and sc.model_shape.name == row["setup"]["model"]
     assert sc.engine.max_num_seqs == row["setup"]["batch"]
-    assert sc.workload.arrival.clients == row["setup"]["batch"]
     rounds = int(DATA["sources"][row["source"]].get("rounds", 1))
     assert sc.stop.requests == row["setup"].get("requests", row["setup"]["batch"] * rounds)
+    rate = row["setup"].get("rate")
+    if rate is None:  # `batch` clients back to back
+        assert sc.workload.arrival.clients == row["setup"]["batch"]
+    elif str(rate) == "inf":  # every request at time 0
+        assert sc.workload.arrival.process == "closed" and sc.workload.arrival.clients == sc.stop.requests
+    else:
+        assert sc.workload.arrival.process == "poisson" and sc.workload.arrival.rate == float(rate)
+    assert sc.model_shape.quantization == row["setup"].get("quantization", "none")
     for key, value in (row.get("set") or {}).items():  # the row's own settings reach the engine
         assert getattr(sc.engine, key.split(".", 1)[1]) == value, (row["id"], key)
 
@@ -71,3 +78,29 @@ def test_a_miss_without_a_why_is_named_not_hidden():
     assert [x.row for x in unexplained(bad)] == ["c"]
     text = table(bad, DATA)
     assert "NOT explained (no why in rows.yaml): c output tok/s." in text and "every value off" not in text
+
+
+def test_an_online_source_keeps_the_request_path_and_an_offline_one_drops_it():
+    """A serving benchmark's client goes through the engine's server (the preset's api_* times
+    stay); an offline one does not (they are zeroed). The quantization reaches the model."""
+    row = {"id": "t", "source": "s", "setup": {"gpu": "h200", "model": "llama-3.1-8b", "quantization": "fp8",
+                                               "batch": 64, "prompt": 100, "output": 10, "requests": 20, "rate": 4},
+           "set": {"engine.max_model_len": 4096}}
+    online = scenario_of(row, {"engine": "tensorrt-llm", "online": True})
+    offline = scenario_of(row, {"engine": "tensorrt-llm"})
+    assert online.engine.api_request_s > 0 and online.engine.api_token_s > 0
+    assert offline.engine.api_request_s == 0 and offline.engine.api_token_s == 0
+    assert online.model_shape.quantization == "fp8" and online.workload.arrival.rate == 4.0
+
+
+def test_the_modern_rows_run_on_the_step_models_their_sources_name():
+    """The H200 serving row runs on the measured bf16 pack and scores the mean ITL; the FP8 row on
+    the derived FP8 pack, and on the H100 that pack transferred (trtllm-v10-fp8's 'where')."""
+    ids = ("trt14s-h200-p467-o16-q2", "trt10-h200-p2048-o128", "trt10-h100-p2048-o128")
+    scored = replay([r for r in DATA["rows"] if r["id"] in ids], DATA)
+    by = {(x.row, x.metric): x for x in scored}
+    assert set(by) == {(ids[0], "ttft_mean_s"), (ids[0], "itl_mean_s"), (ids[1], "out_tok_s"), (ids[2], "out_tok_s")}
+    assert all(math.isfinite(x.simulated) and x.simulated > 0 for x in scored)
+    assert by[ids[0], "itl_mean_s"].step_model == "pack h200/llama-3.1-8b"
+    assert by[ids[1], "out_tok_s"].step_model.startswith("pack h200/llama-3.1-8b-fp8 (derived from")
+    assert by[ids[2], "out_tok_s"].step_model.startswith("pack transferred from h200/llama-3.1-8b-fp8")

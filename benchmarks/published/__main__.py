@@ -4,7 +4,10 @@ print the error table and write it into benchmarks/RESULTS.md (section "publishe
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import sys
+import time
 
 from benchmarks.published.replay import load_rows, replay, table, write_results
 
@@ -23,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         rows = [r for r in rows if r["id"] in args.only]
     section = table(replay(rows, data), data)
+    # when and where: the replay is deterministic (seed 1), the line says what produced this copy
+    section += (f"\nReplayed {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC on {platform.machine()} "
+                f"({os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}): `python -m benchmarks.published`.\n")
     print(section)
     if not args.only and not args.no_write:
         write_results(section)

@@ -3,7 +3,8 @@
 A row is one published configuration (GPU, model, engine, batch, prompt and output lengths) with
 the numbers its source printed; each number is one scored value. The scenario of a row is its
 source's engine preset (``scenarios/engines/<engine>.yaml``) with the row's setup over it (see the
-header of rows.yaml). Nothing is fitted: the errors are reported as they come out.
+header of rows.yaml): closed-loop clients for an offline benchmark, Poisson arrivals (or all at
+once) for a serving benchmark's request rate. Nothing is fitted: the errors are reported as they come out.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ METRICS = {
     "out_tok_s": ("output tok/s", lambda s: s["throughput"]["output_tok_per_s"]),
     "ttft_mean_s": ("TTFT mean (s)", lambda s: s["latency_s"]["ttft"]["mean"]),
     "itl_p50_s": ("ITL P50 (s)", lambda s: s["latency_s"]["itl"]["p50"]),
+    "itl_mean_s": ("ITL mean (s)", lambda s: s["latency_s"]["itl"]["mean"]),
     "e2e_mean_s": ("E2E mean (s)", lambda s: s["latency_s"]["e2e"]["mean"]),
 }
 
@@ -74,11 +76,20 @@ def scenario_of(row: dict, source: dict):
     # through an engine that holds at most `batch` of them) instead of batch x rounds
     n_requests = int(s.get("requests", s["batch"] * rounds))
     preset = REPO / "scenarios" / "engines" / f"{source['engine']}.yaml"
+    # a weight format other than the checkpoint's (e.g. fp8): the model as a mapping, so that the
+    # step model is the pack of that precision (or says why none fits)
+    model = f"{{name: {s['model']}, quantization: {s['quantization']}}}" if s.get("quantization") else s["model"]
+    if "rate" not in s:  # `batch` clients back to back, all sending at time 0
+        arrival = f"{{process: closed, clients: {s['batch']}, think_s: 0}}"
+    elif str(s["rate"]) == "inf":  # a serving benchmark's infinite rate: every request at time 0
+        arrival = f"{{process: closed, clients: {n_requests}, think_s: 0}}"
+    else:  # a serving benchmark's request rate: Poisson arrivals (the engine's cap is `batch`)
+        arrival = f"{{process: poisson, rate: {float(s['rate'])}}}"
     over = [
-        f"name=published-{row['id']}", "seed=1", f"hardware.gpu={s['gpu']}", f"model={s['model']}",
+        f"name=published-{row['id']}", "seed=1", f"hardware.gpu={s['gpu']}", f"model={model}",
         "hardware.gpus_per_replica=1", "step_time={model: auto}",
         f"stop={{requests: {n_requests}, warmup_requests: 0}}",
-        f"workload={{arrival: {{process: closed, clients: {s['batch']}, think_s: 0}}, "
+        f"workload={{arrival: {arrival}, "
         f"prompt: {{dist: fixed, value: {s['prompt']}}}, output: {{dist: fixed, value: {s['output']}}}}}",
         f"engine.max_num_seqs={s['batch']}",
     ]
@@ -88,10 +99,13 @@ def scenario_of(row: dict, source: dict):
     # and the row's own (e.g. an engine limit its benchmark tool derived from the row's lengths)
     over += [f"{k}={v}" for k, v in (row.get("set") or {}).items()]
     sc = servesim.load_scenario(str(preset), over)
-    extra = {}  # offline benchmarks (no HTTP server): no request-path time, where the engine models one
-    for field in ("api_request_s", "api_token_s"):
-        if hasattr(sc.engine, field):
-            extra[f"engine.{field}"] = 0.0
+    extra = {}
+    # offline benchmarks (no HTTP server): no request-path time, where the engine models one; an
+    # online source (a client against the engine's server) keeps the preset's
+    if not source.get("online"):
+        for field in ("api_request_s", "api_token_s"):
+            if hasattr(sc.engine, field):
+                extra[f"engine.{field}"] = 0.0
     if s.get("max_model_len"):
         extra["engine.max_model_len"] = s["max_model_len"]
     return sc.override(extra, source="published row") if extra else sc
