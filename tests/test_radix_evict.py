@@ -70,6 +70,26 @@ def test_sglang_evicts_whole_nodes_split_where_a_match_ended(split):
     kv.check()
 
 
+def test_sglang_evicts_a_parent_that_is_the_scans_next_block_once():
+    """Regression (2026-12-05, the free-queue invariant with chunked prefill and sessions): a
+    lookup moved A's root block right behind A's leaf in the cached queue; evicting the leaf's
+    segment went on to that parent, and the scan then resumed at the parent it had just evicted
+    and unlinked it a second time (free queue sizes disagreed)."""
+    chains = [[11, 12], [], [11, 99], [21], []]
+    table, off, hs = make_table([(2, 1), (2, 1), (2, 1), (1, 1), (3, 1)], chains)
+    kv = KernelPrefixKV(5, 1, table, off, hs, eviction="sglang", trace=True)
+    prefill(kv, table, 0)  # A: blocks 0 1 (11 12)
+    kv.free(0)  # cached, oldest access first: 0 1
+    assert kv.reuse_prefix(2, 1.0).tokens == 1  # C matches 11: cached 1 0, the node split after 11
+    prefill(kv, table, 3)  # B: block 2 (21)
+    kv.free(3)  # cached 1 0 2
+    prefill(kv, table, 1)  # Q holds the free pool (3, 4)
+    prefill(kv, table, 4)  # R needs 3, none free: evict(3) takes 12, then 11 (older than 21), then 21
+    assert kv.eviction_log == [12, 11, 21]
+    assert sorted(kv.block_table(4).tolist()) == [0, 1, 2]
+    kv.check()
+
+
 # ------------------------------------------------------------------------------- properties
 TREE = {1: -1, 2: 1, 3: 2, 4: 3, 5: 2, 6: 5, 7: -1, 8: 7, 9: 8, 10: 1}  # hash -> parent hash
 

@@ -113,6 +113,8 @@ def rx_evict(kv, n):
         nxt = qnext[b]
         cur = b
         while True:  # the segment, leaf first, then parents that are now the oldest leaf
+            if cur == nxt:  # a parent that was the scan's next block: the scan goes on after it
+                nxt = qnext[cur]
             _unlink(qnext, qprev, qends, qid, qsize, cur)
             send[cur] = False
             ev[got] = cur
