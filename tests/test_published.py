@@ -41,6 +41,7 @@ def test_every_row_is_a_valid_scenario(row):
     else:
         assert sc.workload.arrival.process == "poisson" and sc.workload.arrival.rate == float(rate)
     assert sc.model_shape.quantization == row["setup"].get("quantization", "none")
+    assert sc.tp == row["setup"].get("tp", 1)
     for key, value in (row.get("set") or {}).items():  # the row's own settings reach the engine
         assert getattr(sc.engine, key.split(".", 1)[1]) == value, (row["id"], key)
 

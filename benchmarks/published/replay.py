@@ -87,7 +87,7 @@ def scenario_of(row: dict, source: dict):
         arrival = f"{{process: poisson, rate: {float(s['rate'])}}}"
     over = [
         f"name=published-{row['id']}", "seed=1", f"hardware.gpu={s['gpu']}", f"model={model}",
-        "hardware.gpus_per_replica=1", "step_time={model: auto}",
+        f"hardware.gpus_per_replica={int(s.get('tp', 1))}", "step_time={model: auto}",
         f"stop={{requests: {n_requests}, warmup_requests: 0}}",
         f"workload={{arrival: {arrival}, "
         f"prompt: {{dist: fixed, value: {s['prompt']}}}, output: {{dist: fixed, value: {s['output']}}}}}",
