@@ -105,3 +105,14 @@ def test_the_modern_rows_run_on_the_step_models_their_sources_name():
     assert by[ids[0], "itl_mean_s"].step_model == "pack h200/llama-3.1-8b"
     assert by[ids[1], "out_tok_s"].step_model.startswith("pack h200/llama-3.1-8b-fp8 (derived from")
     assert by[ids[2], "out_tok_s"].step_model.startswith("pack transferred from h200/llama-3.1-8b-fp8")
+
+
+def test_a_source_finding_is_printed_with_its_source_and_only_there():
+    """A source's `finding` (what its errors say, written after the replay) follows its entry in
+    the Sources list; a source without one prints none."""
+    def sc(source):
+        return Scored("r", source, "out_tok_s", 100.0, 50.0, "pack x", 0.0, "why")
+    text = table([sc("trtllm-v10-fp8"), sc("trtllm-a100")], DATA)
+    entry = {line.split("`")[1]: line for line in text.splitlines() if line.startswith("- `")}
+    assert "**What it says:** " + DATA["sources"]["trtllm-v10-fp8"]["finding"].strip() in entry["trtllm-v10-fp8"]
+    assert "What it says" not in entry["trtllm-a100"]

@@ -164,7 +164,8 @@ def table(scored: list[Scored], data: dict) -> str:
     lines += ["Sources:", ""]
     for key in sources:
         src = data["sources"][key]
-        lines.append(f"- `{key}`: {src['title']}, {src['where']}. <{src['url']}> (preset `{src['engine']}`)")
+        lines.append(f"- `{key}`: {src['title']}, {src['where']}. <{src['url']}> (preset `{src['engine']}`)"
+                     + (f" **What it says:** {str(src['finding']).strip()}" if src.get("finding") else ""))
     lines += ["", "| row | metric | published | servesim | error | step model | beyond grid (step time) | why (misses over 25%) |",
               "|---|---|---:|---:|---:|---|---:|---|"]
     for x in scored:
