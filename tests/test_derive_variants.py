@@ -37,9 +37,11 @@ def test_fp8_rule_leave_one_surveyed_shape_out():
 
 
 def test_moe_rule_leave_one_configuration_out():
+    """Five surveyed layer configurations (Qwen3-30B-A3B, DeepSeek-V2-Lite, Mixtral-8x7B,
+    gpt-oss-120b, DeepSeek-V3), each on the fused kernel's rows derive reads."""
     df = moe_leave_one_out()
     layer = df[df.op == "layer (sum)"].set_index("held-out config")
-    assert len(layer) == 4 and (layer["median"] < 0.20).all() and (layer["max"] < 0.5).all(), layer
+    assert len(layer) == 5 and (layer["median"] < 0.20).all() and (layer["max"] < 0.5).all(), layer
 
 
 def test_decode_survey_interpolation_leave_one_context_out():
@@ -59,12 +61,15 @@ def test_gemm_ratio_is_the_survey_at_a_surveyed_shape_and_int4_never_loses_to_bf
 
 
 def test_moe_experts_time_follows_hit_experts_and_imbalance():
-    rule = MoeRule(read_survey("h200", "moe"), "h200")
+    from servesim.tools.derive_moe import moe_survey
+
+    s, backend, _ = moe_survey("h200")  # the rows derive reads: one backend (triton-fused)
+    assert backend == "triton-fused" and "backend" not in s.columns
+    rule = MoeRule(s, "h200")
     cfg = MoeShape(128, 8, 768, 2048)
     t = rule.experts_ms(cfg, np.array([1.0, 16.0, 256.0, 16384.0]))
     assert np.all(np.diff(t) > 0)
     # at the surveyed configuration the rule returns the survey (its own efficiency, weight 1)
-    s = read_survey("h200", "moe")
     want = s[(s.variant == "experts") & (s.experts == 128) & (s.top_k == 8)].set_index("tokens").time_ms
     assert np.allclose(rule.experts_ms(cfg, want.index.to_numpy(np.float64)), want.to_numpy())
     # imbalance scales only the compute-bound part: none at one token, up to x1.5 at 16K
@@ -229,7 +234,8 @@ def test_moe_rule_reads_the_engine_class_backend_when_surveyed(tmp_path, monkeyp
     from servesim.tools import derive_common
     from servesim.tools.derive_moe import moe_survey
 
-    old = read_survey("h200", "moe")
+    raw = read_survey("h200", "moe")  # both backends; the grouped_mm rows stand in for a first survey
+    old = raw[raw.backend == "grouped_mm"].drop(columns="backend").reset_index(drop=True)
     fused = old.assign(time_ms=old.time_ms * 0.5, backend="triton-fused")
     both = pd.concat([old.assign(backend="grouped_mm"), fused], ignore_index=True)
     (tmp_path / "h200").mkdir()
