@@ -2,8 +2,9 @@
 throughput": "MoE and MLA on one GPU").
 
 Each row replays a run published in a public pull request with the pack servesim derives for the
-model on the H200 (servesim/tools/derive_variants.py: the H200's llama-3-8b packs and op surveys,
-nothing of the model itself measured), transferred to the H100 by op-wise efficiency -- the
+model on the H200 (servesim/tools/derive_variants.py: the H200's llama-3-8b packs and op surveys;
+no pack of the model read, though the MoE survey's five layer shapes include both models' MoE
+layers), transferred to the H100 by op-wise efficiency -- the
 default a planner gets after ``servesim calibrate derive --gpu h200 --model <model>`` -- where the
 repository ships the model's own measured H200 pack, that pack too (transferred the same way),
 and, for reference, the roofline at its default factors. Nothing is fitted to these rows.
