@@ -12,7 +12,7 @@ cat $M/progress $M/env.txt
 cp $M/a/surveys/h200/moe.csv $M/a/surveys/h200/moe.yaml $S/
 cat >> $S/moe.yaml <<'EOF'
 replaces: 'the MoE survey of 2026-12-05 (second session, calibration/device_runs/precision_moe.sh stage E,
-  command python calibration/profile_gpu.py survey --deadline-epoch 1796445185 ...; git history of this
+  calibration/profile_gpu.py, mode survey, --deadline-epoch 1796445185; git history of this
   file): torch._grouped_mm only, 4 configurations (no deepseek-v2-lite), tokens 1-16384, 96 rows, no backend
   column. This survey times the same grouped_mm path again (backend grouped_mm) beside the fused Triton
   kernel (backend triton-fused), tokens 1-8192, 5 configurations; derive reads triton-fused
