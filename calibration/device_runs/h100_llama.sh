@@ -8,12 +8,15 @@
 #   B  validation forwards (CUDA graph: all compositions; eager: every 2nd), SDPA choice from A
 # Every stage has a deadline (the profiler writes what it has) and a kill timeout behind it; the
 # call ends inside 9 minutes. Results: $OUT/h100_llama.tar.gz (m/ with a and v folders, logs).
+# A second use (same session): MODEL=qwen3-30b-a3b XF="--moe-backend triton-fused" bash ... measures
+# the fused-MoE pack on the H100 (the published Qwen3-30B-A3B row ran on an H100; its H200 pack
+# reaches it only by transfer), to separate the transfer's error from the profiler's unfused ops.
 #   bash calibration/device_runs/h100_llama.sh          (CPU dry run: DRY=1 bash ...)
 export PYTHONUNBUFFERED=1; set -o pipefail
 P=calibration/profile_gpu.py; R=/tmp/h1/m; rm -rf /tmp/h1; mkdir -p $R; T0=$(date +%s)
 OUT=${OUT:-/tmp/h1/out}; mkdir -p $OUT
-M=llama-3-8b; X=; SA=330; SB=520
-if [ "${DRY:-0}" = 1 ]; then M=tiny; X="--device cpu --quick"; SA=60; SB=110; fi
+M=${MODEL:-llama-3-8b}; X=${XF:-}; SA=${SA:-330}; SB=520
+if [ "${DRY:-0}" = 1 ]; then M=${MODEL:-tiny}; X="${XF:-} --device cpu --quick"; SA=60; SB=110; fi
 left() { echo $(( $1 - ($(date +%s) - T0) )); }
 st() { echo "$1 rc=$2 t=$(( $(date +%s)-T0 ))s" | tee -a $R/progress; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader > $R/smi_start.txt 2>&1
