@@ -32,8 +32,8 @@ from calibration.profiler import variants as V  # noqa: E402
 CPU = torch.device("cpu")
 
 
-@pytest.mark.parametrize("fmt,tol", [("bf16", 5e-3), ("fp8", 5e-2), ("fp8_channel", 5e-2), ("int8", 2e-2),
-                                     ("int4", 1e-2)])
+@pytest.mark.parametrize("fmt,tol", [("bf16", 5e-3), ("fp8", 5e-2), ("fp8_static", 5e-2), ("fp8_channel", 5e-2),
+                                     ("int8", 2e-2), ("int4", 1e-2)])
 def test_quantized_linear_multiplies_by_its_dequantized_weight(fmt, tol):
     g = torch.Generator().manual_seed(1)
     w = (torch.randn(384, 256, generator=g) * 256 ** -0.5).to(torch.bfloat16)
@@ -44,6 +44,44 @@ def test_quantized_linear_multiplies_by_its_dequantized_weight(fmt, tol):
     assert V.rel_err(y, x.double() @ lin.dequantized().double().t()) < tol
     # and the dequantized weight is the weight, up to the format's rounding
     assert V.rel_err(lin.dequantized(), w.double()) < {"int4": 0.15}.get(fmt, 0.05)
+
+
+def test_fp8_static_times_the_gemm_on_a_prequantized_input():
+    """fp8_static's quantization is upstream work: ``prepare`` does it once, outside the timed call,
+    and the call on the prepared input is the call on the bf16 input, bit for bit; every other
+    format quantizes inside the call, so its prepared input is the input itself."""
+    g = torch.Generator().manual_seed(2)
+    w = (torch.randn(192, 128, generator=g) * 128 ** -0.5).to(torch.bfloat16)
+    x = torch.randn(24, 128, generator=g).to(torch.bfloat16)
+    lin = V.QLinear(w, "fp8_static")
+    xq = lin.prepare(x)
+    assert xq.dtype == V.FP8 and xq.shape == x.shape
+    assert torch.equal(lin(xq), lin(x))
+    # the static scale is the one the input was quantized with: x recovered to e4m3 rounding
+    assert V.rel_err(xq.float() * lin.sx, x.double()) < 0.05
+    # values beyond the static range saturate at +-448 (no NaN), as the engines' quantizers clamp
+    big = torch.full((2, 128), 1e4, dtype=torch.bfloat16)
+    assert torch.isfinite(lin.prepare(big).float()).all()
+    assert "static activation scale" in lin.backend and V.FORMAT_DTYPE["fp8_static"] == "fp8"
+    dyn = V.QLinear(w, "fp8")
+    assert dyn.prepare(x) is x
+    with pytest.raises(ValueError, match="only fp8_static"):
+        dyn.quantize(x)
+
+
+def test_fp8_static_pack_on_cpu(tmp_path):
+    """`ops --weights fp8_static` writes a pack servesim reads as quantization fp8_static (stem
+    <model>-fp8_static, dtype fp8) whose GEMM backend says the input was quantized upstream."""
+    import yaml
+
+    rc = cli.main(["ops", "--model", "tiny", "--weights", "fp8_static", "--stages", "token ops",
+                   "--device", "cpu", "--quick", "--skip-overhead", "--out", str(tmp_path)])
+    assert rc == 0
+    meta = yaml.safe_load((tmp_path / "packs" / "cpu" / "tiny-fp8_static.yaml").read_text())
+    assert (meta["quantization"], meta["dtype"]) == ("fp8_static", "fp8")
+    assert "quantized upstream" in meta["gemm_backend"]
+    rows = (tmp_path / "packs" / "cpu" / "tiny-fp8_static.csv").read_text()
+    assert all(f"\n{op}," in rows for op in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"))
 
 
 def test_int8_small_batches_are_padded_not_refused():

@@ -69,10 +69,21 @@ def test_rank_shape_slices():
 def test_pack_stems_equal_servesims():
     for model in shapes.SHAPES:
         for tp in (1, 2, 8):
-            for weights, quant in (("bf16", "none"), ("fp8", "fp8")):
+            for weights, quant in (("bf16", "none"), ("fp8", "fp8"), ("fp8_static", "fp8_static")):
                 stem = shapes.pack_stem(model, tp, weights)
                 assert stem == sp.pack_stem(model, tp, quant)
                 assert shapes.stem_tp(stem) == sp.split_stem(stem)[1] == tp
+                assert sp.split_stem(stem)[2] == quant  # -fp8_static is not read as -fp8
+
+
+def test_every_pack_weight_format_is_a_servesim_quantization():
+    """A pack measured with ``--weights W`` is read back as quantization W with W's weight dtype:
+    fp8_static is a name of its own (its GEMM rows differ from fp8's), not an alias of fp8."""
+    for weights in shapes.PACK_WEIGHTS:
+        quant = "none" if weights == "bf16" else weights
+        assert quant in sp.WEIGHT_FORMATS
+        assert sp.WEIGHT_DTYPES[quant] == ("bf16" if weights == "bf16" else "fp8")
+    assert sp.WEIGHT_FORMATS["fp8_static"].gemm == sp.WEIGHT_FORMATS["fp8"].gemm == "fp8"
 
 
 # --- grids --------------------------------------------------------------------------------------

@@ -158,7 +158,9 @@ class OpBench:
             self.timer.budget.check()
             x = r(T, h)
             self.point("input_norm", [lambda: rms_norm_op(x, w_norm)], tokens=T)
-            self.point("qkv_proj", [lambda w=w: linear_op(x, w) for w in w_qkv], tokens=T)
+            xq = _prepared(w_qkv, x)
+            self.point("qkv_proj", [lambda w=w: linear_op(xq, w) for w in w_qkv], tokens=T)
+            del xq
             qkv = r(T, rs.qkv_out)
             pos = torch.randint(0, rs.max_len, (T,), generator=self.gen, device=self.device)
             self.point("rope", [lambda: rope_op(qkv, pos, cos_sin, H, KVH, D)], tokens=T)
@@ -172,18 +174,20 @@ class OpBench:
             self.point("kv_write", [lambda c=c: kv_write_op(c[0], c[1], k_new, v_new, slots)
                                     for c in caches], tokens=T)
             del caches, qk, qkv, k_new, v_new
-            a = r(T, H * D)
+            a = _prepared(w_o, r(T, H * D))
             self.point("o_proj", [lambda w=w: linear_op(a, w) for w in w_o], tokens=T)
             del a
             self.point("post_attn_norm", [lambda: rms_norm_op(x, w_norm)], tokens=T)
             if moe is not None:
                 self.moe_points(moe, x, T)
             else:
-                self.point("gate_up_proj", [lambda w=w: linear_op(x, w) for w in w_gu], tokens=T)
+                xq = _prepared(w_gu, x)
+                self.point("gate_up_proj", [lambda w=w: linear_op(xq, w) for w in w_gu], tokens=T)
+                del xq
                 gu = r(T, 2 * I)
                 self.point("act", [lambda: act_op(gu, I)], tokens=T)
                 del gu
-                m = r(T, I)
+                m = _prepared(w_down, r(T, I))
                 self.point("down_proj", [lambda w=w: linear_op(m, w) for w in w_down], tokens=T)
                 del m
             y = r(T, h)
@@ -376,3 +380,9 @@ class OpBench:
             return None
         return self.rs.L * sum(per_layer) + sum(once)
 
+
+def _prepared(ws: list, x: torch.Tensor) -> torch.Tensor:
+    """A linear's input as its timed call takes it: pre-quantized where the weight format's
+    activation quantization is upstream work (variants.QLinear.prepare: fp8_static), else ``x``.
+    Every copy of a weight shares the static scale, so one prepared input serves them all."""
+    return x if not ws or isinstance(ws[0], torch.Tensor) else ws[0].prepare(x)

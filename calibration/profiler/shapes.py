@@ -128,7 +128,7 @@ class RankShape:
 
     def linear(self, w):
         """A projection weight as the forward multiplies it: the bf16 tensor itself, or a
-        quantized linear (variants.QLinear) for --weights fp8."""
+        quantized linear (variants.QLinear) for --weights fp8 / fp8_static."""
         from .variants import QLinear  # torch: loaded by the modes that measure
 
         return w if self.weights == "bf16" else QLinear(w, self.weights)
@@ -147,7 +147,7 @@ class RankShape:
 
 #: weight formats a pack can be measured in (the stem's quantization suffix: servesim's
 #: ``model.quantization`` name); other formats are timed by ``survey`` only
-PACK_WEIGHTS = ("bf16", "fp8")
+PACK_WEIGHTS = ("bf16", "fp8", "fp8_static")
 
 
 def pack_stem(model: str, tp: int, weights: str = "bf16") -> str:

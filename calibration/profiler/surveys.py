@@ -106,7 +106,7 @@ class Survey:
                 backends[fmt] = lin.backend
                 for T in tokens:
                     self.timer.budget.check()
-                    x = self.rnd(T, k)
+                    x = lin.prepare(self.rnd(T, k))  # fp8_static: quantized upstream, untimed
                     m = self._time([lambda: lin(x)], f"gemm {name} {fmt} tokens={T}")
                     if m is not None:
                         self.rows.append(_row("gemm", fmt, tokens=T, n=n, k=k, m=m))
@@ -116,8 +116,10 @@ class Survey:
             del w
         self.meta["gemm"] = dict(shapes=shapes, backends=backends,
                                  rel_err_vs_dequantized_float64=errors,
-                                 note="time includes the activation's quantization (fp8, int8), as "
-                                      "engines run it per call; int4 is weight-only (bf16 activations)")
+                                 note="time includes the activation's quantization (fp8, fp8_channel, "
+                                      "int8), as engines run it per call; fp8_static's input is quantized "
+                                      "before the timed call (engines fuse it upstream); int4 is "
+                                      "weight-only (bf16 activations)")
 
     # --- MoE layers over expert counts and tokens per expert, on every experts backend ----------
     def moe(self) -> None:

@@ -13,6 +13,23 @@ What each recipe stands for (engines' sources read for the shape of the work, no
   model_executor/layers/quantization/fp8.py): weights e4m3 with one per-tensor scale, activations
   quantized per tensor at run time (one amax reduction + one cast kernel), then a scaled GEMM with
   bf16 output. Here: ``torch._scaled_mm`` (cuBLASLt fp8 on Hopper).
+* ``fp8_static`` -- an FP8 checkpoint with STATIC activation scales (NVIDIA ModelOpt's FP8
+  checkpoints, e.g. nvidia/Llama-3.1-8B-Instruct-FP8, as TensorRT-LLM and vLLM serve them): weights
+  e4m3 with one per-tensor scale, activations with one per-tensor scale fixed at calibration. The
+  engines quantize the activation upstream, in the kernel that produces it: TensorRT-LLM's FP8
+  linear takes an input that is already e4m3 as it is and quantizes a bf16 one with the static
+  scale only otherwise (tensorrt_llm/_torch/modules/linear.py FP8QDQLinearMethod.apply, read at
+  00bbf71e), and fuses residual + RMSNorm + FP8 quantization into one kernel
+  (AllReduceFusionOp.RESIDUAL_RMS_NORM_QUANT_FP8, tensorrt_llm/_torch/distributed/ops.py); vLLM's
+  torch.compile pass replaces RMSNorm followed by static FP8 quantization with one fused kernel
+  (vllm/compilation/fusion.py RMSNormStaticQuantPattern / FusedAddRMSNormStaticQuantPattern ->
+  _C.rms_norm_static_fp8_quant, read at ef0feb37). So the engine-class cost of the linear is the
+  scaled GEMM alone on a pre-quantized input: ``prepare`` quantizes the input OUTSIDE the timed call
+  (the op tables time ``__call__`` on its result), and ``__call__`` given bf16 (the whole
+  forward, which has no fused norm kernel) quantizes it first with the static scale (scale, clamp,
+  cast: three eager kernels the pack's token ops do not contain; the validation forwards carry
+  them). Not modelled: TensorRT-LLM's CUDA-core FP8 GEMM for M <= 8 (cuda_scaled_mm, same file):
+  here every M runs ``torch._scaled_mm`` (cuBLASLt).
 * ``fp8_channel`` -- the llm-compressor "FP8 dynamic" checkpoints: per-channel weight scales,
   per-token activation scales, ``torch._scaled_mm`` with row-wise scales (CUTLASS on sm90).
 * ``int8`` -- W8A8 int8 (vLLM compressed-tensors w8a8): per-token dynamic activation scales,
@@ -46,9 +63,14 @@ import torch.nn.functional as F
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
 INT4_GROUP = 128
-WEIGHT_FORMATS = ("bf16", "fp8", "fp8_channel", "int8", "int4")
+WEIGHT_FORMATS = ("bf16", "fp8", "fp8_static", "fp8_channel", "int8", "int4")
 #: the pack's ``dtype`` (bytes per weight) for each format
-FORMAT_DTYPE = {"bf16": "bf16", "fp8": "fp8", "fp8_channel": "fp8", "int8": "int8", "int4": "int4"}
+FORMAT_DTYPE = {"bf16": "bf16", "fp8": "fp8", "fp8_static": "fp8", "fp8_channel": "fp8", "int8": "int8",
+                "int4": "int4"}
+#: ``fp8_static``'s activation scale: amax / 448 for an activation amax of 16 (a calibrated
+#: checkpoint stores its own per linear; the GEMM's time does not depend on the value, and the
+#: profiler's random activations stay well inside +-16, so nothing saturates)
+STATIC_ACT_AMAX = 16.0
 
 
 # ============================================================================== quantized linears
@@ -62,17 +84,24 @@ class QLinear:
     def __init__(self, w: torch.Tensor, fmt: str):
         if fmt not in WEIGHT_FORMATS:
             raise ValueError(f"weight format {fmt!r}; known: {WEIGHT_FORMATS}")
+        self.sx = None  # fp8_static: the static activation scale
         self.fmt = fmt
         self.out_f, self.in_f = w.shape
         self.backend = "torch.nn.functional.linear (bf16)"
         dev = w.device
         if fmt == "bf16":
             self.w = w
-        elif fmt == "fp8":
+        elif fmt in ("fp8", "fp8_static"):
             s = (w.abs().amax().float() / FP8_MAX).clamp(min=1e-12)
             self.wq_t = (w.float() / s).to(FP8).t()  # column-major [in, out], as cuBLASLt wants
             self.sw = s.reshape(())
             self.backend = "torch._scaled_mm e4m3, per-tensor scales (dynamic per-tensor activation quant)"
+            if fmt == "fp8_static":
+                self.sx = torch.tensor(STATIC_ACT_AMAX / FP8_MAX, device=dev, dtype=torch.float32)
+                self.inv_sx = 1.0 / self.sx
+                self.backend = ("torch._scaled_mm e4m3, per-tensor scales, static activation scale; input "
+                                "quantized upstream (outside the timed op: engines fuse it into the norm / "
+                                "activation kernel before the linear)")
         elif fmt == "fp8_channel":
             s = (w.abs().amax(dim=1, keepdim=True).float() / FP8_MAX).clamp(min=1e-12)  # [out, 1]
             self.wq_t = (w.float() / s).to(FP8).t()
@@ -130,7 +159,7 @@ class QLinear:
         """The weight this linear multiplies by, in float32 (for accuracy checks)."""
         if self.fmt == "bf16":
             return self.w.float()
-        if self.fmt == "fp8":
+        if self.fmt in ("fp8", "fp8_static"):
             return self.wq_t.t().float() * self.sw
         if self.fmt in ("fp8_channel", "int8"):
             return self.wq_t.t().float() * self.sw.t()
@@ -139,10 +168,26 @@ class QLinear:
         return (self.q.reshape(n, k // g, g).float() * self.scale[..., None] + self.lo[..., None]).reshape(n, k)
 
     # --- the call -------------------------------------------------------------------------------
+    def quantize(self, x: torch.Tensor) -> torch.Tensor:
+        """fp8_static: ``x`` (bf16) in e4m3 with the static scale -- the work an engine fuses into the
+        kernel that produces ``x`` (scale, clamp, cast: three eager kernels here)."""
+        if self.fmt != "fp8_static":
+            raise ValueError(f"quantize: weight format {self.fmt!r} quantizes inside the call; only fp8_static "
+                             f"takes a pre-quantized input")
+        return torch.mul(x, self.inv_sx).clamp_(-FP8_MAX, FP8_MAX).to(FP8)
+
+    def prepare(self, x: torch.Tensor) -> torch.Tensor:
+        """The input as the timed call takes it: pre-quantized for fp8_static (its quantization is
+        upstream work, not the linear's), ``x`` itself for every other format."""
+        return self.quantize(x) if self.fmt == "fp8_static" else x
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         f = self.fmt
         if f == "bf16":
             return F.linear(x, self.w)
+        if f == "fp8_static":
+            xq = x if x.dtype == FP8 else self.quantize(x)
+            return torch._scaled_mm(xq, self.wq_t, self.sx, self.sw, out_dtype=torch.bfloat16)
         if f == "fp8":
             sx = (x.abs().amax().float() / FP8_MAX).clamp(min=1e-12)
             xq = (x / sx).to(FP8)

@@ -139,7 +139,7 @@ class ModelRefConfig(Frozen):
 
     name: Optional[ModelName] = None  # type: ignore[valid-type]  # a library model (docs/models.md)
     config: Optional[Annotated[str, Field(min_length=1, max_length=4096)]] = None  # a config.json (read offline)
-    quantization: Optional[QuantizationName] = None  # none, fp8, int8, awq, gptq, mxfp4 (default: checkpoint's)
+    quantization: Optional[QuantizationName] = None  # none, fp8, fp8_static, int8, awq, gptq, mxfp4 (default: checkpoint's)
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelRefConfig":

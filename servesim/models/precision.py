@@ -14,6 +14,14 @@ auto_awq.md and gptq.md (4-bit weights, group size 128: one fp16 scale and one 4
 per 128 weights), and the gpt-oss model card (MXFP4: 4-bit values with one 8-bit E8M0 scale per
 32, on the MoE weights only); NVFP4 (4-bit E2M1 values, one FP8 E4M3 scale per 16, W4A4 on
 Blackwell's FP4 tensor cores): vLLM's ModelOpt NVFP4 support (docs/features/quantization/modelopt.md).
+
+``fp8`` and ``fp8_static`` cost the same bytes and FP8 tensor-core math; they differ in where the
+activation's quantization runs. ``fp8`` (vLLM ``--quantization fp8`` on a bf16 checkpoint) computes
+a dynamic per-tensor scale inside every linear (an amax reduction and a cast kernel per call);
+``fp8_static`` (a checkpoint with calibrated activation scales, e.g. NVIDIA's ModelOpt FP8
+checkpoints that TensorRT-LLM's published numbers use) quantizes in the norm / activation kernel
+before the linear. Packs are measured per name (``<model>-fp8`` / ``<model>-fp8_static``), so a
+scenario picks the recipe its engine runs; calibration/profiler/variants.py says what each times.
 """
 
 from __future__ import annotations
@@ -35,6 +43,11 @@ GROUP = 128  # AWQ / GPTQ group size (vLLM's default checkpoints)
 WEIGHT_FORMATS: dict[str, WeightFormat] = {
     "none": WeightFormat("none", None, "bf16", description="unquantized (the model dtype, bf16)"),
     "fp8": WeightFormat("fp8", 1.0, "fp8", description="FP8 E4M3 weights and activations (W8A8)"),
+    "fp8_static": WeightFormat("fp8_static", 1.0, "fp8",
+                               description="FP8 E4M3 weights and activations with STATIC per-tensor "
+                                           "activation scales (ModelOpt FP8 checkpoints, as TensorRT-LLM "
+                                           "and vLLM serve them): the activation's quantization is fused into "
+                                           "the kernel before the linear, so a linear is the scaled GEMM alone"),
     "int8": WeightFormat("int8", 1.0, "int8", description="INT8 weights and activations (W8A8)"),
     "awq": WeightFormat("awq", 0.5 + 2.5 / GROUP, "w4a16",
                         description="AWQ 4-bit weights, group 128 (fp16 scale + 4-bit zero): 4.16 bits"),

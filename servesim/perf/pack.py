@@ -61,7 +61,7 @@ MOE_SHAPE_KEYS: tuple[str, ...] = ("num_experts", "num_experts_per_tok", "moe_in
 MLA_SHAPE_KEYS: tuple[str, ...] = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                                    "v_head_dim")
 #: the weight dtype (``dtype`` in a pack's YAML) each quantization's packs are measured in
-WEIGHT_DTYPES: dict[str, str] = {"none": "bf16", "fp8": "fp8", "int8": "int8", "awq": "int4", "gptq": "int4",
+WEIGHT_DTYPES: dict[str, str] = {"none": "bf16", "fp8": "fp8", "fp8_static": "fp8", "int8": "int8", "awq": "int4", "gptq": "int4",
                                  "nvfp4": "fp4", "mxfp4": "fp4"}
 _DTYPE_ALIASES = {"fp16": "bf16", "float16": "bf16", "bfloat16": "bf16"}  # 16-bit packs price each other
 

@@ -108,15 +108,17 @@ ENGINE = LaunchCounts(norms=2, dense_attention=5, mla_attention=27, mla_q_lora=2
 #: layer = the difference between 3 and 1 layers), with F.rms_norm as 1 launch (CUDA's fused
 #: ``_fused_rms_norm`` kernel, PyTorch PR #153666, in the measured torch 2.11; on CPU it decomposes
 #: into 8 ops). Dense layer 19; FP8 weights (QLinear: activation abs, amax, clamp, two divides,
-#: casts, _scaled_mm) 47; MoE layer (router, bias, softmax, top-k, renormalize, sort, gather,
-#: counts, cumsum, two grouped GEMMs, activation, weighted index_add combine) 40.
-PROFILER_PER_LAYER = {"dense": 19, "fp8": 47, "moe": 40}
+#: casts, _scaled_mm) 47; FP8 weights with a static activation scale (fp8_static: multiply, clamp,
+#: cast, _scaled_mm per linear: 3 more than bf16's one call, times 4 linears) 31; MoE layer (router,
+#: bias, softmax, top-k, renormalize, sort, gather, counts, cumsum, two grouped GEMMs, activation,
+#: weighted index_add combine) 40.
+PROFILER_PER_LAYER = {"dense": 19, "fp8": 47, "fp8_static": 31, "moe": 40}
 PROFILER_FIXED = 4  # embedding, row gather, final norm, lm_head
 
 
 def profiler_launches(shape: dict, weights: str = "bf16") -> int:
     """Launches of one profiler forward of a pack's ``shape`` (its YAML ``shape``)."""
-    kind = "moe" if shape.get("num_experts") else ("fp8" if weights == "fp8" else "dense")
+    kind = "moe" if shape.get("num_experts") else (weights if weights in ("fp8", "fp8_static") else "dense")
     return int(shape["num_layers"]) * PROFILER_PER_LAYER[kind] + PROFILER_FIXED
 
 
@@ -206,7 +208,8 @@ def launch_rule_check(base: Path, targets: list[Path]) -> pd.DataFrame:
         tm = yaml.safe_load(Path(t).read_text())
         tw = _walls(tm)
         cpu = (tw.wall - tw.kernels >= CPU_BOUND_SHARE * tw.kernels).to_numpy()
-        weights = "fp8" if tm.get("quantization") == "fp8" or tm.get("dtype") == "fp8" else "bf16"
+        weights = (tm["quantization"] if tm.get("quantization") in ("fp8", "fp8_static")
+                   else "fp8" if tm.get("dtype") == "fp8" else "bf16")
         s = profiler_launches(tm["shape"], weights) / nb
         pred = s * np.interp(tw.batch, bw.batch, fb)
         err = (pred / tw.wall.to_numpy() - 1)[cpu]
@@ -256,7 +259,8 @@ def validation_check(gpu: str = "h200", base: str = "llama-3-8b") -> pd.DataFram
         if e.empty:
             continue
         meta = yaml.safe_load((root / gpu / f"{csv.stem}.yaml").read_text())
-        weights = "fp8" if "quantization" in e and str(e.quantization.iloc[0]) == "fp8" else "bf16"
+        q = str(e.quantization.iloc[0]) if "quantization" in e else "none"
+        weights = q if q in ("fp8", "fp8_static") else "bf16"
         s = profiler_launches(meta["shape"], weights) / nb
         seqs = (e.n_prefill + e.n_decode).to_numpy(np.float64)
         f = np.interp(seqs, bw.batch, fb)
