@@ -116,3 +116,37 @@ def test_a_source_finding_is_printed_with_its_source_and_only_there():
     entry = {line.split("`")[1]: line for line in text.splitlines() if line.startswith("- `")}
     assert "**What it says:** " + DATA["sources"]["trtllm-v10-fp8"]["finding"].strip() in entry["trtllm-v10-fp8"]
     assert "What it says" not in entry["trtllm-a100"]
+
+
+def test_an_arm_replays_the_same_rows_with_its_change_and_stays_out_of_the_headline(tmp_path):
+    """A source's arm (one stated change, e.g. another weight recipe) is replayed next to the rows
+    as stated, tabled on its own with the stated rows' errors beside it, and never enters the
+    headline or the unexplained-miss list; an arm without 'what' or matching no row is refused."""
+    import copy
+
+    import yaml
+
+    data = copy.deepcopy(DATA)
+    data["sources"]["vllm-ci"]["arms"] = {
+        "fp8": {"what": "FP8 weights instead of the checkpoint's bf16.", "rows": ["vllm-ci-h200"],
+                "setup": {"quantization": "fp8"}}}
+    rows = [r for r in data["rows"] if r["id"] in ("vllm-ci-h200-b8", "vllm-ci-a100-b8")]
+    scored = replay(rows, data)
+    arm = [x for x in scored if x.arm]
+    assert [(x.row, x.arm) for x in arm] == [("vllm-ci-h200-b8", "fp8")]
+    stated = next(x for x in scored if x.row == "vllm-ci-h200-b8" and not x.arm)
+    assert arm[0].step_model.startswith("pack h200/llama-3.1-8b-fp8") and stated.step_model == "pack h200/llama-3.1-8b"
+    assert arm[0].simulated != stated.simulated and arm[0].why == ""
+    assert unexplained([Scored("c", "vllm-ci", "e2e_mean_s", 1.0, 2.0, "pack x", 0.0, "", "fp8")]) == []
+    text = table(scored, data)
+    assert "2 published values from 2 configurations" in text  # the headline: the stated rows only
+    assert "`vllm-ci` arm `fp8`: FP8 weights instead of the checkpoint's bf16. **1 values" in text
+    assert "| vllm-ci-h200-b8 | fp8 | E2E mean (s) |" in text and f"{100 * stated.error:+.1f}%" in text
+    for bad, match in (({"rows": ["vllm-ci"]}, "'what'"), ({"what": "x", "rows": ["nope"]}, "match no row"),
+                       ({"what": "x", "model": "y"}, "key 'model'")):
+        d = copy.deepcopy(DATA)
+        d["sources"]["vllm-ci"]["arms"] = {"a": bad}
+        p = tmp_path / "rows.yaml"
+        p.write_text(yaml.safe_dump(d))
+        with pytest.raises(ValueError, match=match):
+            load_rows(p)

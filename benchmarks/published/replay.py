@@ -42,6 +42,7 @@ class Scored:
     step_model: str
     outside: float | None  # share of step time beyond the pack's measured grid
     why: str
+    arm: str = ""  # "" for the row as its source states it; else the name of a source's arm
 
     @property
     def error(self) -> float:
@@ -63,7 +64,34 @@ def load_rows(path: Path = ROWS) -> dict:
     stray = sorted(set(data.get("why") or {}) - set(ids))
     if stray:
         raise ValueError(f"{path}: why names row {stray[0]!r}, which is not a row")
+    for key, src in data["sources"].items():
+        for name, arm in (src.get("arms") or {}).items():
+            bad = sorted(set(arm) - ARM_KEYS)
+            if bad:
+                raise ValueError(f"{path}: source {key} arm {name}: key {bad[0]!r}; allowed: {', '.join(sorted(ARM_KEYS))}")
+            if not str(arm.get("what", "")).strip():
+                raise ValueError(f"{path}: source {key} arm {name}: 'what' (what the arm changes and why) is missing")
+            if not any(arm_applies(arm, r) for r in data["rows"] if r["source"] == key):
+                raise ValueError(f"{path}: source {key} arm {name}: its 'rows' match no row of the source")
     return data
+
+
+#: an arm of a source: the same rows replayed with one stated change (``setup`` over the row's
+#: setup, ``set`` over its settings), e.g. another weight recipe; reported next to the rows as the
+#: source states them, never mixed into the headline numbers
+ARM_KEYS = {"what", "rows", "setup", "set"}
+
+
+def arm_applies(arm: dict, row: dict) -> bool:
+    """``rows``: row-id prefixes the arm replays (all of the source's rows when absent)."""
+    prefixes = arm.get("rows")
+    return not prefixes or any(str(row["id"]).startswith(str(p)) for p in prefixes)
+
+
+def arm_row(row: dict, arm: dict) -> dict:
+    """The row with the arm's change applied."""
+    return {**row, "setup": {**row["setup"], **(arm.get("setup") or {})},
+            "set": {**(row.get("set") or {}), **(arm.get("set") or {})}}
 
 
 def scenario_of(row: dict, source: dict):
@@ -118,24 +146,31 @@ def replay(rows: list[dict] | None = None, data: dict | None = None) -> list[Sco
     out = []
     for row in rows if rows is not None else data["rows"]:
         source = data["sources"][row["source"]]
-        res = servesim.simulate(scenario_of(row, source))
-        s = res.summary
-        ex = s.get("extrapolation") or {}
-        outside = ex.get("step_time_share") if ex.get("measured_grid") else None
-        for metric, value in row["measured"].items():
-            out.append(Scored(row["id"], row["source"], metric, float(value), float(METRICS[metric][1](s)),
-                              s["step_model"]["label"], outside, str((data.get("why") or {}).get(row["id"], "")).strip()))
+        arms = [("", row)] + [(name, arm_row(row, arm)) for name, arm in (source.get("arms") or {}).items()
+                              if arm_applies(arm, row)]
+        for name, r in arms:
+            res = servesim.simulate(scenario_of(r, source))
+            s = res.summary
+            ex = s.get("extrapolation") or {}
+            outside = ex.get("step_time_share") if ex.get("measured_grid") else None
+            why = "" if name else str((data.get("why") or {}).get(row["id"], "")).strip()
+            for metric, value in row["measured"].items():
+                out.append(Scored(row["id"], row["source"], metric, float(value), float(METRICS[metric][1](s)),
+                                  s["step_model"]["label"], outside, why, name))
     return out
 
 
 def unexplained(scored: list[Scored], limit: float = 0.25) -> list[Scored]:
     """Values off by more than ``limit`` whose row has no why-text in rows.yaml: the table says
     so by name instead of claiming every miss is explained."""
-    return [x for x in scored if abs(x.error) > limit and not x.why]
+    return [x for x in scored if abs(x.error) > limit and not x.why and not x.arm]
 
 
 def table(scored: list[Scored], data: dict) -> str:
-    """The markdown section written into benchmarks/RESULTS.md."""
+    """The markdown section written into benchmarks/RESULTS.md: the headline and the row table hold
+    the rows as their sources state them; a source's arms follow in a table of their own."""
+    arms = [x for x in scored if x.arm]
+    scored = [x for x in scored if not x.arm]
     errs = [abs(x.error) for x in scored]
     sources = sorted({x.source for x in scored})
     lines = [SECTION, "",
@@ -173,7 +208,31 @@ def table(scored: list[Scored], data: dict) -> str:
         beyond = "-" if x.outside is None else f"{100 * x.outside:.0f}%"
         lines.append(f"| {x.row} | {METRICS[x.metric][0]} | {_num(x.measured)} | {_num(x.simulated)} | "
                      f"{100 * x.error:+.1f}% | {x.step_model} | {beyond} | {why} |")
+    if arms:
+        lines += _arm_lines(arms, scored, data)
     return "\n".join(lines) + "\n"
+
+
+def _arm_lines(arms: list[Scored], primary: list[Scored], data: dict) -> list[str]:
+    """Each arm's errors against the same rows as their source states them (not in the headline)."""
+    base = {(x.row, x.metric): x for x in primary}
+    lines = ["", "Arms (the same published rows replayed with one stated change; not in the headline numbers):", ""]
+    for src, name in dict.fromkeys((x.source, x.arm) for x in arms):
+        mine = [x for x in arms if (x.source, x.arm) == (src, name)]
+        e = [abs(x.error) for x in mine]
+        b = [abs(base[x.row, x.metric].error) for x in mine if (x.row, x.metric) in base]
+        lines.append(f"- `{src}` arm `{name}`: {str(data['sources'][src]['arms'][name]['what']).strip()} "
+                     f"**{len(mine)} values: median |error| {100 * statistics.median(e):.1f}%, max {100 * max(e):.1f}%**"
+                     + (f" (the same rows as stated: median {100 * statistics.median(b):.1f}%, max {100 * max(b):.1f}%)."
+                        if b else "."))
+    lines += ["", "| row | arm | metric | published | servesim | error | as stated | step model | beyond grid (step time) |",
+              "|---|---|---|---:|---:|---:|---:|---|---:|"]
+    for x in arms:
+        b = base.get((x.row, x.metric))
+        beyond = "-" if x.outside is None else f"{100 * x.outside:.0f}%"
+        lines.append(f"| {x.row} | {x.arm} | {METRICS[x.metric][0]} | {_num(x.measured)} | {_num(x.simulated)} | "
+                     f"{100 * x.error:+.1f}% | {'-' if b is None else f'{100 * b.error:+.1f}%'} | {x.step_model} | {beyond} |")
+    return lines
 
 
 def _num(v: float) -> str:
