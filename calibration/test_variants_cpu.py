@@ -59,6 +59,7 @@ def test_fp8_static_times_the_gemm_on_a_prequantized_input():
     assert torch.equal(lin(xq), lin(x))
     # the static scale is the one the input was quantized with: x recovered to e4m3 rounding
     assert V.rel_err(xq.float() * lin.sx, x.double()) < 0.05
+    assert lin.prepare(xq) is xq  # an input already in e4m3 is taken as it is
     # values beyond the static range saturate at +-448 (no NaN), as the engines' quantizers clamp
     big = torch.full((2, 128), 1e4, dtype=torch.bfloat16)
     assert torch.isfinite(lin.prepare(big).float()).all()
@@ -67,6 +68,23 @@ def test_fp8_static_times_the_gemm_on_a_prequantized_input():
     assert dyn.prepare(x) is x
     with pytest.raises(ValueError, match="only fp8_static"):
         dyn.quantize(x)
+
+
+def test_fp8_static_upstream_ops_write_e4m3():
+    """With static activation scales the ops before a projection write e4m3: the norm (then one
+    cast) and the act multiply (storing e4m3 itself), equal to the bf16 op cast; the final norm and
+    every op of other formats stay bf16."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(8, 64, generator=g).to(torch.bfloat16)
+    w = (1.0 + 0.1 * torch.randn(64, generator=g)).to(torch.bfloat16)
+    y8 = ops.rms_norm_op(x, w, True)
+    assert y8.dtype == ops.FP8 and torch.equal(y8.float(), ops.rms_norm_op(x, w).to(ops.FP8).float())
+    gu = torch.randn(8, 128, generator=g).to(torch.bfloat16)
+    a8 = ops.act_op(gu, 64, True)
+    assert a8.dtype == ops.FP8 and a8.shape == (8, 64)
+    assert V.rel_err(a8.float(), ops.act_op(gu, 64).double()) < 0.05
+    assert ops.act_op(gu, 64).dtype == ops.rms_norm_op(x, w).dtype == torch.bfloat16
+    assert shapes.RankShape.of("tiny", 1, "fp8_static").act_fp8 and not shapes.RankShape.of("tiny", 1, "fp8").act_fp8
 
 
 def test_fp8_static_pack_on_cpu(tmp_path):

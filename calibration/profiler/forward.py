@@ -9,7 +9,7 @@ import torch
 
 from .attn_backends import BackendChooser, BackendSwitch
 from .grids import Composition
-from .ops import (act_op, attn_decode_op, attn_prefill_op, embed_op, kv_write_op, linear_op, make_cos_sin,
+from .ops import (FP8, act_op, attn_decode_op, attn_prefill_op, embed_op, kv_write_op, linear_op, make_cos_sin,
                   rms_norm_op, rope_op, route_bias)
 from .shapes import RankShape
 from .variants import MoE
@@ -119,12 +119,13 @@ def forward(m: Model, b: Batch, all_reduce: Optional[Callable] = None):
     n_dec = b.comp.n_decode
     with BackendSwitch() as sw:  # each attention call on the backend the tables chose for it
         for lw in m.layers:
-            hn = rms_norm_op(residual, lw["in_norm"])
+            hn = rms_norm_op(residual, lw["in_norm"], rs.act_fp8)
             qkv = linear_op(hn, lw["qkv"])
             qk = rope_op(qkv, b.positions, m.cos_sin, H, KVH, D)
             kv_write_op(b.k_cache, b.v_cache, qk[:, H:], qkv[:, (H + KVH) * D:].view(T, KVH, D), b.slots)
             q = qk[:, :H]
-            attn = torch.empty((T, H, D), device=qkv.device, dtype=qkv.dtype)
+            # fp8_static: the attention's output copy writes e4m3 for o_proj (ops.FP8)
+            attn = torch.empty((T, H, D), device=qkv.device, dtype=FP8 if rs.act_fp8 else qkv.dtype)
             for ts, te, ks, kl in b.prefills:
                 sw.use(b.prefill_backend)
                 attn_prefill_op(q[ts:te], b.k_cache[ks:ks + kl], b.v_cache[ks:ks + kl], attn[ts:te])
@@ -137,11 +138,11 @@ def forward(m: Model, b: Batch, all_reduce: Optional[Callable] = None):
             if all_reduce is not None:
                 all_reduce(o)
             residual = residual + o
-            hn = rms_norm_op(residual, lw["post_norm"])
+            hn = rms_norm_op(residual, lw["post_norm"], rs.act_fp8)
             if rs.moe:
                 d = lw["moe"](hn, b.route_bias)
             else:
-                d = linear_op(act_op(linear_op(hn, lw["gu"]), rs.I), lw["down"])
+                d = linear_op(act_op(linear_op(hn, lw["gu"]), rs.I, rs.act_fp8), lw["down"])
             if all_reduce is not None:
                 all_reduce(d)
             residual = residual + d

@@ -71,8 +71,9 @@ class OpBench:
         rs = self.rs
         wf = rs.weights
         return {
-            "input_norm": ("rms_norm", rs.h), "post_attn_norm": ("rms_norm", rs.h),
-            "final_norm": ("rms_norm", rs.h), "residual_add": ("add", rs.h),
+            # fp8_static's norms and act write e4m3 (another kernel set); the final norm never does
+            "input_norm": ("rms_norm", rs.h, rs.act_fp8), "post_attn_norm": ("rms_norm", rs.h, rs.act_fp8),
+            "final_norm": ("rms_norm", rs.h, False), "residual_add": ("add", rs.h),
             "qkv_proj": ("linear", wf, rs.qkv_out, rs.h), "o_proj": ("linear", wf, rs.h, rs.H * rs.D),
             "gate_up_proj": ("linear", wf, 2 * rs.I, rs.h), "down_proj": ("linear", wf, rs.h, rs.I),
             "moe_gate": ("moe_gate", rs.E, rs.K, rs.h),
@@ -80,7 +81,7 @@ class OpBench:
             "moe_combine": ("moe_combine", rs.E, rs.K, rs.h),
             "lm_head": ("linear", rs.V, rs.h), "embed": ("embed", rs.V, rs.h),
             "rope": ("rope", rs.H, rs.KVH, rs.D, rs.max_len), "kv_write": ("kv_write", rs.KVH, rs.D),
-            "act": ("act", rs.I),
+            "act": ("act", rs.I, rs.act_fp8),
             "attn_decode": ("attn_decode", rs.H, rs.KVH, rs.D),
             "attn_prefill": ("attn_prefill", rs.H, rs.KVH, rs.D),
         }.get(op, (op, rs.model, rs.tp))
@@ -157,7 +158,8 @@ class OpBench:
         for T in self.token_grid():
             self.timer.budget.check()
             x = r(T, h)
-            self.point("input_norm", [lambda: rms_norm_op(x, w_norm)], tokens=T)
+            q8 = rs.act_fp8  # fp8_static: the norms and act write e4m3 (ops.py), the linears take it
+            self.point("input_norm", [lambda: rms_norm_op(x, w_norm, q8)], tokens=T)
             xq = _prepared(w_qkv, x)
             self.point("qkv_proj", [lambda w=w: linear_op(xq, w) for w in w_qkv], tokens=T)
             del xq
@@ -177,7 +179,7 @@ class OpBench:
             a = _prepared(w_o, r(T, H * D))
             self.point("o_proj", [lambda w=w: linear_op(a, w) for w in w_o], tokens=T)
             del a
-            self.point("post_attn_norm", [lambda: rms_norm_op(x, w_norm)], tokens=T)
+            self.point("post_attn_norm", [lambda: rms_norm_op(x, w_norm, q8)], tokens=T)
             if moe is not None:
                 self.moe_points(moe, x, T)
             else:
@@ -185,7 +187,7 @@ class OpBench:
                 self.point("gate_up_proj", [lambda w=w: linear_op(xq, w) for w in w_gu], tokens=T)
                 del xq
                 gu = r(T, 2 * I)
-                self.point("act", [lambda: act_op(gu, I)], tokens=T)
+                self.point("act", [lambda: act_op(gu, I, q8)], tokens=T)
                 del gu
                 m = _prepared(w_down, r(T, I))
                 self.point("down_proj", [lambda w=w: linear_op(m, w) for w in w_down], tokens=T)

@@ -10,10 +10,14 @@ from .attn_backends import Sdpa
 from .shapes import RankShape
 
 RMS_EPS = 1e-6
+FP8 = torch.float8_e4m3fn
 
 
-def rms_norm_op(x, w):
-    return F.rms_norm(x, (x.shape[-1],), w, eps=RMS_EPS)
+def rms_norm_op(x, w, fp8: bool = False):
+    """``fp8``: the output in e4m3 for a linear with static activation scales (variants.py
+    ``fp8_static``; the engines' fused norm + quant is here the norm and one cast kernel)."""
+    y = F.rms_norm(x, (x.shape[-1],), w, eps=RMS_EPS)
+    return y.to(FP8) if fp8 else y
 
 
 def linear_op(x, w):
@@ -69,8 +73,13 @@ def attn_decode_op(q_rows, k_flat, v_flat, out_rows, batch: int, kv_len: int):
     out_rows.copy_(o.squeeze(2))
 
 
-def act_op(gu, inter: int):
-    return F.silu(gu[:, :inter]) * gu[:, inter:]
+def act_op(gu, inter: int, fp8: bool = False):
+    """SiLU(gate) * up (2 kernels); ``fp8``: the multiply stores e4m3 (the quantization costs no
+    kernel of its own, as in the engines' fused activation + quant)."""
+    if not fp8:
+        return F.silu(gu[:, :inter]) * gu[:, inter:]
+    out = torch.empty((gu.shape[0], inter), device=gu.device, dtype=FP8)
+    return torch.mul(F.silu(gu[:, :inter]), gu[:, inter:], out=out)
 
 
 def embed_op(ids, table):

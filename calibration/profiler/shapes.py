@@ -134,6 +134,12 @@ class RankShape:
         return w if self.weights == "bf16" else QLinear(w, self.weights)
 
     @property
+    def act_fp8(self) -> bool:
+        """Whether the ops before a projection write e4m3 (static activation scales: the
+        quantization is upstream of the linear, variants.py ``fp8_static``)."""
+        return self.weights == "fp8_static"
+
+    @property
     def qkv_out(self) -> int:
         return (self.H + 2 * self.KVH) * self.D
 

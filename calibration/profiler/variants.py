@@ -23,13 +23,16 @@ What each recipe stands for (engines' sources read for the shape of the work, no
   (AllReduceFusionOp.RESIDUAL_RMS_NORM_QUANT_FP8, tensorrt_llm/_torch/distributed/ops.py); vLLM's
   torch.compile pass replaces RMSNorm followed by static FP8 quantization with one fused kernel
   (vllm/compilation/fusion.py RMSNormStaticQuantPattern / FusedAddRMSNormStaticQuantPattern ->
-  _C.rms_norm_static_fp8_quant, read at ef0feb37). So the engine-class cost of the linear is the
-  scaled GEMM alone on a pre-quantized input: ``prepare`` quantizes the input OUTSIDE the timed call
-  (the op tables time ``__call__`` on its result), and ``__call__`` given bf16 (the whole
-  forward, which has no fused norm kernel) quantizes it first with the static scale (scale, clamp,
-  cast: three eager kernels the pack's token ops do not contain; the validation forwards carry
-  them). Not modelled: TensorRT-LLM's CUDA-core FP8 GEMM for M <= 8 (cuda_scaled_mm, same file):
-  here every M runs ``torch._scaled_mm`` (cuBLASLt).
+  _C.rms_norm_static_fp8_quant, read at ef0feb37). So the linear's op is the scaled GEMM alone on
+  an e4m3 input, and the producing op writes e4m3 (ops.py, ``fp8=True``): the act multiply and the
+  attention's output copy store e4m3 directly (the cast costs no kernel), the RMSNorm is followed
+  by one cast kernel (eager PyTorch has no fused norm + quant: one small kernel per norm above the
+  engines' fused one, charged to the norm rows). The static scale is 1 (the profiler's random
+  activations stay far inside +-448; an engine's scale is amax / 448 per linear, the same kernels
+  and bytes), so the quantization is a plain cast. ``prepare`` does it outside the timed call
+  where the op tables need a pre-quantized input; ``__call__`` given bf16 casts first. Not
+  modelled: TensorRT-LLM's CUDA-core FP8 GEMM for M <= 8 (cuda_scaled_mm, same file): every M
+  runs ``torch._scaled_mm`` (cuBLASLt) here.
 * ``fp8_channel`` -- the llm-compressor "FP8 dynamic" checkpoints: per-channel weight scales,
   per-token activation scales, ``torch._scaled_mm`` with row-wise scales (CUTLASS on sm90).
 * ``int8`` -- W8A8 int8 (vLLM compressed-tensors w8a8): per-token dynamic activation scales,
@@ -67,10 +70,8 @@ WEIGHT_FORMATS = ("bf16", "fp8", "fp8_static", "fp8_channel", "int8", "int4")
 #: the pack's ``dtype`` (bytes per weight) for each format
 FORMAT_DTYPE = {"bf16": "bf16", "fp8": "fp8", "fp8_static": "fp8", "fp8_channel": "fp8", "int8": "int8",
                 "int4": "int4"}
-#: ``fp8_static``'s activation scale: amax / 448 for an activation amax of 16 (a calibrated
-#: checkpoint stores its own per linear; the GEMM's time does not depend on the value, and the
-#: profiler's random activations stay well inside +-16, so nothing saturates)
-STATIC_ACT_AMAX = 16.0
+#: formats whose activation is quantized by the op that produces it (the linear takes e4m3)
+UPSTREAM_QUANT = ("fp8_static",)
 
 
 # ============================================================================== quantized linears
@@ -97,11 +98,10 @@ class QLinear:
             self.sw = s.reshape(())
             self.backend = "torch._scaled_mm e4m3, per-tensor scales (dynamic per-tensor activation quant)"
             if fmt == "fp8_static":
-                self.sx = torch.tensor(STATIC_ACT_AMAX / FP8_MAX, device=dev, dtype=torch.float32)
-                self.inv_sx = 1.0 / self.sx
+                self.sx = torch.ones((), device=dev, dtype=torch.float32)  # static scale 1 (module doc)
                 self.backend = ("torch._scaled_mm e4m3, per-tensor scales, static activation scale; input "
-                                "quantized upstream (outside the timed op: engines fuse it into the norm / "
-                                "activation kernel before the linear)")
+                                "quantized upstream (by the op that produces it, as engines fuse it: not in "
+                                "the linear's time)")
         elif fmt == "fp8_channel":
             s = (w.abs().amax(dim=1, keepdim=True).float() / FP8_MAX).clamp(min=1e-12)  # [out, 1]
             self.wq_t = (w.float() / s).to(FP8).t()
@@ -169,17 +169,17 @@ class QLinear:
 
     # --- the call -------------------------------------------------------------------------------
     def quantize(self, x: torch.Tensor) -> torch.Tensor:
-        """fp8_static: ``x`` (bf16) in e4m3 with the static scale -- the work an engine fuses into the
-        kernel that produces ``x`` (scale, clamp, cast: three eager kernels here)."""
-        if self.fmt != "fp8_static":
-            raise ValueError(f"quantize: weight format {self.fmt!r} quantizes inside the call; only fp8_static "
-                             f"takes a pre-quantized input")
-        return torch.mul(x, self.inv_sx).clamp_(-FP8_MAX, FP8_MAX).to(FP8)
+        """fp8_static: ``x`` (bf16) in e4m3 with the static scale 1 -- one cast (PyTorch's e4m3fn
+        cast saturates at +-448), the work an engine fuses into the kernel that produces ``x``."""
+        if self.fmt not in UPSTREAM_QUANT:
+            raise ValueError(f"quantize: weight format {self.fmt!r} quantizes inside the call; only "
+                             f"{', '.join(UPSTREAM_QUANT)} takes a pre-quantized input")
+        return x.to(FP8)
 
     def prepare(self, x: torch.Tensor) -> torch.Tensor:
         """The input as the timed call takes it: pre-quantized for fp8_static (its quantization is
         upstream work, not the linear's), ``x`` itself for every other format."""
-        return self.quantize(x) if self.fmt == "fp8_static" else x
+        return self.quantize(x) if self.fmt in UPSTREAM_QUANT and x.dtype != FP8 else x
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         f = self.fmt
