@@ -10,11 +10,11 @@ set -euo pipefail
 TAR=$1; W=$(mktemp -d); tar xzf "$TAR" -C $W; M=$W/m; PY=${PY:-python}
 H=calibration/packs/h200; V=calibration/validation/h200
 cat $M/progress $M/env.txt
-for P in llama-3-8b-fp8_static llama-3.1-8b-fp8_static; do
-  [ -f $M/a/packs/h200/$P.csv ] || { echo "no $P pack in $TAR"; continue; }
-  cp $M/a/packs/h200/$P.csv $M/a/packs/h200/$P.yaml $H/
-  $PY -c "import sys; sys.path.insert(0,'calibration'); import profile_gpu as pg; from pathlib import Path; pg.merge_collectives_into(Path('$H/$P.csv'), [Path('$H/collectives/collectives_2gpu.csv')])"
-  PYTHONPATH=$PWD $PY - "$P" <<'EOF'
+for PK in llama-3-8b-fp8_static llama-3.1-8b-fp8_static; do
+  [ -f $M/a/packs/h200/$PK.csv ] || { echo "no $PK pack in $TAR"; continue; }
+  cp $M/a/packs/h200/$PK.csv $M/a/packs/h200/$PK.yaml $H/
+  $PY -c "import sys; sys.path.insert(0,'calibration'); import profile_gpu as pg; from pathlib import Path; pg.merge_collectives_into(Path('$H/$PK.csv'), [Path('$H/collectives/collectives_2gpu.csv')])"
+  PYTHONPATH=$PWD $PY - "$PK" <<'EOF'
 import sys
 
 import yaml
