@@ -24,10 +24,10 @@ What each recipe stands for (engines' sources read for the shape of the work, no
   torch.compile pass replaces RMSNorm followed by static FP8 quantization with one fused kernel
   (vllm/compilation/fusion.py RMSNormStaticQuantPattern / FusedAddRMSNormStaticQuantPattern ->
   _C.rms_norm_static_fp8_quant, read at ef0feb37). So the linear's op is the scaled GEMM alone on
-  an e4m3 input, and the producing op writes e4m3 (ops.py, ``fp8=True``): the act multiply and the
-  attention's output copy store e4m3 directly (the cast costs no kernel), the RMSNorm is followed
-  by one cast kernel (eager PyTorch has no fused norm + quant: one small kernel per norm above the
-  engines' fused one, charged to the norm rows). The static scale is 1 (the profiler's random
+  an e4m3 input, and the producing op writes e4m3 (ops.py, ``fp8=True``): the attention's output
+  copy stores e4m3 directly (no kernel of its own), the RMSNorm and the act multiply are followed
+  by one cast kernel each (eager PyTorch has no fused norm / act + quant: one small kernel above
+  the engines' fused one, charged to the norm and act rows). The static scale is 1 (the profiler's random
   activations stay far inside +-448; an engine's scale is amax / 448 per linear, the same kernels
   and bytes), so the quantization is a plain cast. ``prepare`` does it outside the timed call
   where the op tables need a pre-quantized input; ``__call__`` given bf16 casts first. Not

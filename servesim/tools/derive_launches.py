@@ -109,11 +109,11 @@ ENGINE = LaunchCounts(norms=2, dense_attention=5, mla_attention=27, mla_q_lora=2
 #: ``_fused_rms_norm`` kernel, PyTorch PR #153666, in the measured torch 2.11; on CPU it decomposes
 #: into 8 ops). Dense layer 19; FP8 weights (QLinear: activation abs, amax, clamp, two divides,
 #: casts, _scaled_mm) 47; FP8 weights with a static activation scale (fp8_static: each linear one
-#: _scaled_mm on an e4m3 input; one cast kernel after each of the two norms, the act multiply and
-#: the attention's output copy store e4m3 themselves) 21; MoE layer (router,
+#: _scaled_mm on an e4m3 input; one cast kernel after each of the two norms and the act multiply;
+#: the attention's output copy stores e4m3 itself) 22; MoE layer (router,
 #: bias, softmax, top-k, renormalize, sort, gather, counts, cumsum, two grouped GEMMs, activation,
 #: weighted index_add combine) 40.
-PROFILER_PER_LAYER = {"dense": 19, "fp8": 47, "fp8_static": 21, "moe": 40}
+PROFILER_PER_LAYER = {"dense": 19, "fp8": 47, "fp8_static": 22, "moe": 40}
 PROFILER_FIXED = 4  # embedding, row gather, final norm, lm_head
 
 
