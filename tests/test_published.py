@@ -95,16 +95,22 @@ def test_an_online_source_keeps_the_request_path_and_an_offline_one_drops_it():
 
 
 def test_the_modern_rows_run_on_the_step_models_their_sources_name():
-    """The H200 serving row runs on the measured bf16 pack and scores the mean ITL; the FP8 row on
-    the derived FP8 pack, and on the H100 that pack transferred (trtllm-v10-fp8's 'where')."""
+    """The H200 serving row runs on the measured bf16 pack and scores the mean ITL; the FP8 rows on
+    the measured fp8_static pack on the H100 and that pack transferred on the H200, and their arm on
+    the derived (dynamic-recipe) fp8 pack (trtllm-v10-fp8's 'where')."""
     ids = ("trt14s-h200-p467-o16-q2", "trt10-h200-p2048-o128", "trt10-h100-p2048-o128")
     scored = replay([r for r in DATA["rows"] if r["id"] in ids], DATA)
-    by = {(x.row, x.metric): x for x in scored}
-    assert set(by) == {(ids[0], "ttft_mean_s"), (ids[0], "itl_mean_s"), (ids[1], "out_tok_s"), (ids[2], "out_tok_s")}
+    by = {(x.row, x.metric, x.arm): x for x in scored}
+    assert set(by) == {(ids[0], "ttft_mean_s", ""), (ids[0], "itl_mean_s", ""), (ids[1], "out_tok_s", ""),
+                       (ids[2], "out_tok_s", ""), (ids[1], "out_tok_s", "fp8-dynamic-derived"),
+                       (ids[2], "out_tok_s", "fp8-dynamic-derived")}
     assert all(math.isfinite(x.simulated) and x.simulated > 0 for x in scored)
-    assert by[ids[0], "itl_mean_s"].step_model == "pack h200/llama-3.1-8b"
-    assert by[ids[1], "out_tok_s"].step_model.startswith("pack h200/llama-3.1-8b-fp8 (derived from")
-    assert by[ids[2], "out_tok_s"].step_model.startswith("pack transferred from h200/llama-3.1-8b-fp8")
+    assert by[ids[0], "itl_mean_s", ""].step_model == "pack h200/llama-3.1-8b"
+    assert by[ids[1], "out_tok_s", ""].step_model.startswith("pack transferred from h100-80g/llama-3.1-8b-fp8_static")
+    assert by[ids[2], "out_tok_s", ""].step_model == "pack h100-80g/llama-3.1-8b-fp8_static"
+    arm = "fp8-dynamic-derived"
+    assert by[ids[1], "out_tok_s", arm].step_model.startswith("pack h200/llama-3.1-8b-fp8 (derived from")
+    assert by[ids[2], "out_tok_s", arm].step_model.startswith("pack transferred from h200/llama-3.1-8b-fp8")
 
 
 def test_a_source_finding_is_printed_with_its_source_and_only_there():
