@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from benchmarks.published.replay import (METRICS, SECTION, Scored, load_rows, replay, scenario_of, table,
-                                         unexplained, write_results)
+from benchmarks.published.replay import (METRICS, SECTION, Scored, arm_row, load_rows, replay, scenario_of,
+                                         table, unexplained, write_results)
 
 DATA = load_rows()
 
@@ -148,8 +148,12 @@ def test_an_arm_replays_the_same_rows_with_its_change_and_stays_out_of_the_headl
     assert "2 published values from 2 configurations" in text  # the headline: the stated rows only
     assert "`vllm-ci` arm `fp8`: FP8 weights instead of the checkpoint's bf16. **1 values" in text
     assert "| vllm-ci-h200-b8 | fp8 | E2E mean (s) |" in text and f"{100 * stated.error:+.1f}%" in text
+    per = arm_row(rows[0], {"setup": {"batch": 4}, "per_row": {rows[0]["id"]: {"setup": {"batch": 2},
+                                                                                "set": {"engine.max_model_len": 512}}}})
+    assert per["setup"]["batch"] == 2 and per["set"]["engine.max_model_len"] == 512 and rows[0]["setup"]["batch"] == 8
     for bad, match in (({"rows": ["vllm-ci"]}, "'what'"), ({"what": "x", "rows": ["nope"]}, "match no row"),
-                       ({"what": "x", "model": "y"}, "key 'model'")):
+                       ({"what": "x", "model": "y"}, "key 'model'"),
+                       ({"what": "x", "rows": ["vllm-ci-h200"], "per_row": {"vllm-ci-a100-b8": {}}}, "per_row names")):
         d = copy.deepcopy(DATA)
         d["sources"]["vllm-ci"]["arms"] = {"a": bad}
         p = tmp_path / "rows.yaml"

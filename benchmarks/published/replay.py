@@ -73,13 +73,17 @@ def load_rows(path: Path = ROWS) -> dict:
                 raise ValueError(f"{path}: source {key} arm {name}: 'what' (what the arm changes and why) is missing")
             if not any(arm_applies(arm, r) for r in data["rows"] if r["source"] == key):
                 raise ValueError(f"{path}: source {key} arm {name}: its 'rows' match no row of the source")
+            mine = {r["id"] for r in data["rows"] if r["source"] == key and arm_applies(arm, r)}
+            stray = sorted(set(arm.get("per_row") or {}) - mine)
+            if stray:
+                raise ValueError(f"{path}: source {key} arm {name}: per_row names {stray[0]!r}, not a row of the arm")
     return data
 
 
 #: an arm of a source: the same rows replayed with one stated change (``setup`` over the row's
 #: setup, ``set`` over its settings), e.g. another weight recipe; reported next to the rows as the
 #: source states them, never mixed into the headline numbers
-ARM_KEYS = {"what", "rows", "setup", "set"}
+ARM_KEYS = {"what", "rows", "setup", "set", "per_row"}
 
 
 def arm_applies(arm: dict, row: dict) -> bool:
@@ -89,9 +93,12 @@ def arm_applies(arm: dict, row: dict) -> bool:
 
 
 def arm_row(row: dict, arm: dict) -> dict:
-    """The row with the arm's change applied."""
-    return {**row, "setup": {**row["setup"], **(arm.get("setup") or {})},
-            "set": {**(row.get("set") or {}), **(arm.get("set") or {})}}
+    """The row with the arm's change applied: ``setup`` / ``set`` for every row, then ``per_row``
+    (row id -> its own setup / set, e.g. the engine limits a benchmark tool derives from that row's
+    lengths under the arm's change)."""
+    own = (arm.get("per_row") or {}).get(row["id"]) or {}
+    return {**row, "setup": {**row["setup"], **(arm.get("setup") or {}), **(own.get("setup") or {})},
+            "set": {**(row.get("set") or {}), **(arm.get("set") or {}), **(own.get("set") or {})}}
 
 
 def scenario_of(row: dict, source: dict):
