@@ -68,7 +68,10 @@ for new in sorted((W / "c/packs" / G).glob("*-fp8_static.csv")):
     rows = sorted(rows, key=lambda r: (r[0], int(r[2]), int(r[1]), int(r[3]), int(r[4])))
     write_rows(new, rows)
     meta["rows"] = len(rows)
-    new.with_suffix(".yaml").write_text(yaml.safe_dump(meta, sort_keys=False, width=100, default_flow_style=None))
+    text = yaml.safe_dump(meta, sort_keys=False, width=100, default_flow_style=None)
+    # the temporary folder's name would differ per run: name the tarballs instead
+    text = text.replace(f"{W}/b/", "h100_llama.tar.gz:").replace(f"{W}/c/", "").replace(f"{W}/f/", "fp8_static.tar.gz:").replace(str(W), "<tmp>")
+    new.with_suffix(".yaml").write_text(text)
     print(new.name, {k: v["diff_ms"] for k, v in re.items() if "cuda_graph" in k})
 EOF
 cp $W/c/packs/$G/*-fp8_static.csv $W/c/packs/$G/*-fp8_static.yaml $H/
