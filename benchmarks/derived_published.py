@@ -7,7 +7,9 @@ no pack of the model read, though the MoE survey's five layer shapes include bot
 layers), transferred to the H100 by op-wise efficiency -- the
 default a planner gets after ``servesim calibrate derive --gpu h200 --model <model>`` -- where the
 repository ships the model's own measured H200 pack, that pack too (transferred the same way),
-and, for reference, the roofline at its default factors. Nothing is fitted to these rows.
+where it ships the model's measured H100 pack (qwen3-30b-a3b, from 2026-12-05), that pack as
+measured (the default since then: the two transferred arms are replayed without it), and, for
+reference, the roofline at its default factors. Nothing is fitted to these rows.
 
 * vLLM PR #23151 (https://github.com/vllm-project/vllm/pull/23151, description of 2025-08-19,
   "WO tuned configs (TP=1, EP=1, on H100)"): Qwen3-30B-A3B bf16, ``vllm serve`` (V1), random
@@ -57,10 +59,24 @@ ROWS = [
 ]
 
 
-def derived_root(models: list[str]) -> Path:
-    """A pack folder: the shipped packs plus the H200 packs derived for ``models``."""
+GPU = "h100-80g"  # the rows' GPU
+
+
+def without_own(models: list[str]) -> Path:
+    """A pack folder: the shipped packs less the rows' GPU's own packs of ``models``, so that a run
+    there takes the H200 pack transferred (what every H100 run got before the H100 was measured)."""
     root = Path(tempfile.mkdtemp(prefix="servesim-derived-"))
     shutil.copytree(packmod.pack_root(), root, dirs_exist_ok=True)
+    for m in models:
+        for ext in (".csv", ".yaml"):
+            (root / GPU / f"{m}{ext}").unlink(missing_ok=True)
+    return root
+
+
+def derived_root(models: list[str]) -> Path:
+    """A pack folder: the shipped packs (less the rows' GPU's own) plus the H200 packs derived for
+    ``models``."""
+    root = without_own(models)
     write_derived("h200", root, models, [1])
     return root
 
@@ -87,14 +103,18 @@ def measured(model: str, gpu: str = "h200") -> bool:
 
 def main() -> None:
     shipped = packmod.pack_root
-    own = {r["model"] for r in ROWS if measured(r["model"])}
-    root = derived_root(sorted({r["model"] for r in ROWS}))
+    models = sorted({r["model"] for r in ROWS})
+    own = {m for m in models if measured(m)}
+    here = {m for m in models if measured(m, GPU)}
+    root, moved = derived_root(models), without_own(models)
     print("| row | step model | metric | published | simulated | error |")
     print("|---|---|---|---:|---:|---:|")
     for row in ROWS:
         arms = [("derived pack (H200 -> H100)", {"model": "auto"}, root)]
         if row["model"] in own:  # the model's own measured H200 pack, transferred like the derived one
-            arms.append(("measured pack (H200 -> H100)", {"model": "auto"}, None))
+            arms.append(("measured pack (H200 -> H100)", {"model": "auto"}, moved))
+        if row["model"] in here:  # the model's own measured H100 pack: the default since it shipped
+            arms.append(("measured pack (H100)", {"model": "auto"}, None))
         arms.append(("roofline (defaults)", {"model": "roofline"}, root))
         for name, st, where in arms:
             # the derived packs are found as a planner's `derive` leaves them; the measured as shipped
@@ -106,6 +126,7 @@ def main() -> None:
                       flush=True)
     packmod.pack_root = shipped
     shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(moved, ignore_errors=True)
 
 
 if __name__ == "__main__":
