@@ -18,8 +18,9 @@ efficiency and changes the peaks: ``t_dst = t_src x t_ideal(dst) / t_ideal(src)`
 Within one architecture (``GPUSpec.arch``: the same kernels, tile shapes and launch behaviour) this
 is the assumption that a kernel reaches the same share of the peak; across architectures it is
 not made (:func:`transfer_source` looks within the class only). The error of the rule where both
-GPUs were measured (A100 <-> H200, leave-one-out over ops) is in calibration/VALIDATION.md,
-"Transferred packs" (``benchmarks/transfer_check.py``).
+GPUs were measured -- within the class, H200 -> H100 on the H100's whole forwards, and across
+generations, A100 <-> H200 -- is in calibration/VALIDATION.md, "Transferred packs"
+(``benchmarks/transfer_check.py [--within]``).
 """
 
 from __future__ import annotations
