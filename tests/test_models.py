@@ -270,3 +270,28 @@ def test_gpu_names_come_from_the_registry():
         assert sc.hardware.gpu == gpu
     with pytest.raises(ScenarioError, match="b200"):
         scenario_from_dict({"hardware": {"gpu": "h300"}}, "t")
+
+
+@pytest.mark.parametrize("qcfg,expected", [
+    ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8"),  # DeepSeek-V3's checkpoint
+    ({"quant_method": "fp8"}, "fp8"),  # no scheme given: vLLM's Fp8Config default, dynamic
+    ({"quant_method": "fp8", "activation_scheme": "static"}, "fp8_static"),
+    ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8_static"),  # NVIDIA ModelOpt FP8
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "nvfp4"),
+])
+def test_a_checkpoints_activation_scheme_picks_the_fp8_recipe(qcfg, expected):
+    cfg = json.loads((LIBRARY / "llama-3.1-8b.json").read_text())["config"]
+    assert shape_from_config({**cfg, "quantization_config": qcfg}, "x").quantization == expected
+
+
+def test_an_unmodelled_modelopt_algorithm_is_named():
+    cfg = json.loads((LIBRARY / "llama-3.1-8b.json").read_text())["config"]
+    with pytest.raises(ConfigError, match="quant_algo 'W4A8_AWQ'.*allowed: FP8, NVFP4"):
+        shape_from_config({**cfg, "quantization_config": {"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}}, "x")
+
+
+def test_vllms_modelopt_flag_is_the_static_fp8_recipe():
+    """``--quantization modelopt`` pasted from a vLLM command line means a ModelOpt FP8 checkpoint."""
+    sc = scenario_from_dict({"model": {"name": "llama-3.1-8b", "quantization": "modelopt"},
+                             "engine": {"max_model_len": 8192}}, "t")
+    assert sc.model_shape.quantization == "fp8_static"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import (Discriminator, Field, Tag, field_validator,
+from pydantic import (BeforeValidator, Discriminator, Field, Tag, field_validator,
                       model_validator)
 
 from servesim.config.cluster import LinkConfig
@@ -99,7 +99,17 @@ class HardwareConfig(Frozen):
 
 
 # ------------------------------------------------------------------------------------- model
-QuantizationName = Literal[tuple(WEIGHT_FORMATS)]  # type: ignore[valid-type]
+#: engines' flag values that name a weight format under another name: vLLM's ``--quantization
+#: modelopt`` serves ModelOpt FP8 checkpoints (static activation scales; quantization/modelopt.py)
+QUANTIZATION_ALIASES = {"modelopt": "fp8_static"}
+
+
+def _quantization_alias(v: Any) -> Any:
+    return QUANTIZATION_ALIASES.get(v, v) if isinstance(v, str) else v
+
+
+QuantizationName = Annotated[Literal[tuple(WEIGHT_FORMATS)],  # type: ignore[valid-type]
+                             BeforeValidator(_quantization_alias)]
 KVCacheDtype = Literal[tuple(KV_CACHE_DTYPES)]  # type: ignore[valid-type]
 
 

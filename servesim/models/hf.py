@@ -68,11 +68,27 @@ def _int(cfg: dict, key: str, where: str, default: Any = None) -> int:
 
 
 def checkpoint_quantization(cfg: dict) -> str:
-    """The checkpoint's weight format (``none`` when it has no quantization_config)."""
+    """The checkpoint's weight format (``none`` when it has no quantization_config).
+
+    Two FP8 checkpoints price differently (servesim/models/precision.py): an ``fp8`` checkpoint
+    whose ``activation_scheme`` is ``static`` (vLLM model_executor/layers/quantization/fp8.py,
+    Fp8Config reads that key) and a ModelOpt FP8 checkpoint (``quant_method: modelopt``,
+    ``quant_algo: FP8``; vLLM quantization/modelopt.py) carry calibrated activation scales, so
+    they read as ``fp8_static``; ``activation_scheme: dynamic`` stays ``fp8``."""
     q = cfg.get("quantization_config") or {}
     method = str(q.get("quant_method", "none")).lower() if isinstance(q, dict) else "none"
     if method in ("none", ""):
         return "none"
+    if method == "fp8" and str(q.get("activation_scheme", "dynamic")).lower() == "static":
+        return "fp8_static"
+    if method == "modelopt":
+        algo = str(q.get("quant_algo", "")).upper()
+        if algo == "FP8":
+            return "fp8_static"
+        if algo == "NVFP4":
+            return "nvfp4"
+        raise ConfigError(f"quantization_config.quant_algo {q.get('quant_algo')!r} (modelopt) is not modelled; "
+                          f"allowed: FP8, NVFP4")
     if method not in WEIGHT_FORMATS:
         raise ConfigError(f"quantization_config.quant_method {method!r} is not modelled; "
                           f"allowed: {', '.join(WEIGHT_FORMATS)}")
