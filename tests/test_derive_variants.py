@@ -116,8 +116,8 @@ def test_an_moe_mla_pack_derives_records_its_shape_and_transfers_to_the_h100():
     # bandwidth-bound at few tokens (HBM ratio), compute-bound at many (same bf16 peak)
     assert ratio[0] == pytest.approx(src.hbm_bytes_per_s / dst.hbm_bytes_per_s, rel=1e-6)
     assert ratio[-1] == pytest.approx(1.0, rel=0.05)
-    assert np.allclose(h100.rows("moe_gate").time_ms / pack.rows("moe_gate").time_ms,
-                       src.hbm_bytes_per_s / dst.hbm_bytes_per_s)
+    g = pack.rows("moe_gate").time_ms  # a small op: its floor stays, the time above it scales
+    assert np.allclose(h100.rows("moe_gate").time_ms, g.min() + (g - g.min()) * src.hbm_bytes_per_s / dst.hbm_bytes_per_s)
     # latent decode at 16 heads: 2 (2 x 512 + 64) FLOPs per head and key over 1,152 bytes per key
     # and layer: bandwidth-bound on both GPUs, so the HBM ratio
     dec = h100.rows("attn_decode").time_ms / pack.rows("attn_decode").time_ms
