@@ -1,4 +1,4 @@
-"""The whole-iteration targets of the shipped H200 packs, held in CI (issue 16).
+"""The whole-iteration targets of the shipped H200 packs (and the H100 bf16 packs), held in CI (issue 16).
 
 calibration/validation/<gpu>/*.csv are full forwards the fit never reads (profile_gpu.py
 ``iterations``, measured in the same run as the packs' op tables). In CUDA-graph mode the packs
@@ -65,3 +65,21 @@ def test_validation_measured_in_the_packs_run(csv):
     ops_out = _flag(pack["command"], "--out")
     assert val["sdpa_choice_from"].startswith(ops_out.rstrip("/") + "/"), (val["sdpa_choice_from"], ops_out)
     assert val["device"] == pack["device"] and val["date"] == pack["date"]
+
+
+# The first measured H100 packs (2026-12-05; overhead rows the median of 3 processes) meet the same
+# targets in CUDA-graph mode for the bf16 files; the fp8_static file's max is 15.9 % (a 1 x 17-token
+# prefill: calibration/VALIDATION.md, "H100 whole iterations"), so it is reported, not held.
+H100_HELD = ("llama-3-8b.csv", "qwen3-30b-a3b.csv")
+
+
+def test_h100_bf16_packs_meet_the_targets():
+    res = validate_frame("h100-80g", read_validation(ROOT / "validation" / "h100-80g"))
+    g = res[res["cuda_graph"] & res["file"].isin(H100_HELD)]
+    assert set(g["file"]) == set(H100_HELD)
+    for name, f in g.groupby("file"):
+        err = f["error"].abs()
+        assert len(f) >= 50, f"h100-80g {name}: only {len(f)} graph rows"
+        assert err.median() <= MEDIAN and err.max() <= MAX, (
+            f"h100-80g {name}: median {err.median():.1%}, max {err.max():.1%} (targets {MEDIAN:.0%} / {MAX:.0%})")
+
