@@ -72,20 +72,6 @@ class Reject:
              4: "replica_failed"}
 
 
-HOT = np.dtype({"names": ["t_last", "prompt", "output", "computed", "num_output", "status", "klass", "reject",
-                          "preempt"],
-                "formats": ["f8", "i4", "i4", "i4", "i4", "i1", "i1", "i1", "i2"],
-                "offsets": [0, 8, 12, 16, 20, 24, 25, 26, 28], "itemsize": 32})
-
-
-def hot_records(n: int) -> np.ndarray:
-    """``n`` zeroed :data:`HOT` records starting on a 64-byte boundary (so none straddles two
-    cache lines); the table's hot columns are strided views of its fields."""
-    buf = np.zeros(n * HOT.itemsize + 64, dtype=np.uint8)
-    off = -buf.ctypes.data % 64
-    return buf[off:off + n * HOT.itemsize].view(HOT)
-
-
 class RequestTable:
     """Per-request columns: the workload's inputs plus progress and timestamps."""
 
@@ -96,22 +82,19 @@ class RequestTable:
         # in int8; the workload's columns are shared when they already have these types
         closed = n > 0 and bool(np.isnan(workload.arrival_s[0]))
         self.arrival = workload.arrival_s.astype(np.float64, copy=closed)  # closed loop writes it
+        self.prompt = workload.prompt_tokens.astype(np.int32, copy=False)
+        self.output = workload.output_tokens.astype(np.int32, copy=False)
+        self.klass = workload.klass.astype(np.int8, copy=False)
         self.stream = workload.stream  # int16 stream index (workload.streams), for results only
-        # the columns an iteration reads and writes for each batched request share one record
-        # (HOT: 32 bytes, two to a cache line): a fleet's replicas interleave their requests in
-        # the table, so with a column each, a batched request cost a cold line per column
-        hot = hot_records(n)
-        hot["prompt"] = workload.prompt_tokens
-        hot["output"] = workload.output_tokens
-        hot["klass"] = workload.klass
-        hot["t_last"] = np.nan
-        self.prompt, self.output, self.klass = hot["prompt"], hot["output"], hot["klass"]
-        self.computed, self.num_output = hot["computed"], hot["num_output"]
-        self.t_last_token, self.preemptions = hot["t_last"], hot["preempt"]
-        self.status, self.reject_reason = hot["status"], hot["reject"]
+        self.computed = np.zeros(n, dtype=np.int32)
+        self.num_output = np.zeros(n, dtype=np.int32)
         self.t_first_sched = np.full(n, np.nan)
         self.t_first_token = np.full(n, np.nan)
         self.t_finish = np.full(n, np.nan)
+        self.t_last_token = np.full(n, np.nan)
+        self.preemptions = np.zeros(n, dtype=np.int16)
+        self.status = np.zeros(n, dtype=np.int8)
+        self.reject_reason = np.zeros(n, dtype=np.int8)
         self.blocked = np.zeros((n, NUM_CAUSES), dtype=np.float64)
         self.replica: np.ndarray | None = None  # a fleet: the replica each request was sent to (-1: none)
         self.end_s: float | None = None  # when the run ended (set by the run): rows not sent by then are no requests
