@@ -157,7 +157,7 @@ def test_a_gpu_without_a_pack_gets_one_transferred_from_its_class():
     """H100 and qwen3-8b (measured on the H200 only): the H200's measured pack with every op at its
     measured efficiency (achieved / peak) under the H100's peaks: bandwidth-bound ops 4.8 / 3.35
     slower, compute-bound GEMMs unchanged (same bf16 peak). Named 'transferred' wherever the step
-    model is reported; not calibrated. Where the H100 has its own measured pack (llama-3-8b, from
+    model is reported; not calibrated. Where the H100 has its own measured pack (llama-3-8b and llama-3.1-8b, from
     2026-12-05) that pack runs, calibrated, and no transfer hides it."""
     from servesim.perf.build import build_step_model
     from servesim.perf.pack import load_pack
@@ -178,5 +178,9 @@ def test_a_gpu_without_a_pack_gets_one_transferred_from_its_class():
     assert np.allclose(dst.rows("gate_up_proj").time_ms[big], src.rows("gate_up_proj").time_ms[big])
     own = choose(scenario_from_dict({"hardware": {"gpu": "h100-80g"}, "model": "llama-3-8b"}, "t"))
     assert own.model == "pack" and own.calibrated and own.label == "pack h100-80g/llama-3-8b"
+    # llama-3.1-8b: its own H100 pack (2026-12-05, calls 17-18) is the default, not h200's transferred
+    own = choose(scenario_from_dict({"hardware": {"gpu": "h100-80g"}, "model": "llama-3.1-8b",
+                                     "engine": {"max_model_len": 8192}}, "t"))
+    assert own.model == "pack" and own.calibrated and own.label == "pack h100-80g/llama-3.1-8b"
     # no GPU of the L40S's class has a pack: the roofline, saying why
     assert choose(scenario_from_dict({"hardware": {"gpu": "l40s"}, "model": "llama-3-8b"}, "t")).model == "roofline"

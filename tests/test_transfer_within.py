@@ -1,5 +1,5 @@
 """The within-class transfer, measured (calibration/VALIDATION.md, "Transferred packs"): since
-2026-12-05 the H100 SXM has measured packs (llama-3-8b, qwen3-30b-a3b) and whole-iteration
+2026-12-05 the H100 SXM has measured packs (llama-3-8b, llama-3.1-8b, qwen3-30b-a3b) and whole-iteration
 forwards of its own, so the H200 packs transferred to it (servesim/perf/transfer.py, what every
 H100 run used before) can be scored on the H100's forwards beside the H100's own packs."""
 
@@ -18,7 +18,7 @@ from servesim.perf.transfer import transfer_pack
 from servesim.tools.calibrate_cli import predict_frame, read_validation, validate_frame
 
 ROOT = Path(__file__).resolve().parents[1] / "calibration"
-GPU, MODELS = "h100-80g", ("llama-3-8b", "qwen3-30b-a3b")
+GPU, MODELS = "h100-80g", ("llama-3-8b", "llama-3.1-8b", "qwen3-30b-a3b")
 
 
 @pytest.fixture(scope="module")

@@ -70,7 +70,8 @@ def test_validation_measured_in_the_packs_run(csv):
 # The first measured H100 packs (2026-12-05; overhead rows the median of 3 processes) meet the same
 # targets in CUDA-graph mode for the bf16 files; the fp8_static file's max is 15.9 % (a 1 x 17-token
 # prefill: calibration/VALIDATION.md, "H100 whole iterations"), so it is reported, not held.
-H100_HELD = ("llama-3-8b.csv", "qwen3-30b-a3b.csv")
+# llama-3.1-8b (device calls 17-18, same recipe): graph median 2.7 %, max 12.2 % on 92 forwards.
+H100_HELD = ("llama-3-8b.csv", "llama-3.1-8b.csv", "qwen3-30b-a3b.csv")
 
 
 def test_h100_bf16_packs_meet_the_targets():
