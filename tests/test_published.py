@@ -113,6 +113,39 @@ def test_the_modern_rows_run_on_the_step_models_their_sources_name():
     assert by[ids[2], "out_tok_s", arm].step_model.startswith("pack transferred from h200/llama-3.1-8b-fp8")
 
 
+
+def test_the_h100_bf16_rows_run_on_the_h100s_own_packs_by_the_default_rule():
+    """Since the measured H100 packs of llama-3-8b and llama-3.1-8b (2026-12-05), TensorRT-LLM's H100
+    bf16 rows run on them without any row naming a step model: the v0.14 serving row on
+    h100-80g/llama-3.1-8b (it ran the H200 pack transferred before), the v0.13 FP16 H100 column on
+    each model's own pack."""
+    ids = ("trt14s-h100-p467-o16-q2", "trt13h-l31-p5000-o500", "trt13h-l3-p5000-o500")
+    rows = [r for r in DATA["rows"] if r["id"] in ids]
+    assert len(rows) == 3 and not any("step_time" in str(r) for r in rows)
+    by = {x.row: x.step_model for x in replay(rows, DATA)}
+    assert by == {ids[0]: "pack h100-80g/llama-3.1-8b", ids[1]: "pack h100-80g/llama-3.1-8b",
+                  ids[2]: "pack h100-80g/llama-3-8b"}
+
+
+def test_the_v013_h100_rows_take_the_a100_rows_limits():
+    """trtllm-bench build's derivation gives the same max_batch_size and token budget on both 80 GB
+    GPUs (trtllm-v013-h100's 'where'), and the requests are the file's per ISL/OSL: each H100 row
+    matches the A100 row of the same lengths (20000/2000 has no A100 row: llama-3.1-8b has no A100 pack)."""
+    a100 = {(r["setup"]["prompt"], r["setup"]["output"], r["setup"]["model"]): r for r in DATA["rows"]
+            if r["source"] == "trtllm-v013-a100"}
+    h100 = [r for r in DATA["rows"] if r["source"] == "trtllm-v013-h100"]
+    assert len(h100) == 17 and {r["setup"]["gpu"] for r in h100} == {"h100-80g"}
+    matched = 0
+    for r in h100:
+        s = r["setup"]
+        twin = a100.get((s["prompt"], s["output"], "llama-3-8b"))
+        if twin is None:
+            assert (s["prompt"], s["output"], s["model"]) == (20000, 2000, "llama-3.1-8b")
+            continue
+        matched += 1
+        assert (s["batch"], s["requests"], r["set"]) == (twin["setup"]["batch"], twin["setup"]["requests"], twin["set"])
+    assert matched == 16
+
 def test_a_source_finding_is_printed_with_its_source_and_only_there():
     """A source's `finding` (what its errors say, written after the replay) follows its entry in
     the Sources list; a source without one prints none."""
