@@ -137,10 +137,10 @@ def test_an_fp8_model_runs_its_fp8_pack_and_a_bf16_model_does_not(root):
     assert m8.predict(new, ctx) < m16.predict(new, ctx)
     # an explicit step_time: pack finds the same pack
     assert choose(fp8.override({"step_time": {"model": "pack"}})).label == "pack h200/llama-3-8b-fp8"
-    # the KV-fp8 variant has no pack here: the roofline, naming the stem it looked for
+    # the KV-fp8 variant has no pack here: the bf16-KV pack with the FP8 KV rule (servesim/perf/kvfp8.py)
     kv = choose(scenario("llama-3-8b", kv_cache_dtype="fp8"))
-    assert kv.model == "roofline" and "no calibration pack for h200/llama-3-8b-kvfp8 tp 1" in kv.reason
-    assert "KV cache fp8" in kv.reason and "\n" not in kv.reason
+    assert kv.model == "pack" and kv.calibrated and kv.label == (
+        "pack h200/llama-3-8b with an FP8 KV cache by rule (decode attention x H200 survey fp8/bf16)")
 
 
 @pytest.mark.parametrize("case", ["dtype", "quantization", "kv", "experts", "expert-keys", "dense-for-moe"])

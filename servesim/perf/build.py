@@ -26,6 +26,19 @@ def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
         from servesim.perf.select import choose
 
         choice = choose(sc)
+        if choice.model == "pack" and choice.kv_rule:  # an FP8 KV cache by rule on the pack of the own KV dtype
+            from servesim.models import with_precision
+            from servesim.perf.kvfp8 import with_fp8_kv
+            from servesim.perf.pack import load_pack
+            from servesim.perf.packmodel import PackStepModel
+            from servesim.perf.transfer import transfer_pack
+
+            base = with_precision(sc.model_shape, kv_cache_dtype="auto")
+            pack = load_pack(choice.pack.split("/")[0], base, sc.tp)
+            if not choice.calibrated:  # the base pack is of another GPU of the class: transferred first
+                pack = transfer_pack(pack, hw.gpu, base)
+            return PackStepModel(with_fp8_kv(pack, sc.model_shape.kv_cache_dtype, gpu=hw.gpu), sc.model_shape,
+                                 tp=sc.tp, pp=sc.pp, cuda_graph=cfg.cuda_graph, **cross, **caps)
         if choice.model == "pack" and not choice.calibrated:  # a pack of the same GPU class, transferred
             from servesim.perf.packmodel import PackStepModel
             from servesim.perf.pack import load_pack

@@ -33,15 +33,18 @@ class StepChoice:
     reason: str | None = None  # why the run is not calibrated (None when it is)
     note: str = ""  # e.g. the constant's seconds
     derived: str | None = None  # a derived pack's origin ("derived from ..."): no op of it measured
+    kv_rule: str | None = None  # an FP8 KV cache priced on ``pack`` by rule (servesim/perf/kvfp8.py)
 
     @property
     def label(self) -> str:
-        """One line: ``pack a100-80g/llama-3-8b``, ``pack h200/qwen3-30b-a3b (derived from ...)``
-        or ``roofline (uncalibrated): <reason>``."""
+        """One line: ``pack a100-80g/llama-3-8b``, ``pack h200/qwen3-30b-a3b (derived from ...)``,
+        ``pack h100-80g/llama-3.1-8b with an FP8 KV cache by rule (...)`` or ``roofline
+        (uncalibrated): <reason>``."""
+        kv = f" with an FP8 KV cache by rule ({self.kv_rule})" if self.kv_rule else ""
         if self.model == "pack":
             if not self.calibrated:
-                return f"pack {self.reason}"
-            return f"pack {self.pack}" + (f" ({self.derived})" if self.derived else "")
+                return f"pack {self.reason}{kv}"
+            return f"pack {self.pack}" + (f" ({self.derived})" if self.derived else "") + kv
         if self.model == "constant":
             return f"constant {self.note} (uncalibrated: {self.reason})"
         if self.pack is not None:  # a roofline fitted to a pack
@@ -51,7 +54,8 @@ class StepChoice:
     def to_dict(self) -> dict:
         return {"model": self.model, "asked": self.asked, "calibrated": self.calibrated, "pack": self.pack,
                 "pack_id": self.pack_id, "reason": self.reason, "label": self.label,
-                **({"derived": self.derived} if self.derived else {})}
+                **({"derived": self.derived} if self.derived else {}),
+                **({"kv_rule": self.kv_rule} if self.kv_rule else {})}
 
 
 def choose(sc) -> StepChoice:
@@ -85,19 +89,64 @@ def choose(sc) -> StepChoice:
         problem = pack_problem(gpu, shape, tp, pp, cuda_graph) or _expert_parallel_problem(sc)
         if problem is not None and problem.startswith("expert parallelism"):
             return StepChoice("roofline", asked, False, reason=problem)
-        if problem is None:
+        if problem is None:  # the pack of the model's own precision (a shipped kvfp8 pack too) wins
             return StepChoice("pack", asked, True, pack=_ref(gpu, shape, tp), pack_id=_pack_id(gpu, shape, tp),
                               derived=_derived_origin(gpu, shape, tp))
-        src = _transfer_source(gpu, shape, tp, pp, cuda_graph)  # servesim/perf/transfer.py
-        if src is not None:
-            derived = _derived_origin(src, shape, tp)
-            return StepChoice("pack", asked, False, pack=_ref(src, shape, tp),
-                              pack_id=_pack_id(src, shape, tp), derived=derived,
-                              reason=f"transferred from {_ref(src, shape, tp)}"
-                                     + (f" ({derived})" if derived else "") + " by op-wise efficiency "
-                                     f"(no pack for {gpu}; {problem})")
-        return StepChoice("roofline", asked, False, reason=problem)
+        kv_why = None
+        if shape.kv_cache_dtype != "auto":  # an FP8 KV cache on the pack of the model's own KV dtype
+            kv = _fp8_kv_choice(asked, gpu, shape, tp, pp, cuda_graph)
+            if isinstance(kv, StepChoice):
+                return kv
+            kv_why = kv
+        choice = _own_or_transferred(asked, gpu, shape, tp, pp, cuda_graph, problem)
+        if kv_why and choice.model == "roofline":
+            choice = StepChoice("roofline", asked, False, reason=f"{problem}; no FP8 KV rule: {kv_why}")
+        return choice
     raise TypeError(f"unknown step_time config {st!r}")  # pragma: no cover
+
+
+def _own_or_transferred(asked: str, gpu: str, shape, tp: int, pp: int, cuda_graph: bool,
+                        problem: str | None) -> StepChoice:
+    """The pack of ``shape`` on ``gpu``, else one of its GPU class transferred, else the roofline
+    (``problem``: why ``gpu`` has no pack of ``shape``)."""
+    if problem is None:
+        return StepChoice("pack", asked, True, pack=_ref(gpu, shape, tp), pack_id=_pack_id(gpu, shape, tp),
+                          derived=_derived_origin(gpu, shape, tp))
+    src = _transfer_source(gpu, shape, tp, pp, cuda_graph)  # servesim/perf/transfer.py
+    if src is not None:
+        derived = _derived_origin(src, shape, tp)
+        return StepChoice("pack", asked, False, pack=_ref(src, shape, tp),
+                          pack_id=_pack_id(src, shape, tp), derived=derived,
+                          reason=f"transferred from {_ref(src, shape, tp)}"
+                                 + (f" ({derived})" if derived else "") + " by op-wise efficiency "
+                                 f"(no pack for {gpu}; {problem})")
+    return StepChoice("roofline", asked, False, reason=problem)
+
+
+def _fp8_kv_choice(asked: str, gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> StepChoice | str | None:
+    """An FP8 KV cache priced by rule (servesim/perf/kvfp8.py) on the pack -- measured, derived or
+    transferred -- the run would use with the model's own KV dtype; or why not (one line; None
+    where this GPU's own kvfp8 pack exists but does not fit: its reason stands alone).
+    The own GPU's base pack comes before a kvfp8 pack of another GPU of its class transferred."""
+    from dataclasses import replace
+
+    from servesim.models import with_precision
+    from servesim.perf.kvfp8 import kv_rule_problem, rule_text
+
+    from servesim.perf.pack import pack_path
+
+    why = kv_rule_problem(shape)
+    if why is not None:
+        return why
+    if pack_path(gpu, shape, tp).is_file():  # a kvfp8 pack of this GPU that does not fit: no rule hides that
+        return None
+    base = with_precision(shape, kv_cache_dtype="auto")
+    choice = _own_or_transferred(asked, gpu, base, tp, pp, cuda_graph, pack_problem(gpu, base, tp, pp, cuda_graph))
+    if choice.model != "pack":
+        return f"no pack of the model's own KV dtype either ({choice.reason})"
+    if not choice.calibrated and _transfer_source(gpu, shape, tp, pp, cuda_graph) is not None:
+        return "a kvfp8 pack of the GPU class transfers"  # the file of its own KV dtype, as measured or derived
+    return replace(choice, kv_rule=rule_text(gpu))
 
 
 def pack_problem(gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> str | None:

@@ -9,14 +9,9 @@ import numpy as np
 import pandas as pd
 
 from servesim.errors import PackError
-from servesim.perf.pack import pack_root
+from servesim.perf.kvfp8 import survey_root  # noqa: F401 (one definition, at the runtime's floor)
 
 IDW_POWER = 2.0
-
-
-def survey_root() -> Path:
-    """``calibration/surveys`` beside the pack folder (a source checkout)."""
-    return pack_root().parent / "surveys"
 
 
 def read_survey(gpu: str, name: str) -> pd.DataFrame:

@@ -23,7 +23,9 @@ attention"):
   not an engine-class kernel.
 * **FP8 KV cache**: decode attention x the survey's ``triton-fp8 / triton-bf16`` ratio at the
   same (batch, context) (bilinear in log batch, log context; held at the grid's edges); prefill
-  attention unchanged (it reads the new chunk in bf16).
+  attention unchanged (it reads the new chunk in bf16). The rule lives in
+  :mod:`servesim.perf.kvfp8`: runs apply it at selection time to the pack of the model's own KV
+  dtype, so a derived kvfp8 pack and a run without one agree.
 * **Experts** (``moe_gate``, ``moe_experts``, ``moe_combine``): the experts' time is its roofline
   over the expected work -- weights of the ``E (1 - (1 - k/E)^M)`` experts hit by ``M`` tokens
   plus the routed activations at the HBM peak, ``2 M k 3 h I x imbalance`` FLOPs at the bf16 peak
@@ -68,6 +70,7 @@ import pandas as pd
 
 from servesim.errors import PackError
 from servesim.models import ModelShape
+from servesim.perf.kvfp8 import GridRatio, fp8_decode_ms  # noqa: F401 (the FP8 KV rule; re-exported)
 from servesim.perf.pack import MLA_SHAPE_KEYS, MOE_SHAPE_KEYS, SHAPE_KEYS, WEIGHT_DTYPES, Pack
 from servesim.tools.derive_common import IDW_POWER, _idw, _interp_log, read_survey, survey_root  # noqa: F401
 from servesim.tools.derive_moe import MoeRule, MoeShape, moe_layer_rows, moe_survey  # noqa: F401 (re-exported)
@@ -164,25 +167,6 @@ def weight_rule(gpu: str, quantization: str, exclude=()):
     if quantization == "fp8":
         return Fp8Rule(read_survey(gpu, "gemm"), exclude=exclude)
     return gemm_ratio(gpu, quantization, exclude=exclude)
-
-
-class GridRatio:
-    """``t_a / t_b`` over a survey's (batch, context) grid, bilinear in (log batch, log context),
-    held at the edges (a batch row the survey stopped short of, for memory, holds its longest
-    measured context's ratio)."""
-
-    def __init__(self, frame: pd.DataFrame, a: str, b: str):
-        p = frame.pivot_table(index=["batch", "context"], columns="variant", values="time_ms")
-        r = (p[a] / p[b]).unstack().ffill(axis=1).bfill(axis=1)
-        self.b = np.log(r.index.to_numpy(np.float64))
-        self.c = np.log(r.columns.to_numpy(np.float64))
-        self.v = r.to_numpy(np.float64)
-
-    def __call__(self, batch, context) -> np.ndarray:
-        lb = np.log(np.maximum(np.asarray(batch, np.float64), 1.0))
-        lc = np.log(np.maximum(np.asarray(context, np.float64), 1.0))
-        rows = np.array([np.interp(lc, self.c, row) for row in self.v])  # (batches, n)
-        return np.array([np.interp(lb[i], self.b, rows[:, i]) for i in range(lb.size)])
 
 
 # --- latent attention --------------------------------------------------------------------------
@@ -326,8 +310,10 @@ def derive_any(gpu: str, shape: ModelShape, tp: int, source_packs: list[Pack], i
         rules["precision"] = (f"{shape.quantization}: layer GEMMs {how}; lm_head and element-wise ops bf16")
         surveys.append("gemm")
     if shape.kv_cache_dtype != "auto" and not shape.is_mla:
-        kr = GridRatio(read_survey(gpu, "decode_kv"), "triton-fp8", "triton-bf16")
-        rows = [(op, tk, b, c, n, t * float(kr([b], [c])[0]) if op == "attn_decode" else t, s)
+        from servesim.perf.kvfp8 import BF16, FP8
+
+        kr = GridRatio(read_survey(gpu, "decode_kv"), FP8, BF16)  # the run-time rule's function
+        rows = [(op, tk, b, c, n, float(fp8_decode_ms(b, c, [t], kr)[0]) if op == "attn_decode" else t, s)
                 for op, tk, b, c, n, t, s in rows]
         rules["kv_cache_dtype"] = ("fp8: decode attention x (survey triton-fp8 / triton-bf16) at the same "
                                    "(batch, context); prefill attention unchanged")

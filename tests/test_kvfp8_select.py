@@ -1,0 +1,105 @@
+"""An FP8 KV cache priced by rule on the pack the run would use with the model's own KV dtype
+(servesim/perf/kvfp8.py, chosen in servesim/perf/select.py, built in servesim/perf/build.py)."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import servesim
+from servesim.models import with_precision
+from servesim.perf.build import build_step_model
+from servesim.perf.kvfp8 import decode_ratio, with_fp8_kv
+from servesim.perf.pack import load_pack
+from servesim.perf.select import choose, provenance
+from servesim.perf.transfer import transfer_pack
+
+H200_RULE = "with an FP8 KV cache by rule (decode attention x H200 survey fp8/bf16"
+
+
+def _sc(gpu: str, model: str, kv: str = "fp8", tp: int = 1):
+    return servesim.load_scenario("scenarios/quickstart.yaml", [
+        f"hardware.gpu={gpu}", f"model={model}", f"engine.kv_cache_dtype={kv}", "engine.max_model_len=8192",
+        f"hardware.gpus_per_replica={tp}", "stop={requests: 30, warmup_requests: 0}"])
+
+
+def _assert_rule_applied(model, base_pack, gpu):
+    """Every op of the base pack as it was, decode attention x the H200 ratio at its (batch, context)."""
+    run = model.pack
+    for op, rows in base_pack.ops.items():
+        if op == "attn_decode":
+            want = rows.time_ms * decode_ratio("h200")(rows.batch, rows.context)
+            np.testing.assert_allclose(run.rows(op).time_ms, want, rtol=1e-12)
+            assert not np.allclose(run.rows(op).time_ms, rows.time_ms)  # the rule changed something
+        else:
+            np.testing.assert_array_equal(run.rows(op).time_ms, rows.time_ms)
+    assert run.kv_cache_dtype == "fp8" and run.gpu == gpu
+
+
+def test_measured_pack_with_an_fp8_kv_cache_runs_the_pack_by_rule_not_the_roofline():
+    sc = _sc("h100-80g", "{name: llama-3.1-8b, quantization: fp8_static}")
+    c = choose(sc)
+    assert (c.model, c.calibrated) == ("pack", True)
+    assert c.label == ("pack h100-80g/llama-3.1-8b-fp8_static " + H200_RULE + ", assumed to hold on h100-80g)")
+    prov = provenance(sc)  # summary.json, capacity JSON and sweep rows read this record
+    assert prov["label"] == c.label and prov["kv_rule"].startswith("decode attention x H200 survey")
+    assert prov["pack_id"].startswith("h100-80g/llama-3.1-8b-fp8_static sha256:")
+    m = build_step_model(sc)
+    assert "with an FP8 KV cache by rule" in m.describe()
+    base = load_pack("h100-80g", with_precision(sc.model_shape, kv_cache_dtype="auto"), 1)
+    _assert_rule_applied(m, base, "h100-80g")
+    # half the KV bytes in the memory plan (1 byte per value)
+    bf16 = _sc("h100-80g", "{name: llama-3.1-8b, quantization: fp8_static}", kv="auto")
+    assert sc.model_shape.kv_bytes_per_token() * 2 == bf16.model_shape.kv_bytes_per_token()
+
+
+def test_on_the_h200_the_label_makes_no_transfer_assumption_and_a_derived_base_keeps_its_origin():
+    c = choose(_sc("h200", "llama-3.1-8b"))
+    assert c.label == "pack h200/llama-3.1-8b " + H200_RULE + ")"
+    c = choose(_sc("h200", "{name: llama-3.1-8b, quantization: fp8}"))  # the shipped derived FP8 pack
+    assert c.label.startswith("pack h200/llama-3.1-8b-fp8 (derived from h200/llama-3.1-8b")
+    assert c.label.endswith(H200_RULE + ")") and c.calibrated
+
+
+def test_a_transferred_base_is_transferred_first_then_priced_by_rule():
+    sc = _sc("h100-80g", "{name: llama-3.1-70b, quantization: fp8}", tp=2)
+    c = choose(sc)
+    assert (c.model, c.calibrated, c.pack) == ("pack", False, "h200/llama-3.1-70b-fp8-tp2")
+    assert c.label.startswith("pack transferred from h200/llama-3.1-70b-fp8-tp2 (derived from")
+    assert c.label.endswith(H200_RULE + ", assumed to hold on h100-80g)")
+    base_shape = with_precision(sc.model_shape, kv_cache_dtype="auto")
+    base = transfer_pack(load_pack("h200", base_shape, 2), "h100-80g", base_shape)
+    _assert_rule_applied(build_step_model(sc), base, "h100-80g")
+
+
+@pytest.mark.parametrize("gpu, model, why", [
+    ("h200", "deepseek-v2-lite", "no FP8 KV rule: a latent-attention (MLA) model"),
+    ("h100-80g", "llama-3.1-70b", "no FP8 KV rule: no pack of the model's own KV dtype either"),
+])
+def test_refusals_stay_on_the_roofline_with_a_one_line_reason(gpu, model, why):
+    c = choose(_sc(gpu, model))
+    assert c.model == "roofline" and not c.calibrated
+    assert why in c.reason and "\n" not in c.label
+    assert c.label.startswith("roofline (uncalibrated): no calibration pack for") and "-kvfp8" in c.label
+
+
+def test_a_kvfp8_pack_file_wins_and_equals_the_rule_on_its_base(tmp_path, monkeypatch):
+    """The derive tool's kvfp8 pack (written into a temp pack root) is chosen over the rule, and its
+    rows are the rule's on the measured bf16-KV pack: one function prices both."""
+    import servesim.perf.pack as packmod
+    from servesim.perf.pack import read_pack
+    from servesim.tools.derive_variants import write_derived
+
+    base = load_pack("h200", "llama-3-8b", 1)
+    shutil.copytree(packmod.pack_root() / "h200", tmp_path / "h200", ignore=shutil.ignore_patterns("logs"))
+    [path] = write_derived("h200", tmp_path, ["llama-3-8b"], [1], kv_cache_dtype="fp8")
+    derived = read_pack(path)
+    rule = with_fp8_kv(base, "fp8")
+    assert set(derived.ops) == set(rule.ops)
+    for op in derived.ops:  # equal up to the CSV's printed digits
+        np.testing.assert_allclose(derived.rows(op).time_ms, rule.rows(op).time_ms, rtol=1e-6)
+    monkeypatch.setattr(packmod, "pack_root", lambda: tmp_path)
+    c = choose(_sc("h200", "llama-3-8b"))
+    assert c.label.startswith("pack h200/llama-3-8b-kvfp8 (derived from h200/llama-3-8b") and c.kv_rule is None
