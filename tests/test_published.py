@@ -103,7 +103,8 @@ def test_the_modern_rows_run_on_the_step_models_their_sources_name():
     by = {(x.row, x.metric, x.arm): x for x in scored}
     assert set(by) == {(ids[0], "ttft_mean_s", ""), (ids[0], "itl_mean_s", ""), (ids[1], "out_tok_s", ""),
                        (ids[2], "out_tok_s", ""), (ids[1], "out_tok_s", "fp8-dynamic-derived"),
-                       (ids[2], "out_tok_s", "fp8-dynamic-derived")}
+                       (ids[2], "out_tok_s", "fp8-dynamic-derived"), (ids[1], "out_tok_s", "fp8-kv"),
+                       (ids[2], "out_tok_s", "fp8-kv")}
     assert all(math.isfinite(x.simulated) and x.simulated > 0 for x in scored)
     assert by[ids[0], "itl_mean_s", ""].step_model == "pack h200/llama-3.1-8b"
     assert by[ids[1], "out_tok_s", ""].step_model.startswith("pack transferred from h100-80g/llama-3.1-8b-fp8_static")
@@ -111,6 +112,47 @@ def test_the_modern_rows_run_on_the_step_models_their_sources_name():
     arm = "fp8-dynamic-derived"
     assert by[ids[1], "out_tok_s", arm].step_model.startswith("pack h200/llama-3.1-8b-fp8 (derived from")
     assert by[ids[2], "out_tok_s", arm].step_model.startswith("pack transferred from h200/llama-3.1-8b-fp8")
+    # arm fp8-kv: the row's own pack with the FP8 KV rule (servesim/perf/kvfp8.py); on the H100 the
+    # H200 survey's ratio, said to be assumed
+    rule = "with an FP8 KV cache by rule (decode attention x H200 survey fp8/bf16"
+    assert by[ids[1], "out_tok_s", "fp8-kv"].step_model.startswith(
+        "pack transferred from h100-80g/llama-3.1-8b-fp8_static")
+    assert by[ids[1], "out_tok_s", "fp8-kv"].step_model.endswith(rule + ")")
+    assert by[ids[2], "out_tok_s", "fp8-kv"].step_model == (
+        "pack h100-80g/llama-3.1-8b-fp8_static " + rule + ", assumed to hold on h100-80g)")
+
+
+def test_the_fp8_kv_arm_takes_the_limits_trtllm_bench_derives_at_one_byte_per_kv_value():
+    """trtllm-v10-fp8's 'where' rule (trtllm-bench get_settings / calc_engine_setting /
+    finetune_setting) reproduces every row's max_batch_size and token budget at 2 bytes per KV
+    value, and the fp8-kv arm's per_row limits at 1 byte (rows left out: nothing changes)."""
+    from benchmarks.published.replay import arm_row
+    from servesim.models import MODELS
+
+    src = DATA["sources"]["trtllm-v10-fp8"]
+    arm = src["arms"]["fp8-kv"]
+    mib = {"h200": 143771, "h100-80g": 81559}  # nvidia-smi, as the 'where' says
+
+    def up(x, q):
+        return q * math.ceil(x / q)
+
+    def limits(row, kv_bytes):
+        s = row["setup"]
+        m, tp, isl, osl = MODELS[s["model"]], s.get("tp", 1), s["prompt"], s["output"]
+        gib = mib[s["gpu"]] / 1024 - m.num_params() / 2 ** 30 / tp
+        per_tok = m.num_layers * 2 * m.num_kv_heads * m.head_dim * kv_bytes / tp / 2 ** 30
+        bs = min(0.90 * gib / (per_tok * (isl + osl)), 4096)
+        tok = min(bs * (1 + isl / osl), 32768)
+        bs = max(64, up(bs, 32)) if bs < 256 else up(bs, 128) if bs < 1024 else up(bs, 256)
+        tok = max(2048, up(tok, 256)) if tok < 4096 else up(tok, 512) if tok < 8192 else up(tok, 1024)
+        return bs, max(tok, isl + bs, isl + osl)
+
+    rows = [r for r in DATA["rows"] if r["source"] == "trtllm-v10-fp8"]
+    assert len(rows) == 30 and arm["set"] == {"engine.kv_cache_dtype": "fp8"}
+    for row in rows:
+        assert limits(row, 2) == (row["setup"]["batch"], row["set"]["engine.max_num_batched_tokens"]), row["id"]
+        r8 = arm_row(row, arm)
+        assert limits(row, 1) == (r8["setup"]["batch"], r8["set"]["engine.max_num_batched_tokens"]), row["id"]
 
 
 
