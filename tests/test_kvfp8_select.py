@@ -103,3 +103,18 @@ def test_a_kvfp8_pack_file_wins_and_equals_the_rule_on_its_base(tmp_path, monkey
     monkeypatch.setattr(packmod, "pack_root", lambda: tmp_path)
     c = choose(_sc("h200", "llama-3-8b"))
     assert c.label.startswith("pack h200/llama-3-8b-kvfp8 (derived from h200/llama-3-8b") and c.kv_rule is None
+
+
+def test_an_explicit_pack_step_model_takes_the_rule_on_the_gpus_own_pack_only():
+    from servesim.errors import PackError
+
+    sc = _sc("h100-80g", "llama-3.1-8b").override({"step_time": {"model": "pack"}})
+    c = choose(sc)
+    assert (c.asked, c.calibrated) == ("pack", True)
+    assert c.label == "pack h100-80g/llama-3.1-8b " + H200_RULE + ", assumed to hold on h100-80g)"
+    _assert_rule_applied(build_step_model(sc), load_pack("h100-80g", "llama-3.1-8b", 1), "h100-80g")
+    # no own pack: an explicit pack is not a transfer, refused in one line
+    nvl = _sc("h100-nvl", "llama-3.1-8b").override({"step_time": {"model": "pack"}})
+    with pytest.raises(PackError) as info:
+        build_step_model(nvl)
+    assert "h100-nvl/llama-3.1-8b-kvfp8" in str(info.value) and "\n" not in str(info.value)

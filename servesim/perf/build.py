@@ -27,18 +27,7 @@ def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
 
         choice = choose(sc)
         if choice.model == "pack" and choice.kv_rule:  # an FP8 KV cache by rule on the pack of the own KV dtype
-            from servesim.models import with_precision
-            from servesim.perf.kvfp8 import with_fp8_kv
-            from servesim.perf.pack import load_pack
-            from servesim.perf.packmodel import PackStepModel
-            from servesim.perf.transfer import transfer_pack
-
-            base = with_precision(sc.model_shape, kv_cache_dtype="auto")
-            pack = load_pack(choice.pack.split("/")[0], base, sc.tp)
-            if not choice.calibrated:  # the base pack is of another GPU of the class: transferred first
-                pack = transfer_pack(pack, hw.gpu, base)
-            return PackStepModel(with_fp8_kv(pack, sc.model_shape.kv_cache_dtype, gpu=hw.gpu), sc.model_shape,
-                                 tp=sc.tp, pp=sc.pp, cuda_graph=cfg.cuda_graph, **cross, **caps)
+            return _fp8_kv_model(sc, choice, cross, caps)
         if choice.model == "pack" and not choice.calibrated:  # a pack of the same GPU class, transferred
             from servesim.perf.packmodel import PackStepModel
             from servesim.perf.pack import load_pack
@@ -68,6 +57,11 @@ def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
                                  cfg.mfu, cfg.mbu, cfg.overhead_s, **cross)
     if isinstance(cfg, PackStepConfig):
         from servesim.perf.packmodel import load_pack_model  # measured kernel timings
+        from servesim.perf.select import choose
+
+        choice = choose(sc)
+        if choice.kv_rule:  # the GPU's own pack of the model's KV dtype, an FP8 KV cache by rule
+            return _fp8_kv_model(sc, choice, cross, caps)
 
         from servesim.perf.pack import pack_path
         from servesim.perf.select import pack_problem
@@ -87,3 +81,20 @@ def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
         return load_pack_model(hw.gpu, sc.model_shape, tp=sc.tp, pp=sc.pp,
                                cuda_graph=cfg.cuda_graph, **cross, **caps)
     raise TypeError(f"unknown step_time config {cfg!r}")  # pragma: no cover
+
+
+def _fp8_kv_model(sc: Scenario, choice, cross: dict, caps: dict) -> StepTimeModel:
+    """The pack ``choice`` names (of the model's own KV dtype; transferred first when it is another
+    GPU's) with its decode attention over an FP8 cache by rule (servesim/perf/kvfp8.py)."""
+    from servesim.models import with_precision
+    from servesim.perf.kvfp8 import with_fp8_kv
+    from servesim.perf.pack import load_pack
+    from servesim.perf.packmodel import PackStepModel
+    from servesim.perf.transfer import transfer_pack
+
+    base = with_precision(sc.model_shape, kv_cache_dtype="auto")
+    pack = load_pack(choice.pack.split("/")[0], base, sc.tp)
+    if not choice.calibrated:  # the base pack is of another GPU of the class: transferred first
+        pack = transfer_pack(pack, sc.hardware.gpu, base)
+    return PackStepModel(with_fp8_kv(pack, sc.model_shape.kv_cache_dtype, gpu=sc.hardware.gpu), sc.model_shape,
+                         tp=sc.tp, pp=sc.pp, cuda_graph=sc.step_time.cuda_graph, **cross, **caps)

@@ -70,6 +70,9 @@ def choose(sc) -> StepChoice:
     gpu, shape, tp, pp = sc.hardware.gpu, sc.model_shape, sc.tp, sc.pp
     cuda_graph = bool(getattr(st, "cuda_graph", False))
     if isinstance(st, PackStepConfig):
+        kv = _fp8_kv_choice(asked, gpu, shape, tp, pp, cuda_graph, own_only=True)
+        if isinstance(kv, StepChoice):  # the GPU's own pack of the model's KV dtype, FP8 KV by rule
+            return kv
         ref = _ref(gpu, shape, tp)
         return StepChoice("pack", asked, True, pack=ref, pack_id=_pack_id(gpu, shape, tp),
                           derived=_derived_origin(gpu, shape, tp))
@@ -123,10 +126,12 @@ def _own_or_transferred(asked: str, gpu: str, shape, tp: int, pp: int, cuda_grap
     return StepChoice("roofline", asked, False, reason=problem)
 
 
-def _fp8_kv_choice(asked: str, gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> StepChoice | str | None:
+def _fp8_kv_choice(asked: str, gpu: str, shape, tp: int, pp: int, cuda_graph: bool,
+                   own_only: bool = False) -> StepChoice | str | None:
     """An FP8 KV cache priced by rule (servesim/perf/kvfp8.py) on the pack -- measured, derived or
     transferred -- the run would use with the model's own KV dtype; or why not (one line; None
-    where this GPU's own kvfp8 pack exists but does not fit: its reason stands alone).
+    where this GPU's own kvfp8 pack exists but does not fit: its reason stands alone). ``own_only``
+    (an explicit ``step_time: {model: pack}``): this GPU's own pack, never a transfer.
     The own GPU's base pack comes before a kvfp8 pack of another GPU of its class transferred."""
     from dataclasses import replace
 
@@ -141,6 +146,12 @@ def _fp8_kv_choice(asked: str, gpu: str, shape, tp: int, pp: int, cuda_graph: bo
     if pack_path(gpu, shape, tp).is_file():  # a kvfp8 pack of this GPU that does not fit: no rule hides that
         return None
     base = with_precision(shape, kv_cache_dtype="auto")
+    if own_only:
+        why = pack_problem(gpu, base, tp, pp, cuda_graph)
+        if why is not None:
+            return why
+        return StepChoice("pack", asked, True, pack=_ref(gpu, base, tp), pack_id=_pack_id(gpu, base, tp),
+                          derived=_derived_origin(gpu, base, tp), kv_rule=rule_text(gpu))
     choice = _own_or_transferred(asked, gpu, base, tp, pp, cuda_graph, pack_problem(gpu, base, tp, pp, cuda_graph))
     if choice.model != "pack":
         return f"no pack of the model's own KV dtype either ({choice.reason})"
