@@ -40,8 +40,8 @@ RULE = "decode attention x {gpu} survey fp8/bf16"
 
 
 def survey_root() -> Path:
-    """``calibration/surveys`` of the source checkout (surveys do not ship in the wheel), else
-    beside the installed pack folder. Fixed by where the code lives, not by a pack root a caller
+    """``calibration/surveys`` of the source checkout, else the installed ``servesim/surveys`` (the wheel
+    ships them beside ``servesim/packs``). Fixed by where the code lives, not by a pack root a caller
     points elsewhere: the surveys are the GPU's, whichever packs a run reads."""
     here = Path(__file__).resolve().parents[2] / "calibration" / "surveys"
     return here if here.is_dir() else pack_root().parent / "surveys"
