@@ -23,7 +23,7 @@ def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
     if isinstance(cfg, ConstantStepConfig):
         return ConstantStepModel(cfg.seconds)
     if isinstance(cfg, AutoStepConfig):  # the pack where one fits, else the roofline, uncalibrated
-        from servesim.perf.select import choose
+        from servesim.perf.select import choose, read_as
 
         choice = choose(sc)
         if choice.model == "pack" and choice.kv_rule:  # an FP8 KV cache by rule on the pack of the own KV dtype
@@ -34,12 +34,15 @@ def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
             from servesim.perf.transfer import transfer_pack
 
             src = choice.pack.split("/")[0]
-            return PackStepModel(transfer_pack(load_pack(src, sc.model_shape, sc.tp), hw.gpu, sc.model_shape),
+            return PackStepModel(transfer_pack(load_pack(src, read_as(choice, sc.model_shape), sc.tp), hw.gpu,
+                                               sc.model_shape),
                                  sc.model_shape, tp=sc.tp, pp=sc.pp, cuda_graph=cfg.cuda_graph, **cross, **caps)
         if choice.model == "pack":
             from servesim.perf.packmodel import load_pack_model
 
-            return load_pack_model(hw.gpu, sc.model_shape, tp=sc.tp, pp=sc.pp, cuda_graph=cfg.cuda_graph, **cross, **caps)
+            # a twin's pack is read under its own name and checked against the model's numbers
+            return load_pack_model(hw.gpu, read_as(choice, sc.model_shape), tp=sc.tp, pp=sc.pp,
+                                   cuda_graph=cfg.cuda_graph, **cross, **caps)
         return RooflineStepModel(GPUS[hw.gpu], sc.model_shape, sc.tp, sc.pp, note="uncalibrated: " + choice.reason,
                                  expert_parallel=sc.engine.enable_expert_parallel, **cross)
     if isinstance(cfg, RooflineStepConfig):
@@ -57,11 +60,14 @@ def build_step_model(sc: Scenario, cross_hops: int = 0) -> StepTimeModel:
                                  cfg.mfu, cfg.mbu, cfg.overhead_s, **cross)
     if isinstance(cfg, PackStepConfig):
         from servesim.perf.packmodel import load_pack_model  # measured kernel timings
-        from servesim.perf.select import choose
+        from servesim.perf.select import choose, read_as
 
         choice = choose(sc)
         if choice.kv_rule:  # the GPU's own pack of the model's KV dtype, an FP8 KV cache by rule
             return _fp8_kv_model(sc, choice, cross, caps)
+        if choice.twin_of:  # this GPU's pack of another model of the same layer shapes
+            return load_pack_model(hw.gpu, read_as(choice, sc.model_shape), tp=sc.tp, pp=sc.pp,
+                                   cuda_graph=cfg.cuda_graph, **cross, **caps)
 
         from servesim.perf.pack import pack_path
         from servesim.perf.select import pack_problem
@@ -90,10 +96,11 @@ def _fp8_kv_model(sc: Scenario, choice, cross: dict, caps: dict) -> StepTimeMode
     from servesim.perf.kvfp8 import with_fp8_kv
     from servesim.perf.pack import load_pack
     from servesim.perf.packmodel import PackStepModel
+    from servesim.perf.select import read_as
     from servesim.perf.transfer import transfer_pack
 
     base = with_precision(sc.model_shape, kv_cache_dtype="auto")
-    pack = load_pack(choice.pack.split("/")[0], base, sc.tp)
+    pack = load_pack(choice.pack.split("/")[0], read_as(choice, base), sc.tp)  # a twin's under its own name
     if not choice.calibrated:  # the base pack is of another GPU of the class: transferred first
         pack = transfer_pack(pack, sc.hardware.gpu, base)
     return PackStepModel(with_fp8_kv(pack, sc.model_shape.kv_cache_dtype, gpu=sc.hardware.gpu), sc.model_shape,

@@ -269,6 +269,47 @@ def load_pack(gpu: str, model: str | ModelShape, tp: int = 1) -> Pack:
     return pack
 
 
+#: a twin's preference (:func:`same_shape_packs`): measured on the GPU, then imported, then derived
+SOURCE_ORDER: tuple[str, ...] = ("measured", "imported", "derived")
+
+
+def same_shape_packs(gpu: str, shape: ModelShape, tp: int = 1) -> list[Pack]:
+    """Packs of ``gpu`` and ``tp`` named for another model whose recorded ``shape`` and precision
+    equal ``shape``'s (what :func:`check_shape` and :func:`check_precision` compare: the layer keys,
+    plus the expert and latent keys of an MoE or MLA model): timings of the same kernels on the same
+    GPU, whatever the model is called (Llama-3-8B and Llama-3.1-8B, or a config.json fine-tune).
+    A twin must record every layer key (and every latent key for an MLA model): an absent key is
+    not compared by check_shape, so a pack recording less cannot be matched by it. Best first:
+    measured, imported, derived (SOURCE_ORDER), then by pack name."""
+    own = pack_name(shape)
+    out = []
+    for g, name, t in available_packs():
+        if g != gpu or t != tp or name == own or split_pack_name(name)[1:] != (shape.quantization, shape.kv_cache_dtype):
+            continue
+        path = pack_path(gpu, name, tp)
+        yaml_path = path.with_suffix(".yaml")
+        if not yaml_path.is_file():
+            continue
+        try:
+            recorded = _meta_cached(str(yaml_path), yaml_path.stat().st_mtime_ns).get("shape") or {}
+            keys = SHAPE_KEYS + (MLA_SHAPE_KEYS if shape.is_mla else ())
+            if any(k not in recorded or int(recorded[k]) != getattr(shape, k) for k in keys):
+                continue  # cheap: most packs differ in a layer key, their CSV is never read
+            pack = load_pack(gpu, name, tp)
+            check_shape(pack, shape)
+            check_precision(pack, shape)
+        except (PackError, TypeError, ValueError):
+            continue
+        out.append(pack)
+    rank = {s: i for i, s in enumerate(SOURCE_ORDER)}
+    return sorted(out, key=lambda p: (rank.get(str(p.meta.get("source")), len(rank)), p.name))
+
+
+@lru_cache(maxsize=256)
+def _meta_cached(path: str, mtime_ns: int) -> dict[str, Any]:
+    return read_meta(Path(path))
+
+
 def missing_pack_message(gpu: str, model: str, tp: int, path: Path) -> str:
     """What exists for this GPU, and the fallback: a roofline fitted to one of its packs."""
     found = available_packs()

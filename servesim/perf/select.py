@@ -7,6 +7,14 @@ its default factors, and then every output says ``roofline (uncalibrated)`` with
 explicit ``{model: roofline}`` is uncalibrated too (and says whether a pack exists that it
 ignores); ``{model: pack}`` must find its pack (the build fails in one line otherwise).
 
+Packs are named for a model, but their timings are those of its layer shapes. Where the GPU has no
+pack of the model's own name (in its precision and TP), a pack of the same GPU whose recorded
+shape and precision equal the model's runs instead (a *twin*: Llama-3.1-8B on the A100's
+Llama-3-8B pack, a config.json fine-tune on its base model's; servesim/perf/pack.py
+``same_shape_packs``), labelled ``same layer shapes as <model>``. The order: the model's own pack
+of this GPU; a twin of this GPU; the FP8 KV rule on the own or twin pack of the model's own KV
+dtype; a pack of the GPU class (own name first, then a twin) transferred; the roofline.
+
 :func:`choose` is cheap (a file lookup; the pack's CSV is parsed once per process and kept), so the
 console header, summary.json, the capacity JSON and the sweep rows all ask it, never a second
 rule of their own.
@@ -34,6 +42,26 @@ class StepChoice:
     note: str = ""  # e.g. the constant's seconds
     derived: str | None = None  # a derived pack's origin ("derived from ..."): no op of it measured
     kv_rule: str | None = None  # an FP8 KV cache priced on ``pack`` by rule (servesim/perf/kvfp8.py)
+    twin_of: str | None = None  # ``pack`` is another model's, of the same layer shapes as this model
+    pack_source: str | None = None  # a twin's ``source`` (measured, imported, derived), for its label
+
+    @property
+    def _twin_words(self) -> str:
+        """``imported; same layer shapes as llama-3.1-8b`` (``derived from ...; ...``), or ""."""
+        if not self.twin_of:
+            return ""
+        return f"{self.derived or self.pack_source or '?'}; same layer shapes as {self.twin_of}"
+
+    @property
+    def pack_csv(self) -> Path | None:
+        """The CSV of ``pack`` under the pack folder (None: no pack): the file this choice reads
+        (a twin's, or the base of the FP8 KV rule), or the one a roofline was fitted to."""
+        if self.pack is None:
+            return None
+        from servesim.perf.pack import pack_root
+
+        gpu, stem = self.pack.split("/", 1)
+        return pack_root() / gpu / f"{stem}.csv"
 
     @property
     def label(self) -> str:
@@ -44,6 +72,8 @@ class StepChoice:
         if self.model == "pack":
             if not self.calibrated:
                 return f"pack {self.reason}{kv}"
+            if self.twin_of:
+                return f"pack {self.pack} ({self._twin_words})" + kv
             return f"pack {self.pack}" + (f" ({self.derived})" if self.derived else "") + kv
         if self.model == "constant":
             return f"constant {self.note} (uncalibrated: {self.reason})"
@@ -55,7 +85,8 @@ class StepChoice:
         return {"model": self.model, "asked": self.asked, "calibrated": self.calibrated, "pack": self.pack,
                 "pack_id": self.pack_id, "reason": self.reason, "label": self.label,
                 **({"derived": self.derived} if self.derived else {}),
-                **({"kv_rule": self.kv_rule} if self.kv_rule else {})}
+                **({"kv_rule": self.kv_rule} if self.kv_rule else {}),
+                **({"same_layer_shapes_as": self.twin_of} if self.twin_of else {})}
 
 
 def choose(sc) -> StepChoice:
@@ -70,6 +101,9 @@ def choose(sc) -> StepChoice:
     gpu, shape, tp, pp = sc.hardware.gpu, sc.model_shape, sc.tp, sc.pp
     cuda_graph = bool(getattr(st, "cuda_graph", False))
     if isinstance(st, PackStepConfig):
+        twin = _twin(gpu, shape, tp, pp, cuda_graph)  # this GPU's pack of the same layer shapes
+        if twin is not None:
+            return _pack_choice(asked, gpu, gpu, shape, tp, twin)
         kv = _fp8_kv_choice(asked, gpu, shape, tp, pp, cuda_graph, own_only=True)
         if isinstance(kv, StepChoice):  # the GPU's own pack of the model's KV dtype, FP8 KV by rule
             return kv
@@ -87,6 +121,9 @@ def choose(sc) -> StepChoice:
         why = "step_time.model is roofline in the scenario"
         if pack_problem(gpu, shape, tp, pp, cuda_graph=False) is None:
             why += f" (a pack exists: {_ref(gpu, shape, tp)}; remove step_time to use it)"
+        elif (twin := _twin(gpu, shape, tp, pp, cuda_graph=False)) is not None:
+            why += (f" (a pack of the same layer shapes exists: {_ref(gpu, twin, tp)}; remove step_time "
+                    f"to use it)")
         return StepChoice("roofline", asked, False, reason=why)
     if isinstance(st, AutoStepConfig):
         problem = pack_problem(gpu, shape, tp, pp, cuda_graph) or _expert_parallel_problem(sc)
@@ -95,6 +132,9 @@ def choose(sc) -> StepChoice:
         if problem is None:  # the pack of the model's own precision (a shipped kvfp8 pack too) wins
             return StepChoice("pack", asked, True, pack=_ref(gpu, shape, tp), pack_id=_pack_id(gpu, shape, tp),
                               derived=_derived_origin(gpu, shape, tp))
+        twin = _twin(gpu, shape, tp, pp, cuda_graph)  # this GPU's pack of the same layer shapes
+        if twin is not None:
+            return _pack_choice(asked, gpu, gpu, shape, tp, twin)
         kv_why = None
         if shape.kv_cache_dtype != "auto":  # an FP8 KV cache on the pack of the model's own KV dtype
             kv = _fp8_kv_choice(asked, gpu, shape, tp, pp, cuda_graph)
@@ -110,20 +150,78 @@ def choose(sc) -> StepChoice:
 
 def _own_or_transferred(asked: str, gpu: str, shape, tp: int, pp: int, cuda_graph: bool,
                         problem: str | None) -> StepChoice:
-    """The pack of ``shape`` on ``gpu``, else one of its GPU class transferred, else the roofline
-    (``problem``: why ``gpu`` has no pack of ``shape``)."""
+    """The pack of ``shape`` on ``gpu``, else a twin of ``gpu`` (same layer shapes), else one of
+    its GPU class transferred (own name, then a twin), else the roofline (``problem``: why ``gpu``
+    has no pack of ``shape``)."""
     if problem is None:
         return StepChoice("pack", asked, True, pack=_ref(gpu, shape, tp), pack_id=_pack_id(gpu, shape, tp),
                           derived=_derived_origin(gpu, shape, tp))
-    src = _transfer_source(gpu, shape, tp, pp, cuda_graph)  # servesim/perf/transfer.py
-    if src is not None:
-        derived = _derived_origin(src, shape, tp)
-        return StepChoice("pack", asked, False, pack=_ref(src, shape, tp),
-                          pack_id=_pack_id(src, shape, tp), derived=derived,
-                          reason=f"transferred from {_ref(src, shape, tp)}"
-                                 + (f" ({derived})" if derived else "") + " by op-wise efficiency "
-                                 f"(no pack for {gpu}; {problem})")
+    twin = _twin(gpu, shape, tp, pp, cuda_graph)
+    if twin is not None:
+        return _pack_choice(asked, gpu, gpu, shape, tp, twin)
+    found = _transfer_source(gpu, shape, tp, pp, cuda_graph)  # servesim/perf/transfer.py
+    if found is not None:
+        return _pack_choice(asked, gpu, found[0], shape, tp, found[1], problem)
     return StepChoice("roofline", asked, False, reason=problem)
+
+
+def _pack_choice(asked: str, gpu: str, src: str, shape, tp: int, name: str, problem: str = "") -> StepChoice:
+    """The pack ``name`` of ``src`` run for ``shape`` on ``gpu``: calibrated where ``src`` is
+    ``gpu``, transferred otherwise; a twin (another model's name) says so."""
+    from servesim.perf.pack import load_pack, pack_name
+
+    twin_of = shape.name if name != pack_name(shape) else None
+    source = str(load_pack(src, name, tp).meta.get("source")) if twin_of else None
+    ref, derived = _ref(src, name, tp), _derived_origin(src, name, tp)
+    if src == gpu:
+        return StepChoice("pack", asked, True, pack=ref, pack_id=_pack_id(src, name, tp), derived=derived,
+                          twin_of=twin_of, pack_source=source)
+    what = "; ".join(w for w in (derived, twin_of and f"same layer shapes as {twin_of}") if w)
+    return StepChoice("pack", asked, False, pack=ref, pack_id=_pack_id(src, name, tp), derived=derived,
+                      twin_of=twin_of, pack_source=source,
+                      reason=f"transferred from {ref}" + (f" ({what})" if what else "")
+                             + f" by op-wise efficiency (no pack for {gpu}; {problem})")
+
+
+def _own_file(gpu: str, shape, tp: int) -> bool:
+    """Whether ``gpu`` has a pack file of the model's own name, precision and TP (fitting or not)."""
+    from servesim.perf.pack import pack_path
+
+    try:
+        return pack_path(gpu, shape, tp).is_file()
+    except (ValueError, ServesimError):  # a name no pack can have (an inline or config.json shape)
+        return False
+
+
+def _twin(gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> str | None:
+    """The pack name of ``gpu``'s best pack of the same layer shapes and precision as ``shape``
+    that holds the ops the parallelism needs (servesim/perf/pack.py ``same_shape_packs``); None
+    where there is none, or where the model's own pack file exists (fitting or not: no twin
+    hides why it does not fit)."""
+    from servesim.perf.pack import required_ops, same_shape_packs
+
+    if _own_file(gpu, shape, tp):
+        return None
+    for pack in same_shape_packs(gpu, shape, tp):
+        try:
+            pack.require(required_ops(tp, pp, cuda_graph, moe=pack.is_moe))
+        except ServesimError:
+            continue
+        return pack.name
+    return None
+
+
+def read_as(choice: StepChoice, shape):
+    """``shape`` under the name of the model whose pack ``choice`` reads: the shape itself, or for
+    a twin the same numbers named for the pack's model, so that the pack is found by its file name
+    and checked (shape, precision) against the model's own numbers."""
+    from dataclasses import replace
+
+    from servesim.perf.pack import split_stem
+
+    if not choice.twin_of:
+        return shape
+    return replace(shape, name=split_stem(choice.pack.split("/", 1)[1])[0])
 
 
 def _fp8_kv_choice(asked: str, gpu: str, shape, tp: int, pp: int, cuda_graph: bool,
@@ -138,16 +236,17 @@ def _fp8_kv_choice(asked: str, gpu: str, shape, tp: int, pp: int, cuda_graph: bo
     from servesim.models import with_precision
     from servesim.perf.kvfp8 import kv_rule_problem, rule_text
 
-    from servesim.perf.pack import pack_path
-
     why = kv_rule_problem(shape)
     if why is not None:
         return why
-    if pack_path(gpu, shape, tp).is_file():  # a kvfp8 pack of this GPU that does not fit: no rule hides that
+    if _own_file(gpu, shape, tp):  # a kvfp8 pack of this GPU that does not fit: no rule hides that
         return None
     base = with_precision(shape, kv_cache_dtype="auto")
     if own_only:
         why = pack_problem(gpu, base, tp, pp, cuda_graph)
+        twin = _twin(gpu, base, tp, pp, cuda_graph) if why is not None else None
+        if twin is not None:
+            return replace(_pack_choice(asked, gpu, gpu, base, tp, twin), kv_rule=rule_text(gpu))
         if why is not None:
             return why
         return StepChoice("pack", asked, True, pack=_ref(gpu, base, tp), pack_id=_pack_id(gpu, base, tp),
@@ -166,13 +265,21 @@ def pack_problem(gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> str | N
     exists, was measured for this shape (experts included), weight dtype, quantization and KV
     dtype, and holds every op the parallelism and launch mode need (send/recv for pipelines,
     all-reduce for TP). A latent-attention (MLA) model needs a pack timed for its latent shape (a
-    derived one: servesim/tools/derive_variants.py)."""
+    derived one: servesim/tools/derive_variants.py). Where the model's name can have no pack (an
+    inline or config.json shape) the reason says that none of the GPU's packs has its layer shapes:
+    it is shown only after :func:`_twin` found none."""
+    from servesim.hardware import GPUS
     from servesim.perf.pack import available_packs, load_pack, pack_name, pack_path, required_ops
 
     try:
         path = pack_path(gpu, shape, tp)
-    except (ValueError, ServesimError) as exc:  # a name no pack can have (an inline shape)
-        return f"no calibration pack can exist for model {shape.name!r}: {_first_line(exc)}"
+    except (ValueError, ServesimError) as exc:  # a name no pack can have (an inline or config.json shape)
+        if gpu not in GPUS:
+            return f"no calibration pack can exist for model {shape.name!r}: {_first_line(exc)}"
+        here = [f"{g}/{m}" + (f"-tp{t}" if t > 1 else "") for g, m, t in available_packs() if g == gpu]
+        return (f"no calibration pack for {gpu}/{pack_name(shape)} tp {tp}: packs are named for library "
+                f"models, and none of {gpu}'s has this model's layer shapes and precision "
+                f"(packs for {gpu}: {', '.join(here) if here else 'none'})")
     if not path.is_file():
         here = [f"{g}/{m}" + (f"-tp{t}" if t > 1 else "") for g, m, t in available_packs() if g == gpu]
         unlike = shape.unlike_bf16_packs()  # what the bf16 dense packs do not price
@@ -197,19 +304,32 @@ def _expert_parallel_problem(sc) -> str | None:
     return None
 
 
-def _transfer_source(gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> str | None:
-    """A GPU of ``gpu``'s class whose pack of (model, tp) fits, to transfer from; None if none
-    (expert and latent-attention packs too: servesim/perf/transfer.py has rules for their ops)."""
-    from servesim.perf.pack import pack_name, pack_path
+def _transfer_source(gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> tuple[str, str] | None:
+    """(GPU, pack name) of ``gpu``'s class to transfer from: the model's own pack where one fits,
+    else a twin (same layer shapes; the GPU ranked as servesim/perf/transfer.py ranks: a measured
+    twin first, then the GPU nearest in memory bandwidth); None if none (expert and latent-attention
+    packs too: transfer.py has rules for their ops)."""
+    import math
+
+    from servesim.hardware import GPUS
+    from servesim.perf.pack import available_packs, load_pack, pack_name
     from servesim.perf.transfer import transfer_source
 
+    if _own_file(gpu, shape, tp):
+        return None  # this GPU's own pack exists but does not fit: no transfer hides that
     try:
-        if pack_path(gpu, shape, tp).is_file():
-            return None  # this GPU's own pack exists but does not fit: no transfer hides that
         src = transfer_source(gpu, pack_name(shape), tp)
     except (ValueError, ServesimError):
-        return None
-    return src if src is not None and pack_problem(src, shape, tp, pp, cuda_graph) is None else None
+        src = None
+    if src is not None and pack_problem(src, shape, tp, pp, cuda_graph) is None:
+        return src, pack_name(shape)
+    twins = []
+    for g in sorted({g for g, _, t in available_packs() if t == tp and g != gpu and GPUS[g].arch == GPUS[gpu].arch}):
+        name = _twin(g, shape, tp, pp, cuda_graph)
+        if name is not None:
+            measured = load_pack(g, name, tp).meta.get("source") == "measured"
+            twins.append((not measured, abs(math.log(GPUS[g].hbm_bytes_per_s / GPUS[gpu].hbm_bytes_per_s)), g, name))
+    return (min(twins)[2], min(twins)[3]) if twins else None
 
 
 def _derived_origin(gpu: str, shape, tp: int) -> str | None:

@@ -71,8 +71,9 @@ def _step_line(say, sc, described: str) -> None:
     from servesim.perf.select import provenance
 
     p = provenance(sc)
-    if p["model"] == "pack":
-        say(f"step time: {described}")
+    if p["model"] == "pack":  # a twin: another model's pack of the same layer shapes, said so
+        twin = p.get("same_layer_shapes_as")
+        say(f"step time: {described}" + (f"; same layer shapes as {twin}" if twin else ""))
         return
     say(f"step time: {p['label']}")
     say(f"          {described}")

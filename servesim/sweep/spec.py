@@ -136,9 +136,10 @@ def _pack_files(sc: Scenario) -> list[Path]:
         st = g.step_time
         try:
             if isinstance(st, PackStepConfig) or (isinstance(st, AutoStepConfig) and choose(g).model == "pack"):
-                # the pack of the model's precision (<gpu>/<stem>), or the one transferred from
-                src = choose(g).pack.split("/")[0]
-                csv = pack_path(src, g.model_shape, g.tp)
+                # the file the choice reads: the model's own, a twin's, a transfer's or the FP8 KV rule's base
+                csv = choose(g).pack_csv
+                if csv is None:
+                    continue
             elif isinstance(st, RooflineStepConfig) and st.fit is not None:
                 csv = pack_path(*pack_ref_parts(st.fit))
             else:
