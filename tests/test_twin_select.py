@@ -209,3 +209,21 @@ def test_sweep_keys_read_the_twins_file():
 def test_provenance_carries_the_twin():
     p = provenance(_sc("model={name: llama-3.1-8b}"))
     assert p["same_layer_shapes_as"] == "llama-3.1-8b" and p["pack"] == "a100-80g/llama-3-8b"
+
+
+@pytest.mark.parametrize("more", [["step_time={model: pack}"], ["engine.kv_cache_dtype=fp8"],
+                                  ["engine.kv_cache_dtype=fp8", "step_time={model: pack}"],
+                                  ["hardware.gpu=a100-40g"]],
+                         ids=["explicit-pack", "fp8-kv-rule", "explicit-pack-fp8-kv-rule", "transferred"])
+def test_every_route_to_a_twin_builds_the_twin_packs_model(more):
+    """The step model of llama-3.1-8b by a twin equals llama-3-8b's by the same route."""
+    from servesim.perf.build import build_step_model
+
+    new = np.array([1, 1, 300, 1], np.int64)
+    ctx = np.array([2000, 50, 0, 7000], np.int64)
+    twin = build_step_model(_sc("model={name: llama-3.1-8b}", *more))
+    own = build_step_model(_sc(*more))
+    assert twin.name == own.name == "pack"
+    assert twin.predict(new, ctx) == own.predict(new, ctx)
+    c = choose(_sc("model={name: llama-3.1-8b}", *more))
+    assert c.twin_of == "llama-3.1-8b" and c.pack.endswith("/llama-3-8b")
