@@ -59,13 +59,14 @@ def test_a_config_json_finetune_finds_its_base_models_pack(tmp_path):
     cfg = _finetune(tmp_path)
     a100 = choose(_sc(f"model={{config: {cfg}}}"))
     assert a100.label == "pack a100-80g/llama-3-8b (imported; same layer shapes as my-llama-finetune)"
-    # the H100 measured both llama-3-8b and llama-3.1-8b: both measured, the tie goes by pack name
+    # the H100 measured both llama-3-8b and llama-3.1-8b: both measured, the one whose decode
+    # attention reaches the longer context wins (llama-3.1-8b's 131,071 tokens against 8,191)
     h100 = choose(_sc(f"model={{config: {cfg}}}", "hardware.gpu=h100-80g"))
-    assert h100.label == "pack h100-80g/llama-3-8b (measured; same layer shapes as my-llama-finetune)"
+    assert h100.label == "pack h100-80g/llama-3.1-8b (measured; same layer shapes as my-llama-finetune)"
     # a GPU of the class with no pack: the twin of the class transferred (the H100 SXM is nearest)
     pcie = choose(_sc(f"model={{config: {cfg}}}", "hardware.gpu=h100-pcie"))
-    assert (pcie.model, pcie.calibrated, pcie.pack) == ("pack", False, "h100-80g/llama-3-8b")
-    assert pcie.label.startswith("pack transferred from h100-80g/llama-3-8b (same layer shapes as "
+    assert (pcie.model, pcie.calibrated, pcie.pack) == ("pack", False, "h100-80g/llama-3.1-8b")
+    assert pcie.label.startswith("pack transferred from h100-80g/llama-3.1-8b (same layer shapes as "
                                  "my-llama-finetune) by op-wise efficiency (no pack for h100-pcie; ")
     # an FP8 KV cache: the twin of the model's own KV dtype, by the FP8 KV rule
     kv = choose(_sc(f"model={{config: {cfg}}}", "engine.kv_cache_dtype=fp8"))
@@ -227,3 +228,15 @@ def test_every_route_to_a_twin_builds_the_twin_packs_model(more):
     assert twin.predict(new, ctx) == own.predict(new, ctx)
     c = choose(_sc("model={name: llama-3.1-8b}", *more))
     assert c.twin_of == "llama-3.1-8b" and c.pack.endswith("/llama-3-8b")
+
+
+def test_of_two_measured_twins_the_one_measured_to_longer_contexts_wins():
+    """Both H100 packs are measured on llama-3.1-8b's layer shapes; llama-3.1-8b's decode attention
+    reaches 131,071 tokens, llama-3-8b's 8,191: a fine-tune's long contexts are read, not
+    extrapolated. Source rank still comes first (the H200's measured llama-3-8b-fp8 before the
+    derived llama-3.1-8b-fp8, whatever their reach)."""
+    ft = replace(MODELS["llama-3.1-8b"], name="my-ft")
+    assert [p.name for p in same_shape_packs("h100-80g", ft)] == ["llama-3.1-8b", "llama-3-8b"]
+    assert [p.name for p in same_shape_packs("h200", ft)] == ["llama-3.1-8b", "llama-3-8b"]
+    assert [p.name for p in same_shape_packs("h200", with_precision(ft, "fp8"))] == ["llama-3-8b-fp8", "llama-3.1-8b-fp8"]
+

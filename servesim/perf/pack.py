@@ -280,7 +280,10 @@ def same_shape_packs(gpu: str, shape: ModelShape, tp: int = 1) -> list[Pack]:
     GPU, whatever the model is called (Llama-3-8B and Llama-3.1-8B, or a config.json fine-tune).
     A twin must record every layer key (and every latent key for an MLA model): an absent key is
     not compared by check_shape, so a pack recording less cannot be matched by it. Best first:
-    measured, imported, derived (SOURCE_ORDER), then by pack name."""
+    measured, imported, derived (SOURCE_ORDER); then the pack whose decode attention was measured
+    to the longest context (the H100's llama-3.1-8b pack reaches 131,071 tokens, its llama-3-8b
+    pack 8,191: a Llama-3.1 fine-tune's long contexts should be read, not extrapolated); then by
+    pack name."""
     own = pack_name(shape)
     out = []
     for g, name, t in available_packs():
@@ -302,7 +305,15 @@ def same_shape_packs(gpu: str, shape: ModelShape, tp: int = 1) -> list[Pack]:
             continue
         out.append(pack)
     rank = {s: i for i, s in enumerate(SOURCE_ORDER)}
-    return sorted(out, key=lambda p: (rank.get(str(p.meta.get("source")), len(rank)), p.name))
+    return sorted(out, key=lambda p: (rank.get(str(p.meta.get("source")), len(rank)), -_attention_reach(p), p.name))
+
+
+def _attention_reach(pack: Pack) -> int:
+    """The longest context a pack's decode attention was measured at (0 without such rows)."""
+    if not pack.has("attn_decode"):
+        return 0
+    ctx = pack.rows("attn_decode").context
+    return int(ctx.max()) if len(ctx) else 0
 
 
 @lru_cache(maxsize=256)
