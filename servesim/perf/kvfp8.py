@@ -62,8 +62,15 @@ class GridRatio:
     def __call__(self, batch, context) -> np.ndarray:
         lb = np.log(np.maximum(np.asarray(batch, np.float64), 1.0))
         lc = np.log(np.maximum(np.asarray(context, np.float64), 1.0))
-        rows = np.array([np.interp(lc, self.c, row) for row in self.v])  # (batches, n)
-        return np.array([np.interp(lb[i], self.b, rows[:, i]) for i in range(lb.size)])
+        rows = np.array([np.interp(lc, self.c, row) for row in self.v])  # (surveyed batches, n): a few
+        if self.b.size == 1:
+            return rows[0]
+        # then along batch for every point at once (np.interp's arithmetic, held at the edges)
+        j = np.clip(np.searchsorted(self.b, lb, side="right") - 1, 0, self.b.size - 2)
+        n = np.arange(lb.size)
+        lo, hi = rows[j, n], rows[j + 1, n]
+        out = (hi - lo) / (self.b[j + 1] - self.b[j]) * (lb - self.b[j]) + lo
+        return np.where(lb <= self.b[0], rows[0], np.where(lb >= self.b[-1], rows[-1], out))
 
 
 def survey_gpu(gpu: str) -> str:
@@ -103,7 +110,8 @@ def kv_rule_problem(shape) -> str | None:
         return ("a latent-attention (MLA) model's FP8 latent decode is not the GQA rule's "
                 "(servesim calibrate derive --kv-cache-dtype fp8 prices it from the MLA survey)")
     if not (survey_root() / SURVEY_GPU / "decode_kv.csv").is_file():
-        return f"no decode_kv survey under {survey_root()} (a source checkout has calibration/surveys/)"
+        return (f"no decode_kv survey under {survey_root()} (a source checkout has calibration/surveys/, "
+                f"an installed servesim servesim/surveys/)")
     return None
 
 
