@@ -309,11 +309,9 @@ def _transfer_source(gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> tup
     else a twin (same layer shapes; the GPU ranked as servesim/perf/transfer.py ranks: a measured
     twin first, then the GPU nearest in memory bandwidth); None if none (expert and latent-attention
     packs too: transfer.py has rules for their ops)."""
-    import math
-
     from servesim.hardware import GPUS
     from servesim.perf.pack import available_packs, load_pack, pack_name
-    from servesim.perf.transfer import transfer_source
+    from servesim.perf.transfer import source_rank, transfer_source
 
     if _own_file(gpu, shape, tp):
         return None  # this GPU's own pack exists but does not fit: no transfer hides that
@@ -327,9 +325,8 @@ def _transfer_source(gpu: str, shape, tp: int, pp: int, cuda_graph: bool) -> tup
     for g in sorted({g for g, _, t in available_packs() if t == tp and g != gpu and GPUS[g].arch == GPUS[gpu].arch}):
         name = _twin(g, shape, tp, pp, cuda_graph)
         if name is not None:
-            measured = load_pack(g, name, tp).meta.get("source") == "measured"
-            twins.append((not measured, abs(math.log(GPUS[g].hbm_bytes_per_s / GPUS[gpu].hbm_bytes_per_s)), g, name))
-    return (min(twins)[2], min(twins)[3]) if twins else None
+            twins.append((source_rank(gpu, g, load_pack(g, name, tp)), g, name))
+    return min(twins)[1:] if twins else None
 
 
 def _derived_origin(gpu: str, shape, tp: int) -> str | None:

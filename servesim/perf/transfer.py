@@ -127,7 +127,11 @@ def transfer_source(gpu: str, model: str, tp: int) -> str | None:
     if not cands:
         return None
 
-    def rank(g: str) -> tuple:
-        source = load_pack(g, model, tp).meta.get("source")
-        return (source != "measured", abs(np.log(GPUS[g].hbm_bytes_per_s / GPUS[gpu].hbm_bytes_per_s)))
-    return sorted(cands, key=rank)[0]
+    return min(cands, key=lambda g: source_rank(gpu, g, load_pack(g, model, tp)))
+
+
+def source_rank(gpu: str, src: str, pack) -> tuple:
+    """How good ``src``'s ``pack`` is as a transfer source for ``gpu`` (smaller is better): a
+    measured pack first, then the GPU nearest in memory bandwidth. The one ranking of sources,
+    for a model's own pack and for a pack of the same layer shapes (servesim/perf/select.py)."""
+    return (pack.meta.get("source") != "measured", abs(np.log(GPUS[src].hbm_bytes_per_s / GPUS[gpu].hbm_bytes_per_s)))
