@@ -118,3 +118,25 @@ def test_an_explicit_pack_step_model_takes_the_rule_on_the_gpus_own_pack_only():
     with pytest.raises(PackError) as info:
         build_step_model(nvl)
     assert "h100-nvl/llama-3.1-8b-kvfp8" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_survey_ratio_is_the_survey_at_its_points_bilinear_between_and_held_at_the_edges():
+    """GridRatio: at a surveyed (batch, context) the survey's own fp8/bf16 ratio; between two
+    surveyed batches at a surveyed context, linear in log batch; outside the grid, the edge's."""
+    import pandas as pd
+
+    from servesim.perf.kvfp8 import BF16, FP8, GridRatio, survey_root
+
+    frame = pd.read_csv(survey_root() / "h200" / "decode_kv.csv")
+    p = frame.pivot_table(index=["batch", "context"], columns="variant", values="time_ms")
+    ratio = (p[FP8] / p[BF16]).dropna()
+    g = GridRatio(frame, FP8, BF16)
+    b, c = (np.array(v) for v in zip(*ratio.index))
+    np.testing.assert_allclose(g(b, c), ratio.to_numpy(), rtol=1e-12)
+    batches = np.unique(b)
+    ctx = next(x for x in np.unique(c) if {(batches[0], x), (batches[1], x)} <= set(ratio.index))
+    mid = np.sqrt(batches[0] * batches[1])  # halfway in log batch
+    want = (ratio[(batches[0], ctx)] + ratio[(batches[1], ctx)]) / 2
+    np.testing.assert_allclose(g([mid], [ctx]), [want], rtol=1e-9)
+    np.testing.assert_allclose(g([batches[0] / 4, batches[-1] * 8], [ctx, c[b == batches[-1]].min()]),
+                               [ratio[(batches[0], ctx)], ratio[(batches[-1], c[b == batches[-1]].min())]], rtol=1e-12)
