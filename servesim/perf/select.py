@@ -129,23 +129,32 @@ def choose(sc) -> StepChoice:
         problem = pack_problem(gpu, shape, tp, pp, cuda_graph) or _expert_parallel_problem(sc)
         if problem is not None and problem.startswith("expert parallelism"):
             return StepChoice("roofline", asked, False, reason=problem)
-        if problem is None:  # the pack of the model's own precision (a shipped kvfp8 pack too) wins
-            return StepChoice("pack", asked, True, pack=_ref(gpu, shape, tp), pack_id=_pack_id(gpu, shape, tp),
-                              derived=_derived_origin(gpu, shape, tp))
-        twin = _twin(gpu, shape, tp, pp, cuda_graph)  # this GPU's pack of the same layer shapes
-        if twin is not None:
-            return _pack_choice(asked, gpu, gpu, shape, tp, twin)
+        # the pack of the model's own precision (a shipped kvfp8 pack too), else a twin of this GPU
+        here = _own_or_twin(asked, gpu, shape, tp, pp, cuda_graph, problem)
+        if here is not None:
+            return here
         kv_why = None
         if shape.kv_cache_dtype != "auto":  # an FP8 KV cache on the pack of the model's own KV dtype
             kv = _fp8_kv_choice(asked, gpu, shape, tp, pp, cuda_graph)
             if isinstance(kv, StepChoice):
                 return kv
             kv_why = kv
-        choice = _own_or_transferred(asked, gpu, shape, tp, pp, cuda_graph, problem)
+        choice = _transferred(asked, gpu, shape, tp, pp, cuda_graph, problem)
         if kv_why and choice.model == "roofline":
             choice = StepChoice("roofline", asked, False, reason=f"{problem}; no FP8 KV rule: {kv_why}")
         return choice
     raise TypeError(f"unknown step_time config {st!r}")  # pragma: no cover
+
+
+def _own_or_twin(asked: str, gpu: str, shape, tp: int, pp: int, cuda_graph: bool,
+                 problem: str | None) -> StepChoice | None:
+    """The pack of ``shape`` on ``gpu`` (``problem`` None: it fits), else a twin of ``gpu`` (same
+    layer shapes); None where ``gpu`` has neither."""
+    if problem is None:
+        return StepChoice("pack", asked, True, pack=_ref(gpu, shape, tp), pack_id=_pack_id(gpu, shape, tp),
+                          derived=_derived_origin(gpu, shape, tp))
+    twin = _twin(gpu, shape, tp, pp, cuda_graph)
+    return _pack_choice(asked, gpu, gpu, shape, tp, twin) if twin is not None else None
 
 
 def _own_or_transferred(asked: str, gpu: str, shape, tp: int, pp: int, cuda_graph: bool,
@@ -153,12 +162,12 @@ def _own_or_transferred(asked: str, gpu: str, shape, tp: int, pp: int, cuda_grap
     """The pack of ``shape`` on ``gpu``, else a twin of ``gpu`` (same layer shapes), else one of
     its GPU class transferred (own name, then a twin), else the roofline (``problem``: why ``gpu``
     has no pack of ``shape``)."""
-    if problem is None:
-        return StepChoice("pack", asked, True, pack=_ref(gpu, shape, tp), pack_id=_pack_id(gpu, shape, tp),
-                          derived=_derived_origin(gpu, shape, tp))
-    twin = _twin(gpu, shape, tp, pp, cuda_graph)
-    if twin is not None:
-        return _pack_choice(asked, gpu, gpu, shape, tp, twin)
+    return (_own_or_twin(asked, gpu, shape, tp, pp, cuda_graph, problem)
+            or _transferred(asked, gpu, shape, tp, pp, cuda_graph, problem))
+
+
+def _transferred(asked: str, gpu: str, shape, tp: int, pp: int, cuda_graph: bool, problem: str) -> StepChoice:
+    """A pack of ``gpu``'s class transferred (own name, then a twin), else the roofline."""
     found = _transfer_source(gpu, shape, tp, pp, cuda_graph)  # servesim/perf/transfer.py
     if found is not None:
         return _pack_choice(asked, gpu, found[0], shape, tp, found[1], problem)
@@ -244,13 +253,8 @@ def _fp8_kv_choice(asked: str, gpu: str, shape, tp: int, pp: int, cuda_graph: bo
     base = with_precision(shape, kv_cache_dtype="auto")
     if own_only:
         why = pack_problem(gpu, base, tp, pp, cuda_graph)
-        twin = _twin(gpu, base, tp, pp, cuda_graph) if why is not None else None
-        if twin is not None:
-            return replace(_pack_choice(asked, gpu, gpu, base, tp, twin), kv_rule=rule_text(gpu))
-        if why is not None:
-            return why
-        return StepChoice("pack", asked, True, pack=_ref(gpu, base, tp), pack_id=_pack_id(gpu, base, tp),
-                          derived=_derived_origin(gpu, base, tp), kv_rule=rule_text(gpu))
+        here = _own_or_twin(asked, gpu, base, tp, pp, cuda_graph, why)
+        return why if here is None else replace(here, kv_rule=rule_text(gpu))
     choice = _own_or_transferred(asked, gpu, base, tp, pp, cuda_graph, pack_problem(gpu, base, tp, pp, cuda_graph))
     if choice.model != "pack":
         return f"no pack of the model's own KV dtype either ({choice.reason})"
