@@ -21,7 +21,10 @@ PROFILED = ("llama-3-8b", "qwen3-4b", "qwen3-8b", "qwen3-14b",
             # the 128K-context Llama (same layer shapes as llama-3-8b): long-context attention rows
             "llama-3.1-8b",
             # mixture of experts: every layer sparse, 128 experts, top-8 renormalized (Qwen3-MoE)
-            "qwen3-30b-a3b")
+            "qwen3-30b-a3b",
+            # multi-head attention (32 KV heads, 4x Llama-3's KV bytes per token), 4,096 tokens: the
+            # model of the A100 LMDeploy / TensorRT-LLM rows, to measure on newer GPUs
+            "llama-2-7b")
 MOE_KEYS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size")
 SHAPE_KEYS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
               "intermediate_size", "vocab_size")
