@@ -172,7 +172,8 @@ def test_the_h100_bf16_rows_run_on_the_h100s_own_packs_by_the_default_rule():
 def test_the_v013_h100_rows_take_the_a100_rows_limits():
     """trtllm-bench build's derivation gives the same max_batch_size and token budget on both 80 GB
     GPUs (trtllm-v013-h100's 'where'), and the requests are the file's per ISL/OSL: each H100 row
-    matches the A100 row of the same lengths (20000/2000 has no A100 row: llama-3.1-8b has no A100 pack)."""
+    matches the A100 row of the same lengths (20000/2000's A100 row, added later, runs as llama-3.1-8b:
+    llama-3-8b's context is 8,192)."""
     a100 = {(r["setup"]["prompt"], r["setup"]["output"], r["setup"]["model"]): r for r in DATA["rows"]
             if r["source"] == "trtllm-v013-a100"}
     h100 = [r for r in DATA["rows"] if r["source"] == "trtllm-v013-h100"]
@@ -183,6 +184,8 @@ def test_the_v013_h100_rows_take_the_a100_rows_limits():
         twin = a100.get((s["prompt"], s["output"], "llama-3-8b"))
         if twin is None:
             assert (s["prompt"], s["output"], s["model"]) == (20000, 2000, "llama-3.1-8b")
+            twin = a100[20000, 2000, "llama-3.1-8b"]
+            assert (s["batch"], s["requests"], r["set"]) == (twin["setup"]["batch"], twin["setup"]["requests"], twin["set"])
             continue
         matched += 1
         assert (s["batch"], s["requests"], r["set"]) == (twin["setup"]["batch"], twin["setup"]["requests"], twin["set"])
@@ -235,3 +238,27 @@ def test_an_arm_replays_the_same_rows_with_its_change_and_stays_out_of_the_headl
         p.write_text(yaml.safe_dump(d))
         with pytest.raises(ValueError, match=match):
             load_rows(p)
+
+
+def test_the_later_trtllm_bench_fp16_columns_take_the_v013_rows_setup():
+    """TensorRT-LLM v0.14 / v0.15 / v0.17's FP16 ('Mixed') LLaMA v3.1 8B columns are expressed by
+    trtllm-v013's rules (their 'where'): every ISL/OSL of the file, model llama-3.1-8b, the v0.13 row's
+    limits and request count for the same lengths, every iteration priced as a CUDA-graph replay."""
+    v13 = {(r["setup"]["prompt"], r["setup"]["output"]): r for r in DATA["rows"] if r["source"] == "trtllm-v013-h100"
+           and r["setup"]["model"] == "llama-3.1-8b"}
+    assert len(v13) == 9
+    want = {"trtllm-v014-fp16": {"h100-80g", "a100-80g"}, "trtllm-v015-mixed": {"h100-80g", "a100-80g"},
+            "trtllm-v017-a100": {"a100-80g"}}
+    for src, gpus in want.items():
+        rows = [r for r in DATA["rows"] if r["source"] == src]
+        assert {r["setup"]["gpu"] for r in rows} == gpus and len(rows) == 9 * len(gpus), src
+        assert DATA["sources"][src]["set"] == {"step_time.cuda_graph_max_batch": 2048,
+                                               "step_time.cuda_graph_max_tokens": 22000}, src
+        for gpu in gpus:
+            mine = {(r["setup"]["prompt"], r["setup"]["output"]): r for r in rows if r["setup"]["gpu"] == gpu}
+            assert set(mine) == set(v13), (src, gpu)
+            for key, r in mine.items():
+                twin = v13[key]
+                assert r["setup"]["model"] == "llama-3.1-8b" and list(r["measured"]) == ["out_tok_s"], r["id"]
+                assert (r["setup"]["batch"], r["setup"]["requests"], r["set"]) == (
+                    twin["setup"]["batch"], twin["setup"]["requests"], twin["set"]), r["id"]
