@@ -262,3 +262,23 @@ def test_the_later_trtllm_bench_fp16_columns_take_the_v013_rows_setup():
                 assert r["setup"]["model"] == "llama-3.1-8b" and list(r["measured"]) == ["out_tok_s"], r["id"]
                 assert (r["setup"]["batch"], r["setup"]["requests"], r["set"]) == (
                     twin["setup"]["batch"], twin["setup"]["requests"], twin["set"]), r["id"]
+
+
+def test_the_v011_and_v012_rows_take_the_limits_their_files_state():
+    """TensorRT-LLM v0.11's engines use the file's per-model tables and v0.12's trtllm-bench the
+    hlapi-era benchmark_config.yml: max_batch_size 2048 (Meta-Llama-3-8B) / 4096 (Llama-2-7b-hf),
+    8,192 tokens, chunked context on; requests are the file's per ISL/OSL; LLaMA v2 7B only on the
+    A100 and never above its 4,096-token context (their 'where')."""
+    req = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (2048, 128): 3000, (2048, 2048): 1500}
+    for src, n in (("trtllm-v011-fp16", 12), ("trtllm-v012-mixed", 14)):
+        rows = [r for r in DATA["rows"] if r["source"] == src]
+        assert len(rows) == n, src
+        sset = DATA["sources"][src]["set"]
+        assert sset["engine.max_num_batched_tokens"] == 8192 and sset["engine.enable_chunked_prefill"] is True
+        for r in rows:
+            s = r["setup"]
+            assert s["batch"] == {"llama-3-8b": 2048, "llama-2-7b": 4096}[s["model"]], r["id"]
+            assert s["requests"] == req[s["prompt"], s["output"]], r["id"]
+            assert s["model"] == "llama-3-8b" or (s["gpu"] == "a100-80g" and s["prompt"] + s["output"] <= 4096), r["id"]
+            mml = sset.get("engine.max_model_len") or r["set"]["engine.max_model_len"]
+            assert mml >= s["prompt"] + s["output"], r["id"]
