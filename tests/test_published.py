@@ -282,3 +282,20 @@ def test_the_v011_and_v012_rows_take_the_limits_their_files_state():
             assert s["model"] == "llama-3-8b" or (s["gpu"] == "a100-80g" and s["prompt"] + s["output"] <= 4096), r["id"]
             mml = sset.get("engine.max_model_len") or r["set"]["engine.max_model_len"]
             assert mml >= s["prompt"] + s["output"], r["id"]
+
+
+def test_the_gpustack_rows_keep_each_engines_own_batch_defaults():
+    """GPUStack's runs used every engine flag at its default but those it names, so each row's
+    batch (which the replay sets as engine.max_num_seqs) is the preset's own default for that GPU
+    (vLLM V1: 256 on an A100, 1,024 on an H100; trtllm-serve: 2,048); online; all requests at once."""
+    import servesim
+
+    rows = [r for r in DATA["rows"] if r["source"].startswith("gpustack-")]
+    assert len(rows) == 12
+    for r in rows:
+        src = DATA["sources"][r["source"]]
+        s = r["setup"]
+        assert src["online"] is True and str(s["rate"]) == "inf" and s["model"] == "qwen3-14b", r["id"]
+        preset = servesim.load_scenario(f"scenarios/engines/{src['engine']}.yaml", [f"hardware.gpu={s['gpu']}",
+                                                                                    "model=qwen3-14b"])
+        assert s["batch"] == preset.engine.max_num_seqs, r["id"]
