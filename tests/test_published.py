@@ -297,5 +297,6 @@ def test_the_gpustack_rows_keep_each_engines_own_batch_defaults():
         s = r["setup"]
         assert src["online"] is True and str(s["rate"]) == "inf" and s["model"] == "qwen3-14b", r["id"]
         preset = servesim.load_scenario(f"scenarios/engines/{src['engine']}.yaml", [f"hardware.gpu={s['gpu']}",
-                                                                                    "model=qwen3-14b"])
+                                                                                    "model=qwen3-14b",
+                                                                                    "engine.enable_chunked_prefill=true"])
         assert s["batch"] == preset.engine.max_num_seqs, r["id"]
