@@ -66,10 +66,12 @@ def one(replicas: int, requests: int, router: str, rate: float, refresh: float, 
         phases["cpu_max"] = max(c["build"] + c["windows"] for c in cpu)
         phases["cpu_sum"] = sum(c["build"] + c["windows"] for c in cpu)
         phases["cpu_build_max"] = max(c["build"] for c in cpu)
+    starts = sorted({str(s) for s in getattr(b.replica, "worker_start", [])})
     return {"row": f"{workers} workers" if workers else "one process", "build_s": t1 - t0, "run_s": t2 - t1,
             "total_s": t2 - t0, "req_per_s": requests / (t2 - t0), "digest": digest, "windows": windows,
             "sim_s": res.summary.get("sim_time_s"),
-            "rss_mb": rss_kb / 1024, "phases": {k: round(v, 1) for k, v in phases.items()}}
+            "rss_mb": rss_kb / 1024, "phases": {k: round(v, 1) for k, v in phases.items()},
+            "load": round(os.getloadavg()[0], 2), "started": starts}
 
 
 def main() -> None:
@@ -108,7 +110,8 @@ def main() -> None:
         r = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"{r['row']:<12} {r['build_s']:8.1f} {r['run_s']:8.1f} {r['total_s']:8.1f} {r['req_per_s']:8.0f} "
               f"{r['windows'] if r['windows'] is not None else '-':>8} {r['rss_mb']:8.0f}  {r['digest']}  "
-              f"{r['phases'] or ''}", flush=True)
+              f"{r['phases'] or ''}  load {r['load']}{'  started: ' + '; '.join(r['started']) if r['started'] else ''}",
+              flush=True)
     print(f"# load average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -352,6 +352,13 @@ def build_sharded(sc: Scenario, seed: int, workload: Workload | None = None, *, 
                               else f"sharded over {workers or 'the'} workers of {scheduler} {windows}"])
     warmup = sc.stop.warmup_requests
     drained = sc.stop.requests is not None and len(wl) >= sc.stop.requests
+    if scheduler is None:  # (its loading overlaps what is left of this build: servesim/shard_preload.py)
+        from servesim.engine.shard import start_fork_server
+
+        try:
+            start_fork_server(run.path == "compiled")
+        except (RuntimeError, OSError):  # (a script's worker re-importing it: the cluster's start says so)
+            pass
 
     def go():
         from servesim.request import PENDING

@@ -44,9 +44,17 @@ def same_summary(a: dict, b: dict) -> list[str]:
 
 
 def test_two_workers_equal_one_process(tmp_path):
+    import multiprocessing
+
+    from servesim.simulate import build, run_built
+
     sc = scenario_from_dict(fleet())
     one = simulate(sc)
-    two = simulate(sc, workers=2)
+    b = build(sc, workers=2)
+    two = run_built(b)
+    if "forkserver" in multiprocessing.get_all_start_methods():  # forked with servesim loaded (shard_preload.py)
+        assert len(b.replica.worker_start) == 2, b.replica.worker_start
+        assert all(s is not None and s.startswith("imported") for s in b.replica.worker_start), b.replica.worker_start
     assert two.requests.equals(one.requests)
     assert parquet_digest(two, tmp_path, "two") == parquet_digest(one, tmp_path, "one")
     assert same_summary(one.summary, two.summary) == []
@@ -220,3 +228,15 @@ def test_sharded_run_inside_a_dask_task_is_refused(four):
     with Client(four) as client:
         msg = client.submit(_sharded_run_in_a_task, raw, pure=False).result()
     assert msg.startswith("sim.workers = 2: this run is itself a task on a Dask worker"), msg
+
+
+def test_fork_server_warm_up_runs_a_worker():
+    """The fork server's warm-up (servesim/shard_preload.py) swallows its errors so that the server
+    survives; this is where a warm-up broken by a change of ShardWorker shows (the workers would
+    silently load the engine themselves again)."""
+    from servesim.jit import compiled_ready
+    from servesim.shard_preload import _run_tiny
+
+    if not compiled_ready():
+        pytest.skip("the compiled engine is not built on this machine (the warm-up would compile it)")
+    _run_tiny()

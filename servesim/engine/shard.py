@@ -114,6 +114,7 @@ class ShardedRun:
     description: str = ""
     seconds: dict = field(default_factory=dict)  # wall seconds: start (cluster), build (workers), windows, gather
     worker_cpu: list = field(default_factory=list)  # each worker's CPU seconds: {"build", "windows"}
+    worker_start: list = field(default_factory=list)  # each worker's ShardWorker.start (None: spawned)
     path: str = "compiled"  # the engines' (the run header's simulator line)
     why: str = ""
     interrupted: bool = False  # (Ctrl-C is not held across workers: the run stops with a KeyboardInterrupt)
@@ -128,7 +129,43 @@ class ShardedRun:
                 "windows": self.windows}
 
 
-def connect(workers: int, scheduler: str | None):
+#: modules the fork server imports before it forks a local run's workers (servesim/shard_preload.py:
+#: servesim, Dask's worker, the compiled engine loaded)
+FORK_PRELOAD = ["servesim.shard_preload"]
+#: the fork server's environment variable saying what its warm-up loads: "compiled" the engine too,
+#: anything else imports only (a run of the Python engine loads no compiled kernel)
+WARM_ENV = "SERVESIM_SHARD_WARM"
+
+
+def start_fork_server(compiled: bool) -> bool:
+    """Start (if not yet running) the fork server a local cluster's workers are forked from, with
+    servesim and, for a ``compiled`` run, its compiled engine loaded in it (servesim/shard_preload.py);
+    called as soon as a local sharded run is built, so the server's loading overlaps the
+    coordinator's own preparation. Once per process: a second run forks from the same server
+    (whatever the first one loaded). False where this platform has no fork server (Windows):
+    the workers are then spawned, each importing servesim itself."""
+    import multiprocessing
+    import os
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return False
+    from multiprocessing import forkserver
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(FORK_PRELOAD)
+    before = os.environ.get(WARM_ENV)
+    os.environ[WARM_ENV] = "compiled" if compiled else "python"  # (the server inherits this environment)
+    try:
+        forkserver.ensure_running()
+    finally:
+        if before is None:
+            os.environ.pop(WARM_ENV, None)
+        else:
+            os.environ[WARM_ENV] = before
+    return True
+
+
+def connect(workers: int, scheduler: str | None, compiled: bool = True):
     """(client, cluster or None): a LocalCluster of ``workers`` single-threaded processes, or the
     scheduler at ``scheduler`` (ValueError, one line, when it is not an address or nothing answers
     there: an empty host would otherwise be tried as localhost and reported as unreachable)."""
@@ -166,11 +203,18 @@ def connect(workers: int, scheduler: str | None):
     if inside:
         raise ValueError(f"sim.workers = {workers}: this run is itself a task on a Dask worker (a sweep's), "
                          f"which cannot start worker processes of its own (allowed there: sim.workers: 1)")
+    # workers forked from a fork server that has servesim and the compiled engine loaded, instead of
+    # spawned (Dask's default), each importing and loading them itself (servesim/shard_preload.py)
+    import dask
+
     try:
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                               memory_limit=0, silence_logs=logging.CRITICAL)
+        method = "forkserver" if start_fork_server(compiled) else \
+            dask.config.get("distributed.worker.multiprocessing-method")
+        with dask.config.set({"distributed.worker.multiprocessing-method": method}):
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                                   memory_limit=0, silence_logs=logging.CRITICAL)
     except Exception as exc:  # noqa: BLE001 - Dask's own error is pages of worker tracebacks (sweep/executor.py)
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
         raise ValueError(f"sim.workers = {workers}: could not start {workers} local worker processes ({first}); "
                          f"in a script, call servesim under if __name__ == \"__main__\": (each worker re-imports "
                          f"the script), or use sim.workers: 1") from None
@@ -199,7 +243,7 @@ def run_sharded(sc, seed: int, workload, table, run: ShardedRun, *, workers: int
 
     R = sc.cluster.router_refresh_s if run.router.reads_load else INF
     t0 = time.perf_counter()
-    client, cluster = connect(workers or 1, scheduler)
+    client, cluster = connect(workers or 1, scheduler, compiled=run.path == "compiled")
     try:
         addrs = sorted(client.scheduler_info()["workers"])
         k = min(workers or n_rep, len(addrs), n_rep)
@@ -275,6 +319,7 @@ def run_sharded(sc, seed: int, workload, table, run: ShardedRun, *, workers: int
         stats = [a.status().result() for a in actors]
         run.now = max(s[1] for s in stats)
         run.worker_cpu = [s[2] for s in stats]
+        run.worker_start = [s[3] for s in stats]
         for a in [a.finish(run.now) for a in actors]:
             rows, cols, outs, infos = a.result()
             for name, v in cols.items():

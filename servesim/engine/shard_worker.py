@@ -63,6 +63,12 @@ class ShardWorker:
         from servesim.engine.fleet_build import build_fleet
 
         cpu0 = time.process_time()
+        import sys
+
+        #: how this process started: the fork server's preload state (servesim/shard_preload.py:
+        #: forked with servesim, and the compiled engine where it says so), or None (spawned, or a
+        #: worker of a cluster started apart: it imported and loaded all itself)
+        self.start = getattr(sys.modules.get("servesim.shard_preload"), "STATE", None)
         from servesim.request import RequestTable
         from servesim.sched.custom import user_policy_loader
 
@@ -201,8 +207,9 @@ class ShardWorker:
         return req, tok
 
     def status(self):
-        """(engines ended, the latest engine clock, CPU seconds of the build and the windows)."""
-        return sum(self.done), max(e.s.get_f("now") for e in self.engines), dict(self.cpu)
+        """(engines ended, the latest engine clock, CPU seconds of the build and the windows, how
+        the process started: :attr:`start`)."""
+        return sum(self.done), max(e.s.get_f("now") for e in self.engines), dict(self.cpu), self.start
 
     def finish(self, end: float):
         """After every worker ended: the recorders drained, waits still open closed at ``end``
