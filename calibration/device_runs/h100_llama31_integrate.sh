@@ -15,7 +15,8 @@
 set -euo pipefail
 A=$(realpath "$1"); O=$(realpath "$2"); PY=${PY:-python}; G=h100-80g; MODEL=${MODEL:-llama-3.1-8b}
 # the overhead processes' call, as the YAML will say (another model: MODEL=... CALLS=... NOTE18=...)
-NOTE18=${NOTE18:-"device call 18 (2026-12-05 16:01 UTC, one NVIDIA H100 80GB HBM3, the machine of call 17): the overhead forwards measured in two more processes against these tables; overhead rows = median of 3 processes (this pack's process of call 17 + o2 + o3), as the other H100 and the H200 packs"}
+NOTE18_31="device call 18 (2026-12-05 16:01 UTC, one NVIDIA H100 80GB HBM3, the machine of call 17): the overhead forwards measured in two more processes against these tables; overhead rows = median of 3 processes (this pack's process of call 17 + o2 + o3), as the other H100 and the H200 packs"
+NOTE18=${NOTE18:-$NOTE18_31}
 CALLS=${CALLS:-"call 17"}; CALLS2=${CALLS2:-"call 18"}
 ROOT=$PWD; W=$(mktemp -d); mkdir -p $W/c/packs/$G
 bash calibration/device_runs/h100_integrate.sh "$A"
