@@ -177,11 +177,12 @@ def test_the_v013_h100_rows_take_the_a100_rows_limits():
     a100 = {(r["setup"]["prompt"], r["setup"]["output"], r["setup"]["model"]): r for r in DATA["rows"]
             if r["source"] == "trtllm-v013-a100"}
     h100 = [r for r in DATA["rows"] if r["source"] == "trtllm-v013-h100"]
-    assert len(h100) == 17 and {r["setup"]["gpu"] for r in h100} == {"h100-80g"}
+    assert len(h100) == 23 and {r["setup"]["gpu"] for r in h100} == {"h100-80g"}
     matched = 0
     for r in h100:
         s = r["setup"]
-        twin = a100.get((s["prompt"], s["output"], "llama-3-8b"))
+        # LLaMA v2 7B (rows added once the H100 llama-2-7b pack existed) against its own A100 rows
+        twin = a100.get((s["prompt"], s["output"], "llama-2-7b" if s["model"] == "llama-2-7b" else "llama-3-8b"))
         if twin is None:
             assert (s["prompt"], s["output"], s["model"]) == (20000, 2000, "llama-3.1-8b")
             twin = a100[20000, 2000, "llama-3.1-8b"]
@@ -189,7 +190,7 @@ def test_the_v013_h100_rows_take_the_a100_rows_limits():
             continue
         matched += 1
         assert (s["batch"], s["requests"], r["set"]) == (twin["setup"]["batch"], twin["setup"]["requests"], twin["set"])
-    assert matched == 16
+    assert matched == 22
 
 def test_a_source_finding_is_printed_with_its_source_and_only_there():
     """A source's `finding` (what its errors say, written after the replay) follows its entry in
@@ -267,10 +268,11 @@ def test_the_later_trtllm_bench_fp16_columns_take_the_v013_rows_setup():
 def test_the_v011_and_v012_rows_take_the_limits_their_files_state():
     """TensorRT-LLM v0.11's engines use the file's per-model tables and v0.12's trtllm-bench the
     hlapi-era benchmark_config.yml: max_batch_size 2048 (Meta-Llama-3-8B) / 4096 (Llama-2-7b-hf),
-    8,192 tokens, chunked context on; requests are the file's per ISL/OSL; LLaMA v2 7B only on the
-    A100 and never above its 4,096-token context (their 'where')."""
+    8,192 tokens, chunked context on; requests are the file's per ISL/OSL; LLaMA v2 7B never above its
+    4,096-token context, on the H100 (rows added once its own llama-2-7b pack existed) with the A100
+    rows' setup (their 'where')."""
     req = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (2048, 128): 3000, (2048, 2048): 1500}
-    for src, n in (("trtllm-v011-fp16", 12), ("trtllm-v012-mixed", 14)):
+    for src, n in (("trtllm-v011-fp16", 16), ("trtllm-v012-mixed", 18)):
         rows = [r for r in DATA["rows"] if r["source"] == src]
         assert len(rows) == n, src
         sset = DATA["sources"][src]["set"]
@@ -279,9 +281,14 @@ def test_the_v011_and_v012_rows_take_the_limits_their_files_state():
             s = r["setup"]
             assert s["batch"] == {"llama-3-8b": 2048, "llama-2-7b": 4096}[s["model"]], r["id"]
             assert s["requests"] == req[s["prompt"], s["output"]], r["id"]
-            assert s["model"] == "llama-3-8b" or (s["gpu"] == "a100-80g" and s["prompt"] + s["output"] <= 4096), r["id"]
+            assert s["model"] == "llama-3-8b" or s["prompt"] + s["output"] <= 4096, r["id"]
             mml = sset.get("engine.max_model_len") or r["set"]["engine.max_model_len"]
             assert mml >= s["prompt"] + s["output"], r["id"]
+        l2 = {gpu: {(r["setup"]["prompt"], r["setup"]["output"]): (r["setup"], r.get("set")) for r in rows
+                    if r["setup"]["model"] == "llama-2-7b" and r["setup"]["gpu"] == gpu}
+              for gpu in ("a100-80g", "h100-80g")}
+        a100 = {k: ({**v[0], "gpu": "h100-80g"}, v[1]) for k, v in l2["a100-80g"].items()}
+        assert len(a100) == 4 and l2["h100-80g"] == a100, src
 
 
 def test_the_gpustack_rows_keep_each_engines_own_batch_defaults():
