@@ -5,7 +5,7 @@
   (servesim/perf/transfer.py) and scored against its own, per op at the held-out pack's rows and per
   iteration (pack step models, eager, on a grid of decode and prefill batches).
 * Within the Hopper class (``--within``), the transfer users get at run time: the H200 packs of
-  llama-3-8b, llama-3.1-8b, qwen3-30b-a3b and qwen3-14b transferred to the H100 SXM, scored per op against the measured H100
+  llama-3-8b, llama-3.1-8b, qwen3-30b-a3b, qwen3-14b and qwen3-8b transferred to the H100 SXM, scored per op against the measured H100
   packs and, what matters, on the H100's whole-iteration validation forwards
   (calibration/validation/h100-80g/, never read by any pack), beside the measured H100 pack's error
   on the same forwards: the part of the error the transfer adds.
@@ -63,7 +63,7 @@ def iteration_errors(pred, truth, tp: int) -> np.ndarray:
     return np.array(errs)
 
 
-WITHIN_MODELS = ("llama-3-8b", "llama-3.1-8b", "qwen3-30b-a3b", "qwen3-14b")
+WITHIN_MODELS = ("llama-3-8b", "llama-3.1-8b", "qwen3-30b-a3b", "qwen3-14b", "qwen3-8b")
 NOT_TOKEN_OPS = ("attn_decode", "attn_prefill", "overhead_eager", "overhead_cuda_graph", "all_reduce", "send_recv")
 
 
