@@ -12,8 +12,10 @@ timed run: its start, the workers' builds of their replicas and the gathering of
 count; the phases are printed: cluster start, workers' builds, the windows, the gathering, and
 the workers' CPU seconds in builds and windows, the slowest one's and the sum: on a shared box
 the wall time depends on what else runs, the slowest worker's CPU time is its wall on a core of
-its own). Each row runs in a
-process of its own, so its peak RSS is its own (the coordinator's; the workers' are not counted).
+its own), the load average just after the row (its own processes included) and how the workers
+started (``started``: forked from the preloaded fork server, servesim/shard_preload.py). Each row
+runs in a process of its own, so its peak RSS is its own (the coordinator's; the workers' are not
+counted).
 
 Usage:  python benchmarks/shard.py [--replicas 16384] [--requests 100000] [--rate 1]
                                    [--refresh 0.1] [--router least-tokens] [--workers 1,4] [--no-one]
