@@ -110,7 +110,7 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     shared = None if solo else request_arrays(n, object_kv=True if object_kv else False, routed=True)
     if buffers is None:
         buffers = fleet_buffers(n_engines, n)
-    scalars = np.concatenate([new_scalars() for _ in range(n_engines)]).view(np.recarray)  # one row each
+    scalars = np.repeat(new_scalars().view(np.ndarray), n_engines).view(np.recarray)  # one row each
     placement = sc.placement
     engines: list[Engine] = []
     replicas: list[ReplicaInfo] = []
