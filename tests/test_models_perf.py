@@ -159,22 +159,25 @@ def test_the_default_step_model_falls_back_to_the_roofline_for_a_precision_no_pa
 
 
 def test_a_gpu_without_a_pack_gets_one_transferred_from_its_class():
-    """H100 and qwen3-8b (measured on the H200 only): the H200's measured pack with every op at its
+    """H100 and qwen3-4b (measured on the H200 only): the H200's measured pack with every op at its
     measured efficiency (achieved / peak) under the H100's peaks: bandwidth-bound ops 4.8 / 3.35
     slower, compute-bound GEMMs unchanged (same bf16 peak). Named 'transferred' wherever the step
     model is reported; not calibrated. Where the H100 has its own measured pack (llama-3-8b and llama-3.1-8b, from
-    2026-12-05) that pack runs, calibrated, and no transfer hides it."""
+    2026-12-05; qwen3-8b since the sixth session's calls 23-24) that pack runs, calibrated, and no transfer hides it."""
     from servesim.perf.build import build_step_model
     from servesim.perf.pack import load_pack
     from servesim.perf.select import choose
     from servesim.perf.transfer import transfer_pack
 
-    sc = scenario_from_dict({"hardware": {"gpu": "h100-80g"}, "model": "qwen3-8b",
+    sc = scenario_from_dict({"hardware": {"gpu": "h100-80g"}, "model": "qwen3-4b",
                              "engine": {"max_model_len": 8192}}, "t")
     c = choose(sc)
-    assert c.model == "pack" and not c.calibrated and c.label.startswith("pack transferred from h200/qwen3-8b")
-    assert "transferred from h200/qwen3-8b" in build_step_model(sc).describe()
-    src = load_pack("h200", "qwen3-8b")
+    assert c.model == "pack" and not c.calibrated and c.label.startswith("pack transferred from h200/qwen3-4b")
+    assert "transferred from h200/qwen3-4b" in build_step_model(sc).describe()
+    q8 = choose(scenario_from_dict({"hardware": {"gpu": "h100-80g"}, "model": "qwen3-8b",
+                                    "engine": {"max_model_len": 8192}}, "t"))
+    assert q8.calibrated and q8.label == "pack h100-80g/qwen3-8b"
+    src = load_pack("h200", "qwen3-4b")
     dst = transfer_pack(src, "h100-80g")
     t = src.rows("input_norm").time_ms  # its floor stays, the time above it scales by the HBM ratio
     assert np.allclose(dst.rows("input_norm").time_ms, t.min() + (t - t.min()) * 4.8 / 3.35)
