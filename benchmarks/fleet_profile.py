@@ -128,7 +128,7 @@ def instrumented():
         ("                route_in_ref(x, rid)\n",
          "                route_in_ref(x, rid)\n                ints[P + 1] += _rdtsc() - c1\n"),
         ("        code = advance_ref(x, bound)\n",
-         "        c0 = _rdtsc()\n        code = advance_p(x.cfg, x.state, x.kv, x.tab, bound, pr)\n"
+         "        c0 = _rdtsc()\n        code = advance_p(x.conf.cfg, x.state, x.kv, x.conf.tab, bound, pr)\n"
          "        c1 = _rdtsc()\n        ints[P + 2] += c1 - c0\n        ints[P + 6] += 1\n"),
         ("        eh_set(key, eh, ehpos, ints, e, k)\n        ints[I_CALLS] += 1\n",
          "        eh_set(key, eh, ehpos, ints, e, k)\n        ints[P + 3] += _rdtsc() - c1\n        ints[I_CALLS] += 1\n"),

@@ -39,7 +39,7 @@ from servesim.errors import PolicyBug
 from servesim.jit import pure
 from servesim.kv import kernels as kvk
 from servesim.perf import kernels as pk
-from servesim.sched.state import SCALARS, ScalarsMirror, compiled_state
+from servesim.sched.state import SCALARS, ScalarsMirror
 
 PY_RETURN_EVERY = 1 << 8  # the Python engine's segments between returns (Ctrl-C latency)
 ERRORS = {
@@ -182,7 +182,7 @@ class Engine:
             self.why = ""
         self.st = st  # the arrays, as Python sees them
         compiled = self.path == "compiled"
-        self.kst = kst = compiled_state(st) if compiled else st  # as the kernel sees them
+        self.kst = kst = K.borrowed_state(st) if compiled else st  # as the kernel sees them (arrays unowned)
         self.kkv = kkv = kvk.compiled_kv(kstate) if compiled else kstate
         recorder.itl_from = float(st.s.itl_from)
         self.s = Scalars(st, scalars)
@@ -191,7 +191,7 @@ class Engine:
             self._advance = lambda until: adv(cfg, kst, kkv, tab, until)
             self._route = self._work = None
         elif compiled:  # one pointer per call (kernel.EngineRef)
-            ref = K.make_engine_ref(cfg, kst, kkv, tab)
+            ref = K.make_engine_ref(K.shared_conf(cfg, tab), kst, kkv)
             adv = entry_point(K.advance_ref, ref, 0.0)
             route = entry_point(K.route_in_ref, ref, 0)
             work = entry_point(K.outstanding_work_ref, ref, 0.0)

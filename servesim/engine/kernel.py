@@ -38,6 +38,8 @@ Arrivals, rejections at arrival and a fleet's routed inbox: engine/inbox.py.
 from __future__ import annotations
 
 import numpy as np
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
 from servesim.engine.inbox import (  # noqa: F401 (the fleet driver reaches them as kernel.*)
     INFLIGHT_MIXED,
@@ -61,12 +63,13 @@ from servesim.kv.kernels import (
     kv_step_usage,
     kv_used_blocks,
 )
+from servesim.kv.pool import _unowned
 from servesim.perf.kernels import count_decode_run, count_iteration, decode_seconds, iteration_seconds
 from servesim.request import FINISHED, RUNNING
 from servesim.sched.parts import kv_stable_steps
 from servesim.sched.policies import decode_steps_done, schedule
 from servesim.sched.queues import n_queued, num_waiting
-from servesim.sched.state import ONE, ZERO, set_causes
+from servesim.sched.state import ONE, ZERO, ReplicaState, make_state_ref, set_causes
 
 PER_STEP = np.int64(-1)  # record(): blocks in use from st.used, step by step
 
@@ -458,24 +461,104 @@ def advance(cfg, st, kv, tab, until):
 # A fleet calls each replica's kernels from Python once per event. Passed separately, the
 # configuration, KV state and step tables are NamedTuples numba unboxes field by field at every
 # call (~15 us for ~40 arrays); held in one StructRef, a call passes one pointer (engine/cluster.py).
+# The configuration and step tables sit in a StructRef of their own (``conf``), one for every
+# engine built with equal ones (:func:`shared_conf`): inline in each EngineRef they were ~1.8 KB
+# read at every call, each engine's copy cold by its next one (a 1,024-replica fleet).
 # (fields not named "st": numba's generated constructor names its instance so)
-EngineRefType, EngineRef, make_engine_ref = struct_ref("EngineRefType", "EngineRef", ["cfg", "state", "kv", "tab"],
+ConfRefType, ConfRef, make_conf_ref = struct_ref("ConfRefType", "ConfRef", ["cfg", "tab", "keep"], "make_conf_ref",
+                                                 __name__, __file__)
+EngineRefType, EngineRef, make_engine_ref = struct_ref("EngineRefType", "EngineRef", ["conf", "state", "kv"],
                                                        "make_engine_ref", __name__, __file__)
+
+# The state's and the step tables' arrays are held *unowned* (no meminfo: numba's reference count
+# updates on them test a null pointer), as the KV pool's are (kv/pool.py ``_unowned``). Owned,
+# every ``st.field`` a kernel reads across a branch, and each step table at every call, was an
+# atomic increment and decrement of that array's own meminfo -- one cache line per array *and per
+# engine* (each engine unboxes its own meminfos, even of the arrays all share), cold by the
+# engine's next call in a large fleet: 24 % of a 1,024-replica run (benchmarks/RESULTS.md). One
+# field stays owned -- the state's ``OWNER``, the conf's ``keep`` -- through a view whose base
+# holds the NamedTuple (:class:`_Owner`), so the arrays live as long as their StructRef; a kernel
+# that replaces a field gives it an owned array, as before.
+OWNER = "g_hi"  # (a closed loop's group bounds: no kernel reads them per iteration)
+
+
+@intrinsic
+def _unowned_members(typingctx, tup):
+    """``tup`` (a tuple or NamedTuple) with each array member unowned (``_unowned``)."""
+    def codegen(context, builder, sig, args):
+        val = args[0]
+        for i, ty in enumerate(sig.args[0].types):
+            if isinstance(ty, types.Array):
+                ary = context.make_array(ty)(context, builder, value=builder.extract_value(val, i))
+                ary.meminfo = cgutils.get_null_value(ary.meminfo.type)
+                ary.parent = cgutils.get_null_value(ary.parent.type)
+                val = builder.insert_value(val, ary._getvalue(), i)
+        return val
+
+    return tup(tup), codegen
+
+
+def _borrowing_state_constructor():
+    """``make_state_borrowed(st)``: the state's StructRef with every array but ``OWNER``'s unowned.
+    Compiled from source naming each field (as kv/pool.py's ``make_kv_ref``)."""
+    args = ", ".join(f"st.{f}" if f == OWNER else f"_unowned(st.{f})" for f in ReplicaState._fields)
+    ns: dict = {"make_state_ref": make_state_ref, "_unowned": _unowned, "__name__": __name__}
+    exec(compile(f"def make_state_borrowed(st):\n    return make_state_ref({args})\n", __file__, "exec"), ns)
+    return kernel(ns["make_state_borrowed"])
+
+
+make_state_borrowed = _borrowing_state_constructor()
+
+
+@kernel
+def make_conf_borrowed(cfg, tab, keep):
+    return make_conf_ref(cfg, _unowned_members(tab), keep)
+
+
+class _Owner:
+    """Exports ``a``'s memory (``__array_interface__``) and holds ``keep``: ``np.asarray`` of it is
+    ``a``'s data with this as its base, so numba's meminfo of that view keeps ``keep`` alive."""
+
+    def __init__(self, a: np.ndarray, keep) -> None:
+        self.__array_interface__ = a.__array_interface__
+        self.keep = (a, keep)
+
+
+def borrowed_state(st):
+    """The compiled state of ``st`` (sched/state.py ``ReplicaState``): its arrays unowned, ``st``
+    kept alive by the StructRef itself."""
+    return make_state_borrowed(st._replace(**{OWNER: np.asarray(_Owner(getattr(st, OWNER), st))}))
+
+
+_LAST_CONF: list = [None]  # (cfg, tab, ConfRef) of the last engine built
+
+
+def shared_conf(cfg, tab):
+    """The ConfRef of ``cfg`` and ``tab`` (arrays unowned, ``tab`` kept): the last one built when
+    the configuration is equal and the tables the same object -- every replica of a group but
+    the first, built one after another (engine/fleet_build.py)."""
+    last = _LAST_CONF[0]
+    if last is not None and last[1] is tab and last[0] == cfg:
+        return last[2]
+    conf = make_conf_borrowed(cfg, tab, np.asarray(_Owner(np.zeros(0, dtype=np.uint8), tab)))
+    _LAST_CONF[0] = (cfg, tab, conf)
+    return conf
 
 
 @kernel
 def advance_ref(e, until):
-    return advance(e.cfg, e.state, e.kv, e.tab, until)
+    c = e.conf
+    return advance(c.cfg, e.state, e.kv, c.tab, until)
 
 
 @kernel
 def route_in_ref(e, rid):
-    route_in(e.cfg, e.state, rid)
+    route_in(e.conf.cfg, e.state, rid)
 
 
 @kernel
 def outstanding_work_ref(e, t):
-    return outstanding_work(e.cfg, e.state, t)
+    return outstanding_work(e.conf.cfg, e.state, t)
 
 
 @kernel

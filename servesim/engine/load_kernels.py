@@ -133,7 +133,7 @@ def replica_tokens(ref, r, t):
     w = np.int64(0)
     for e in range(ref.first[r], ref.first[r + 1]):
         x = ref.refs[e]
-        w += outstanding_work(x.cfg, x.state, t)
+        w += outstanding_work(x.conf.cfg, x.state, t)
     return w
 
 
@@ -180,7 +180,7 @@ def reread_tokens(ref, t):
             k = st.s.run_k if run else 0
             done = bisect_right(st.ends[:k], t) if run else 0
             if full or ref.lin[e] < 0 or ref.ints[3]:
-                we = outstanding_work(x.cfg, st, t)
+                we = outstanding_work(x.conf.cfg, st, t)
                 if full:
                     lin = 0
                     if run:
