@@ -28,6 +28,7 @@ from servesim.engine.load_kernels import (
     replica_tokens,
     reread_requests,
     reread_tokens,
+    routed_tokens,
     tree_least_from,
 )
 from servesim.jit import kernel
@@ -111,7 +112,10 @@ def fleet_run(ref, icfg, ist, key, done, eh, ehpos, ints, fl, due, draws, rids, 
                 x = refs[e]
                 route_in_ref(x, rid)
                 ref.routed[e] += 1
-                mark_replica(ref, r)
+                if ints[I_D] == 0 and ints[I_KIND] == TOK and not done[e]:
+                    routed_tokens(ref, r, e, rid)  # (the tree was read at t: its value grows by the request's)
+                else:
+                    mark_replica(ref, r)
                 replica_of[rid] = r
                 rids[ints[I_RIDS]] = rid
                 ints[I_RIDS] += 1

@@ -121,6 +121,22 @@ def mark_replica(ref, r):
 
 
 @kernel
+def routed_tokens(ref, r, e, rid):
+    """Replica ``r`` (engine ``e``) was sent request ``rid`` right after a read of the tokens
+    tree at the arrival's instant: its load grows by the request's tokens (``outstanding_work``
+    counts a routed request's ``prompt + output - computed``) without a re-read -- a walk over
+    every request it holds -- at the next read. A decode run the request cut keeps its steps
+    ending before the arrival and the first at or after it (engine/inbox.py ``route_in``), so its
+    next step end (the heap's key) and the steps done by any later instant are those the next
+    read would find; ``wbase`` (the run's tokens before its steps) grows by as much."""
+    st = ref.refs[e].state
+    w = np.int64(st.prompt[rid]) + np.int64(st.output[rid]) - np.int64(st.computed[rid])
+    tree_set(ref.tok, ref.size, r, ref.tok[ref.size + r] + w)
+    ref.wbase[e] += w
+    _mark(ref, REQ, r)
+
+
+@kernel
 def mark_touched(ref, touched):
     """The replicas of engines ``touched`` are re-read at the next read of either kind."""
     for j in range(touched.shape[0]):
