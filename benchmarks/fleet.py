@@ -10,8 +10,9 @@ Poisson at ``--rate`` req/s per replica (the fleet at N x that), ``--requests`` 
                  same invocation as the fleet rows (the box is shared: compare ratios in one run)
   N x <router>   N replicas behind the router
 
-``run s`` is the simulation itself (``env.run()``); build time (workload, tables, N engines) is
-reported apart (``build s``). A measurement that runs past ``--timeout`` is reported as such.
+``run s`` is the simulation itself (``env.run()``), ``CPU s`` its process CPU time (on a box shared
+with other work, wall time counts their share of the cores too); build time (workload, tables, N
+engines) is reported apart (``build s``). A measurement that runs past ``--timeout`` is reported as such.
 
 Usage:  python benchmarks/fleet.py [--sizes 1,24,256,1024] [--routers round-robin,least-tokens]
                                    [--requests 20000] [--rate 8] [--timeout 300]
@@ -72,12 +73,12 @@ def one(replicas: int, router: str | None, requests: int, rate: float, sample: i
     b = build(scenario_from_dict(scenario(replicas, requests, router, rate, sample)))
     if scan:
         b.replica.scan = True  # the routers read every replica's load on each arrival (before issue 30)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     b.env.run()
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # (Linux: KiB)
     return {"replicas": replicas, "router": router or "lone", "requests": requests, "build_s": t1 - t0,
-            "run_s": t2 - t1, "req_per_s": requests / (t2 - t1), "rss_mb": rss_kb / 1024}
+            "run_s": t2 - t1, "cpu_s": c2 - c1, "req_per_s": requests / (t2 - t1), "rss_mb": rss_kb / 1024}
 
 
 def measure(replicas: int, router: str | None, requests: int, rate: float, sample: int, timeout: float,
@@ -118,8 +119,8 @@ def main() -> None:
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, python {platform.python_version()}; "
           f"{a.requests:,} requests per row, {a.rate} req/s per replica"
           + (f", router_sample {a.sample}" if a.sample != "0" else ""))
-    print("| fleet | router | requests | build s | run s | sim req/s | x lone | peak RSS MB |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| fleet | router | requests | build s | run s | CPU s | sim req/s | x lone | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
     base = None
     samples = [int(d) for d in a.sample.split(",")]
     rows = [(1, None, False, 0)] + [(int(n), r, s, d) for r in a.routers.split(",") for n in a.sizes.split(",")
@@ -129,10 +130,10 @@ def main() -> None:
         r = measure(n, router, a.requests, a.rate, d, a.timeout, scan)
         name = r["router"] + (" (scan)" if scan else "") + (f" d={d}" if d else "")
         if "error" in r:
-            print(f"| {n:,} | {name} | {a.requests:,} | - | - | {r['error']} | - | - |", flush=True)
+            print(f"| {n:,} | {name} | {a.requests:,} | - | - | - | {r['error']} | - | - |", flush=True)
             continue
         base = base or r["req_per_s"]
-        print(f"| {n:,} | {name} | {a.requests:,} | {r['build_s']:.1f} | {r['run_s']:.2f} | "
+        print(f"| {n:,} | {name} | {a.requests:,} | {r['build_s']:.1f} | {r['run_s']:.2f} | {r['cpu_s']:.2f} | "
               f"{r['req_per_s']:,.0f} | {r['req_per_s'] / base:.2f} | {r['rss_mb']:,.0f} |", flush=True)
 
 
