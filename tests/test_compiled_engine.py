@@ -161,3 +161,47 @@ def test_kv_state_after_a_compiled_run_matches_the_python_engine():
     assert int(comp.s[0].free) == int(py.s[0].free)
     holders = np.flatnonzero(comp.held > 0).astype(np.int64)
     assert pure(kv_check)(comp, computed, holders, len(holders)) == 0
+
+
+def test_the_state_and_conf_structrefs_keep_their_unowned_arrays_alive():
+    """engine/kernel.py holds the state's and the step tables' arrays unowned (no reference count
+    updates in the hot loop); the StructRefs themselves must keep them alive: with every Python
+    reference to the arrays dropped and the memory churned, the kernel-side arrays still read the
+    values they were built with (a broken owner field would read freed memory here)."""
+    import gc
+
+    from numba import njit
+
+    from servesim.engine import kernel as K
+
+    @njit
+    def state_arrays(s):  # (copies: the kernel-side arrays, read through the StructRef)
+        return s.prompt.copy(), s.output.copy(), s.g_hi.copy()
+
+    @njit
+    def conf_arrays(c):
+        return c.tab.pk_lin.copy(), c.tab.pk_dec_table.copy()
+
+    assert K.OWNER == "g_hi"
+    raw = merge(BASE, {"sim": {"engine": "compiled"}, "step_time": {"model": "pack"}})
+    b = build(scenario_from_dict(raw))
+    eng = b.replica.engines[0]
+    assert b.replica.path == "compiled"
+    st0 = eng.st
+    arrays = {f: getattr(st0, f).copy() for f in st0._fields if isinstance(getattr(st0, f), np.ndarray)}
+    want_st = [arrays[f].copy() for f in ("prompt", "output", "g_hi")]
+    kst = K.borrowed_state(st0._replace(**arrays))
+    tab = eng.tab._replace(**{f: v.copy() for f, v in eng.tab._asdict().items() if isinstance(v, np.ndarray)})
+    want_tab = [tab.pk_lin.copy(), tab.pk_dec_table.copy()]
+    assert all(w.size for w in want_tab)
+    conf = K.make_conf_borrowed(eng.cfg, tab, np.asarray(K._Owner(np.zeros(0, dtype=np.uint8), tab)))
+    shapes = [(a.shape, a.dtype) for a in [*arrays.values(), *tab] if isinstance(a, np.ndarray)]
+    del arrays, tab
+    gc.collect()
+    # blocks of the freed arrays' sizes, filled: freed memory would be handed out again here
+    churn = [np.full(shape, -7, dtype=dt) for shape, dt in shapes for _ in range(20)]
+    for got, want in zip(state_arrays(kst), want_st):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(conf_arrays(conf), want_tab):
+        np.testing.assert_array_equal(got, want)
+    del churn
