@@ -6,7 +6,10 @@
 #   1. overhead_eager rows taken from the H200 bf16 pack of the same model (the recipe's eager
 #      forward launches the casts as extra kernels; engines fuse them: YAML overhead_eager_source)
 #   2. send_recv rows (the H200 2-GPU run's collectives) and each pack's efficiency record
-# Needs the repo's venv. Usage: bash calibration/device_runs/fp8_static_h200_integrate.sh fp8_static.tar.gz
+# Checked end to end (2026-12-05, sixth session; no H200 was lent) on the H100 run's tarball
+# relabelled as an H200's (folders, env.txt, YAML gpu): both packs load, their overhead_eager rows
+# are the bf16 pack's, send_recv rows and efficiency records are written; the real H100 tarball is
+# refused (exit 3). Needs the repo's venv. Usage: bash calibration/device_runs/fp8_static_h200_integrate.sh fp8_static.tar.gz
 set -euo pipefail
 TAR=$1; W=$(mktemp -d); PY=${PY:-python}
 tar xzf "$TAR" -C $W
