@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from benchmarks.published.replay import (METRICS, SECTION, Scored, arm_row, load_rows, replay, scenario_of,
-                                         table, unexplained, write_results)
+from benchmarks.published.replay import (METRICS, SECTION, Scored, arm_row, lengths_trace, load_rows, read_lengths,
+                                         replay, scenario_of, table, unexplained, write_results)
 
 DATA = load_rows()
 
@@ -23,7 +23,8 @@ def test_every_row_cites_a_source_with_title_url_and_table():
         assert "benchmark_vllm_060" not in text and "sarathi" not in text, key
     for row in DATA["rows"]:
         assert row["measured"] and all(v > 0 for v in row["measured"].values()), row["id"]
-        assert set(row["setup"]) >= {"gpu", "model", "batch", "prompt", "output"}, row["id"]
+        lengths = {"lengths"} if "lengths" in row["setup"] else {"prompt", "output"}
+        assert set(row["setup"]) >= {"gpu", "model", "batch"} | lengths, row["id"]
 
 
 @pytest.mark.parametrize("row", DATA["rows"], ids=[r["id"] for r in DATA["rows"]])
@@ -32,9 +33,15 @@ def test_every_row_is_a_valid_scenario(row):
     assert sc.hardware.gpu == row["setup"]["gpu"] and sc.model_shape.name == row["setup"]["model"]
     assert sc.engine.max_num_seqs == row["setup"]["batch"]
     rounds = int(DATA["sources"][row["source"]].get("rounds", 1))
-    assert sc.stop.requests == row["setup"].get("requests", row["setup"]["batch"] * rounds)
     rate = row["setup"].get("rate")
-    if rate is None:  # `batch` clients back to back
+    if "lengths" in row["setup"]:  # every listed request at time 0 with its own lengths
+        pairs = read_lengths(row["setup"]["lengths"])
+        assert sc.stop.requests == len(pairs) and sc.workload.trace is not None and str(rate) == "inf"
+    else:
+        assert sc.stop.requests == row["setup"].get("requests", row["setup"]["batch"] * rounds)
+    if "lengths" in row["setup"]:
+        pass
+    elif rate is None:  # `batch` clients back to back
         assert sc.workload.arrival.clients == row["setup"]["batch"]
     elif str(rate) == "inf":  # every request at time 0
         assert sc.workload.arrival.process == "closed" and sc.workload.arrival.clients == sc.stop.requests
@@ -307,3 +314,28 @@ def test_the_gpustack_rows_keep_each_engines_own_batch_defaults():
                                                                                     "model=qwen3-14b",
                                                                                     "engine.enable_chunked_prefill=true"])
         assert s["batch"] == preset.engine.max_num_seqs, r["id"]
+
+
+def test_a_lengths_row_replays_every_listed_request_at_time_0_with_its_lengths(tmp_path, monkeypatch):
+    """setup.lengths: the file's requests, in order, all at time 0, each with its own prompt and
+    output (a source's 0-token output as 1); a bad header or a finite rate is refused."""
+    from benchmarks.published import replay as rp
+    from servesim.simulate import scenario_workload
+
+    monkeypatch.setattr(rp, "HERE", tmp_path)
+    (tmp_path / "l.csv").write_text("prompt,output\n13,120\n700,0\n5,3\n")
+    row = {"id": "t-len", "source": "s", "setup": {"gpu": "h100-80g", "model": "llama-3-8b", "batch": 256,
+                                                   "lengths": "l.csv", "rate": "inf"}}
+    trace, n = lengths_trace(row)
+    assert n == 3 and trace.read_text().splitlines()[1:] == [
+        "0,published,13,120,133,Conversation log", "0,published,700,1,701,Conversation log",
+        "0,published,5,3,8,Conversation log"]
+    sc = scenario_of(row, {"engine": "vllm-v0", "online": True})
+    w = scenario_workload(sc)
+    assert list(w.prompt_tokens) == [13, 700, 5] and list(w.output_tokens) == [120, 1, 3]
+    assert list(w.arrival_s) == [0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="setup.lengths needs rate inf"):
+        scenario_of({**row, "setup": {**row["setup"], "rate": 2}}, {"engine": "vllm-v0"})
+    (tmp_path / "bad.csv").write_text("in,out\n1,2\n")
+    with pytest.raises(ValueError, match="header"):
+        read_lengths("bad.csv")

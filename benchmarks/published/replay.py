@@ -29,6 +29,9 @@ METRICS = {
     "itl_p50_s": ("ITL P50 (s)", lambda s: s["latency_s"]["itl"]["p50"]),
     "itl_mean_s": ("ITL mean (s)", lambda s: s["latency_s"]["itl"]["mean"]),
     "e2e_mean_s": ("E2E mean (s)", lambda s: s["latency_s"]["e2e"]["mean"]),
+    # per request (E2E - TTFT) / (output - 1), requests of one output token left out: what
+    # vLLM's benchmark_serving.py calls Mean TPOT (docs/metrics.md)
+    "tpot_mean_s": ("TPOT mean (s)", lambda s: s["latency_s"]["tpot"]["mean"]),
 }
 
 
@@ -101,6 +104,39 @@ def arm_row(row: dict, arm: dict) -> dict:
             "set": {**(row.get("set") or {}), **(arm.get("set") or {}), **(own.get("set") or {})}}
 
 
+def read_lengths(name: str) -> list[tuple[int, int]]:
+    """A row's per-request lengths (``setup.lengths``): a CSV under benchmarks/published/ with a
+    ``prompt,output`` header, one row per request in the source's order, as its result file lists
+    them (e.g. benchmark_serving.py's ``input_lens`` / ``output_lens``)."""
+    path = HERE / name
+    lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
+    if lines[0].replace(" ", "") != "prompt,output":
+        raise ValueError(f"{path}: header {lines[0]!r}; allowed: 'prompt,output'")
+    pairs = []
+    for i, ln in enumerate(lines[1:], start=2):
+        a, b = (int(x) for x in ln.split(","))
+        if a < 1 or b < 0:
+            raise ValueError(f"{path}:{i}: prompt {a}, output {b}; allowed: prompt >= 1, output >= 0")
+        pairs.append((a, b))
+    return pairs
+
+
+def lengths_trace(row: dict) -> tuple[Path, int]:
+    """The row's ``setup.lengths`` as a trace whose requests all arrive at time 0 (a serving
+    benchmark's infinite rate), in the file's order: a BurstGPT-format CSV servesim replays as it
+    is (workload.trace), so every request has exactly its listed lengths. A request the source
+    recorded with 0 output tokens (it returned none) replays with 1, servesim's least."""
+    import tempfile
+
+    pairs = read_lengths(row["setup"]["lengths"])
+    out = Path(tempfile.gettempdir()) / "servesim-published" / f"{row['id']}.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n" + "".join(
+        f"0,published,{a},{max(b, 1)},{a + max(b, 1)},Conversation log\n" for a, b in pairs)
+    out.write_text(text)
+    return out, len(pairs)
+
+
 def scenario_of(row: dict, source: dict):
     """The row's scenario: its source's engine preset with the row's setup over it."""
     import servesim
@@ -116,16 +152,24 @@ def scenario_of(row: dict, source: dict):
     model = f"{{name: {s['model']}, quantization: {s['quantization']}}}" if s.get("quantization") else s["model"]
     if "rate" not in s:  # `batch` clients back to back, all sending at time 0
         arrival = f"{{process: closed, clients: {s['batch']}, think_s: 0}}"
+    elif s.get("lengths"):  # per-request lengths, every request at time 0 (rate inf only)
+        arrival = None
     elif str(s["rate"]) == "inf":  # a serving benchmark's infinite rate: every request at time 0
         arrival = f"{{process: closed, clients: {n_requests}, think_s: 0}}"
     else:  # a serving benchmark's request rate: Poisson arrivals (the engine's cap is `batch`)
         arrival = f"{{process: poisson, rate: {float(s['rate'])}}}"
+    if s.get("lengths"):
+        if str(s.get("rate")) != "inf":
+            raise ValueError(f"row {row['id']}: setup.lengths needs rate inf (got {s.get('rate')!r}); allowed: inf")
+        trace, n_requests = lengths_trace(row)
+        workload = f"workload={{trace: {{file: '{trace}', format: burstgpt}}}}"
+    else:
+        workload = (f"workload={{arrival: {arrival}, prompt: {{dist: fixed, value: {s['prompt']}}}, "
+                    f"output: {{dist: fixed, value: {s['output']}}}}}")
     over = [
         f"name=published-{row['id']}", "seed=1", f"hardware.gpu={s['gpu']}", f"model={model}",
         f"hardware.gpus_per_replica={int(s.get('tp', 1))}", "step_time={model: auto}",
-        f"stop={{requests: {n_requests}, warmup_requests: 0}}",
-        f"workload={{arrival: {arrival}, "
-        f"prompt: {{dist: fixed, value: {s['prompt']}}}, output: {{dist: fixed, value: {s['output']}}}}}",
+        f"stop={{requests: {n_requests}, warmup_requests: 0}}", workload,
         f"engine.max_num_seqs={s['batch']}",
     ]
     # the source's own settings, as its methodology states them (e.g. a benchmark config's KV
