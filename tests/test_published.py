@@ -339,3 +339,21 @@ def test_a_lengths_row_replays_every_listed_request_at_time_0_with_its_lengths(t
     (tmp_path / "bad.csv").write_text("in,out\n1,2\n")
     with pytest.raises(ValueError, match="header"):
         read_lengths("bad.csv")
+
+
+def test_the_chunk_itl_leaves_out_the_zero_gaps_of_a_burst():
+    """itl_chunk_mean_s: the mean of the non-zero gaps, each weighted by its count; with every
+    token arriving alone it is the per-token mean."""
+    from types import SimpleNamespace
+
+    from benchmarks.published.replay import itl_chunk_mean
+
+    def res(parts):
+        itl = SimpleNamespace(parts=lambda: parts)
+        return SimpleNamespace(recorder=SimpleNamespace(flush=lambda: None, itl=itl))
+
+    burst = [([0.0, 0.07], [9, 1]), ([0.0, 0.08], [18, 2])]  # two bursts of 10 tokens, 1 and 2 requests
+    assert itl_chunk_mean(res(burst)) == pytest.approx((0.07 + 2 * 0.08) / 3)
+    alone = [([0.01, 0.02], [3, 1])]
+    assert itl_chunk_mean(res(alone)) == pytest.approx((3 * 0.01 + 0.02) / 4)
+    assert math.isnan(itl_chunk_mean(res([([0.0], [5])])))

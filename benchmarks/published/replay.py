@@ -32,7 +32,29 @@ METRICS = {
     # per request (E2E - TTFT) / (output - 1), requests of one output token left out: what
     # vLLM's benchmark_serving.py calls Mean TPOT (docs/metrics.md)
     "tpot_mean_s": ("TPOT mean (s)", lambda s: s["latency_s"]["tpot"]["mean"]),
+    # mean ITL as a streaming client that counts one gap per chunk sees it (vLLM's
+    # benchmark_serving.py: tokens that arrive together are one chunk, one gap): servesim's gaps
+    # with the zero ones (tokens of one multi-step burst, docs/metrics.md) left out; equal to
+    # itl_mean_s when every token arrives alone
+    "itl_chunk_mean_s": ("ITL mean, per chunk (s)", lambda s: s["_itl_chunk_mean_s"]),
 }
+
+
+def itl_chunk_mean(res) -> float:
+    """Mean of the run's non-zero inter-token gaps, each weighted by how many requests it spans
+    (the recorder's (gap, count) pairs): the mean ITL of a client that sees a burst's tokens as
+    one chunk."""
+    import numpy as np
+
+    rec = res.recorder
+    rec.flush()
+    total = weight = 0.0
+    for v, w in rec.itl.parts():
+        v, w = np.asarray(v, dtype=float), np.asarray(w, dtype=float)
+        nz = v > 0
+        total += float((v[nz] * w[nz]).sum())
+        weight += float(w[nz].sum())
+    return total / weight if weight else float("nan")
 
 
 @dataclass(frozen=True)
@@ -202,6 +224,8 @@ def replay(rows: list[dict] | None = None, data: dict | None = None) -> list[Sco
         for name, r in arms:
             res = servesim.simulate(scenario_of(r, source))
             s = res.summary
+            if "itl_chunk_mean_s" in row["measured"]:
+                s = {**s, "_itl_chunk_mean_s": itl_chunk_mean(res)}
             ex = s.get("extrapolation") or {}
             outside = ex.get("step_time_share") if ex.get("measured_grid") else None
             why = "" if name else str((data.get("why") or {}).get(row["id"], "")).strip()
