@@ -207,7 +207,8 @@ def test_combine_add_from_appends_new_points_within_max_len(tmp_path):
     src = tmp_path / "src"
     out.mkdir(parents=True)
     src.mkdir()
-    meta = {"model": "qwen3-8b", "gpu": "h200", "tp": 1, "date": "2026-12-01"}
+    meta = {"model": "qwen3-8b", "gpu": "h200", "tp": 1, "date": "2026-12-01",
+            "combined": {"command": "combine --overheads-from o2,o3", "note": "overheads"}}
     writers.write_rows(out / "qwen3-8b.csv", [("qkv_proj", 16, 0, 0, 0, 0.01, 0.0),
                                               ("attn_prefill", 1024, 0, 0, 0, 0.1, 0.0)])
     writers.write_yaml(out / "qwen3-8b.yaml", meta)
@@ -220,7 +221,10 @@ def test_combine_add_from_appends_new_points_within_max_len(tmp_path):
     rows = {(r[0], int(r[1]), int(r[3])): float(r[5]) for r in writers.read_rows(out / "qwen3-8b.csv")}
     assert rows[("qkv_proj", 16, 0)] == 0.01 and rows[("qkv_proj", 32768, 0)] == 3.0
     assert ("attn_prefill", 16384, 0) in rows and ("attn_prefill", 8192, 32768) not in rows
-    assert writers.read_yaml(out / "qwen3-8b.yaml")["added_rows"][0]["rows_per_op"] == {"qkv_proj": 1, "attn_prefill": 1}
+    after = writers.read_yaml(out / "qwen3-8b.yaml")
+    assert after["added_rows"][0]["rows_per_op"] == {"qkv_proj": 1, "attn_prefill": 1}
+    assert after["combined_before"] == [meta["combined"]]  # the earlier combine's record is kept
+    assert after["combined"] != meta["combined"]  # and this combine's is the current one
 
 
 def test_budget_stops():

@@ -162,6 +162,8 @@ def cmd_combine(args) -> int:
             rows = sorted(rows, key=lambda r: (r[0], int(r[2]), int(r[1]), int(r[3]), int(r[4])))
             write_rows(pack, rows)
             meta["rows"] = len(rows)
+            if meta.get("combined"):  # a pack combined before keeps that record (e.g. its overheads')
+                meta["combined_before"] = [*(meta.get("combined_before") or []), meta["combined"]]
             meta["combined"] = dict(command=this_command(), date=time.strftime("%Y-%m-%d"),
                                     note=args.note or "")
             write_yaml(pack.with_suffix(".yaml"), meta)
