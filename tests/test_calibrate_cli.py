@@ -157,7 +157,9 @@ def test_predict_out_a_folder_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--gpu", "h100-80g"], "allowed: a100-80g, h200"),
+    (["--gpu", "b200"], "allowed: a100-80g, h100-80g, h200"),  # GPUs with packs and op surveys
+    (["--gpu", "h100-80g", "--model", "llama-3.1-8b", "--quantization", "fp8", "--tp", "2"],
+     "h100-80g has no measured all-reduce over 2 GPUs"),
     (["--model", "llama-9"], "llama-9"),
     (["--tp", "0"], "--tp 0"),
 ])

@@ -15,9 +15,10 @@ The same function prices the offline derivation (``servesim calibrate derive --k
 fp8``, :mod:`servesim.tools.derive_variants`) and the selection at run time
 (:mod:`servesim.perf.select`), so a derived kvfp8 pack and a run without one agree row for row.
 
-The survey is a GPU's (``calibration/surveys/<gpu>/decode_kv.csv``); only the H200 has one. On
-another GPU the H200's ratio is used: a ratio of two kernels timed on one GPU (the same Triton
-split-KV decode reading bf16 or fp8), assumed to carry to another GPU -- the labels say so. A
+The survey is a GPU's (``calibration/surveys/<gpu>/decode_kv.csv``); the H200 and the H100 have
+one. On another GPU the H200's ratio is used: a ratio of two kernels timed on one GPU (the same
+Triton split-KV decode reading bf16 or fp8), assumed to carry to another GPU -- the labels say so.
+It is not a safe assumption: at the H100's surveyed points the H200's ratio is 34 % high (median). A
 latent-attention (MLA) model is not priced by this rule (its FP8 latent decode is its own survey,
 read by the derivation only).
 """

@@ -288,17 +288,30 @@ def import_vidur_cmd(
         typer.echo(f"wrote {p} (+ .yaml)")
 
 
+def derivable_gpus() -> list[str]:
+    """GPUs ``derive`` can write packs for: the A100 (from Vidur's profiles) and every GPU with
+    measured packs and op surveys (``calibration/surveys/<gpu>/``: the H200 since call 9, the H100
+    since call 26 of calibration/COMMANDS.md)."""
+    from servesim.perf.kvfp8 import survey_root
+    from servesim.perf.pack import available_packs, load_pack
+
+    measured = {g for g, m, t in available_packs() if load_pack(g, m, t).meta.get("source") == "measured"}
+    root = survey_root()
+    surveyed = {d.name for d in root.iterdir() if d.is_dir()} if root.is_dir() else set()
+    return ["a100-80g", *sorted((measured & surveyed) - {"a100-80g"})]
+
+
 @app.command("derive")
 def derive_cmd(
     gpu: str = typer.Option("a100-80g", "--gpu", help="GPU key; a100-80g derives from Vidur's A100 profiles, "
-                            "h200 from its measured packs and op surveys"),
+                            "h200 and h100-80g from their measured packs and op surveys"),
     model: list[str] = typer.Option(["qwen3-4b", "qwen3-8b", "qwen3-14b"], "--model",
-                                    help="library model(s) (docs/models.md); on h200 any kind: dense, MoE, MLA"),
+                                    help="library model(s) (docs/models.md); on a GPU with surveys any kind: dense, MoE, MLA"),
     tp: Optional[list[int]] = typer.Option(None, "--tp", help="TP degrees (those that divide the heads); "
                                            "default: a100-80g 1, 2, 4, 8; h200 those with measured all-reduce rows"),
-    quantization: Optional[str] = typer.Option(None, "--quantization", help="h200: weight format (none, fp8, "
+    quantization: Optional[str] = typer.Option(None, "--quantization", help="GPUs with surveys (h200, h100-80g): weight format (none, fp8, "
                                                "awq, gptq); default: the checkpoint's"),
-    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="h200: auto or fp8"),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="GPUs with surveys: auto or fp8"),
     moe_imbalance: float = typer.Option(1.0, "--moe-imbalance", help="h200, MoE: tokens of the busiest "
                                         "expert over the mean (1: uniform routing)"),
     src: Path = typer.Option(REPO.parent / "shared" / "calibration" / "vidur_profiles", "--src",
@@ -311,8 +324,10 @@ def derive_cmd(
     from servesim.tools.derive_variants import SURVEY_VARIANT, write_derived
     from servesim.tools.derived_packs import write_a100_packs, write_measured_gpu_packs
 
-    if gpu not in ("a100-80g", "h200"):
-        _fail(f"--gpu {gpu}: derivation needs measured op curves of that GPU; allowed: a100-80g, h200")
+    allowed = derivable_gpus()
+    if gpu not in allowed:
+        _fail(f"--gpu {gpu}: derivation needs measured op curves of that GPU (its packs and op surveys); "
+              f"allowed: {', '.join(allowed)}")
     bad = [m for m in model if m not in MODELS]
     if bad:
         _fail(f"--model {bad[0]}: unknown; allowed: {', '.join(sorted(MODELS))}")
