@@ -368,6 +368,31 @@ def test_then_chain_every_and_combine_replace():
             assert n == (3 if "batch=8" in key else 1), (key, v)
 
 
+def test_iterations_long_set_goes_to_its_own_folder():
+    """`iterations --compositions long`: the long-context set (grids.LONG_*, QUICK_LONG here), written to
+    validation_long/<gpu>/ so the standard validation set (read by glob) is not mixed with it."""
+    from profiler import grids
+    full = grids.long_compositions("llama-3.1-8b", quick=False)
+    qwen = grids.long_compositions("qwen3-8b", quick=False)  # 32K context: the 128K points drop
+    assert len(qwen) < len(full) and all(c.prefill_ctx + c.prefill_len <= 32768 for c in qwen)
+    dense = {"tokens": 16384, "chunk": 8192, "ctx": 24576, "decode": 32768}
+    assert all(c.tokens > dense["tokens"] or c.prefill_len > dense["chunk"] or c.prefill_ctx > dense["ctx"]
+               or c.decode_ctx > dense["decode"] for c in full)  # every batch beyond the dense grid
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run([sys.executable, str(HERE / "profile_gpu.py"), "iterations", "--model", "tiny",
+                            "--compositions", "long", "--device", "cpu", "--quick", "--out", d],
+                           capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        path = Path(d) / "validation_long" / "cpu" / "tiny.csv"
+        with path.open() as fh:
+            rows = list(csv.DictReader(fh))
+        assert len(rows) == len(grids.QUICK_LONG) and not (Path(d) / "validation").exists()
+        r = subprocess.run([sys.executable, str(HERE / "profile_gpu.py"), "iterations", "--model", "tiny",
+                            "--compositions", "long", "--tp", "2", "--device", "cpu", "--quick", "--out", d],
+                           capture_output=True, text=True, timeout=900)
+        assert r.returncode == 2 and "TP 1 only" in r.stdout + r.stderr
+
+
 def test_iterations_tp2_on_gloo():
     """`iterations --tp 2`: one process per rank, all-reduces after o_proj and down_proj, ranks in
     lockstep; rows carry tp = 2 and go to <model>-tp2.csv."""

@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--fwd-max-rep", type=int, default=None, help="most timed forwards per mode (15)")
     sp.add_argument("--fwd-budget-ms", type=float, default=None,
                     help="GPU time spent on one composition's timed forwards per mode (400)")
+    sp.add_argument("--compositions", choices=("standard", "long"), default="standard",
+                    help="long: the long-context set beyond the dense grid (grids.py LONG_*), written to "
+                         "validation_long/<gpu>/ (TP 1)")
     common(sp)
     sp = sub.add_parser("survey", help="op surveys: GEMM formats, MoE, fp8-KV and MLA decode attention")
     common(sp)

@@ -158,9 +158,53 @@ class Composition:
                 f"{self.n_decode},{self.decode_ctx}")
 
 
-def validation_compositions(model: str, quick: bool) -> list[Composition]:
+#: Long-context validation batches (``iterations --compositions long``): each beyond the dense grid
+#: (tokens > 16,384, a chunk > 8,192 or its context > 24,576, or a decode context > 32,768) and off
+#: the long grid's points, so they check the long rows (``--grid long``) and the interpolation
+#: between them on forwards the fit never reads. Written to validation_long/<gpu>/ (not read with
+#: the standard set, whose statistics stay comparable).
+LONG_PREFILL = [(1, 9000), (1, 11000), (1, 14000), (1, 18000), (1, 22000), (1, 27000), (1, 31000),
+                (2, 10000), (3, 7000), (4, 5000), (1, 45000), (1, 60000)]
+LONG_PREFILL_CTX = [(1, 4096, 28000), (1, 2048, 30500), (1, 12000, 18000), (1, 3000, 27500),
+                    (1, 6000, 26000), (1, 8192, 40000), (1, 6000, 56000), (1, 16000, 70000),
+                    (1, 1024, 100000), (1, 512, 120000)]
+LONG_DECODE = [(1, 40000), (1, 70000), (1, 120000), (2, 90000), (4, 60000), (8, 45000), (16, 36000),
+               (32, 34000), (64, 33000), (12, 55000)]
+LONG_MIXED = [(1, 12000, 0, 16, 2000), (1, 16000, 0, 8, 8000), (1, 2048, 28000, 8, 30000),
+              (1, 8192, 0, 32, 36000), (1, 4096, 0, 64, 34000), (1, 10000, 20000, 4, 80000)]
+QUICK_LONG = [(1, 200, 0, 0, 0), (1, 64, 300, 0, 0), (0, 0, 0, 4, 400), (1, 100, 0, 4, 300)]
+
+
+def long_compositions(model: str, quick: bool) -> list[Composition]:
+    """The long-context validation batches (``LONG_*``) that fit ``model``'s max_model_len."""
+    raw = QUICK_LONG if quick else (
+        [(n, ln, 0, 0, 0) for n, ln in LONG_PREFILL] + [(n, ln, c, 0, 0) for n, ln, c in LONG_PREFILL_CTX]
+        + [(0, 0, 0, b, c) for b, c in LONG_DECODE] + LONG_MIXED)
+    return _within(model, raw)
+
+
+def _within(model: str, raw: list[tuple]) -> list[Composition]:
+    max_len = ALL_SHAPES[model]["max_model_len"]
+    calib = {(0, 0, 0, b, CALIB_CTX) for b in CALIB_BATCHES + QUICK_CALIB_BATCHES}
+    out = []
+    for t in raw:
+        c = Composition(*t)
+        if c.n_prefill and c.prefill_ctx + c.prefill_len > max_len:
+            continue
+        if c.n_decode and c.decode_ctx + 1 > max_len:
+            continue
+        if t in calib:
+            continue
+        out.append(c)
+    return out
+
+
+def validation_compositions(model: str, quick: bool, which: str = "standard") -> list[Composition]:
     """Batches for whole-iteration validation, chosen apart from the op grid (off-grid sizes such
-    as 300 tokens, context 1500, batch 48) and apart from the overhead calibration batches."""
+    as 300 tokens, context 1500, batch 48) and apart from the overhead calibration batches;
+    ``which="long"``: the long-context set (:func:`long_compositions`)."""
+    if which == "long":
+        return long_compositions(model, quick)
     if quick:
         raw = [(1, 100, 0, 0, 0), (1, 300, 700, 0, 0), (0, 0, 0, 12, 300), (1, 64, 100, 6, 500)]
     else:
@@ -187,17 +231,5 @@ def validation_compositions(model: str, quick: bool) -> list[Composition]:
                  (1, 3000, 2000, 32, 4000), (1, 64, 100, 300, 900), (1, 512, 12000, 64, 12000)]
         raw = ([(n, ln, 0, 0, 0) for n, ln in prefill] + [(n, ln, c, 0, 0) for n, ln, c in prefill_ctx]
                + [(0, 0, 0, b, c) for b, c in decode] + mixed)
-    max_len = ALL_SHAPES[model]["max_model_len"]
-    calib = {(0, 0, 0, b, CALIB_CTX) for b in CALIB_BATCHES + QUICK_CALIB_BATCHES}
-    out = []
-    for t in raw:
-        c = Composition(*t)
-        if c.n_prefill and c.prefill_ctx + c.prefill_len > max_len:
-            continue
-        if c.n_decode and c.decode_ctx + 1 > max_len:
-            continue
-        if t in calib:
-            continue
-        out.append(c)
-    return out
+    return _within(model, raw)
 

@@ -68,6 +68,9 @@ def _chooser_backends(c: dict) -> list:
 
 
 def cmd_iterations(args) -> int:
+    if args.tp > 1 and getattr(args, "compositions", "standard") == "long":
+        log("iterations --compositions long: TP 1 only (the TP ranks run the standard set); allowed: --tp 1")
+        return 2
     if args.tp > 1:
         return cmd_iterations_tp(args)
     device, budget, info = setup(args)
@@ -83,7 +86,8 @@ def cmd_iterations(args) -> int:
     chooser, chooser_from = load_chooser(args, gpu, sdpa, 1)
     backend = chooser.summary()
     log(f"iterations: model={args.model} on {device_string(info)}; SDPA {backend} ({chooser_from})")
-    comps = validation_compositions(args.model, args.quick)
+    which = getattr(args, "compositions", "standard") or "standard"
+    comps = validation_compositions(args.model, args.quick, which)
     if args.every and args.every > 1:
         comps = comps[:: args.every]
     if args.max_compositions:
@@ -140,7 +144,7 @@ def cmd_iterations(args) -> int:
         shared = model.shared_layers
         moe_meta = moe_backend_meta(model)
         del model
-    path = Path(args.out) / "validation" / gpu / f"{rs.stem}.csv"
+    path = Path(args.out) / ("validation_long" if which == "long" else "validation") / gpu / f"{rs.stem}.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
     quant = [] if rs.weights == "bf16" else [rs.weights, "auto"]  # PACK_FORMAT.md's optional columns
     with path.open("w", newline="") as fh:
@@ -167,6 +171,7 @@ def cmd_iterations(args) -> int:
                f"every {args.eager_every}-th composition (CUDA graph: all)"),
         shared_layer_weights=shared, compositions=len(comps),
         subset=(f"every {args.every}-th of validation_compositions()" if args.every > 1 else "all"),
+        composition_set=which,
         rows=len(rows), seconds=round(time.time() - t0, 1), skipped=skipped,
         dropped=timer.dropped, **moe_meta,
         notes=("Prefills: one SDPA call per prefilling sequence (bottom-right causal over its cached "
