@@ -23,7 +23,8 @@ def test_every_row_cites_a_source_with_title_url_and_table():
         assert "benchmark_vllm_060" not in text and "sarathi" not in text, key
     for row in DATA["rows"]:
         assert row["measured"] and all(v > 0 for v in row["measured"].values()), row["id"]
-        lengths = {"lengths"} if "lengths" in row["setup"] else {"prompt", "output"}
+        lengths = ({"lengths"} if "lengths" in row["setup"] else {"sglang_random", "requests", "rate"}
+                   if "sglang_random" in row["setup"] else {"prompt", "output"})
         assert set(row["setup"]) >= {"gpu", "model", "batch"} | lengths, row["id"]
 
 
@@ -37,9 +38,11 @@ def test_every_row_is_a_valid_scenario(row):
     if "lengths" in row["setup"]:  # every listed request at time 0 with its own lengths
         pairs = read_lengths(row["setup"]["lengths"])
         assert sc.stop.requests == len(pairs) and sc.workload.trace is not None and str(rate) == "inf"
+    elif "sglang_random" in row["setup"]:  # SGLang's random dataset rebuilt from its seed
+        assert sc.stop.requests == row["setup"]["requests"] and sc.workload.trace is not None
     else:
         assert sc.stop.requests == row["setup"].get("requests", row["setup"]["batch"] * rounds)
-    if "lengths" in row["setup"]:
+    if "lengths" in row["setup"] or "sglang_random" in row["setup"]:
         pass
     elif rate is None:  # `batch` clients back to back
         assert sc.workload.arrival.clients == row["setup"]["batch"]
@@ -330,8 +333,8 @@ def test_a_lengths_row_replays_every_listed_request_at_time_0_with_its_lengths(t
                                                    "lengths": "l.csv", "rate": "inf"}}
     trace, n = lengths_trace(row)
     assert n == 3 and trace.read_text().splitlines()[1:] == [
-        "0,published,13,120,133,Conversation log", "0,published,700,1,701,Conversation log",
-        "0,published,5,3,8,Conversation log"]
+        "0.000000,published,13,120,133,Conversation log", "0.000000,published,700,1,701,Conversation log",
+        "0.000000,published,5,3,8,Conversation log"]
     sc = scenario_of(row, {"engine": "vllm-v0", "online": True})
     w = scenario_workload(sc)
     assert list(w.prompt_tokens) == [13, 700, 5] and list(w.output_tokens) == [120, 1, 3]
@@ -359,3 +362,23 @@ def test_the_chunk_itl_leaves_out_the_zero_gaps_of_a_burst():
     alone = [([0.01, 0.02], [3, 1])]
     assert itl_chunk_mean(res(alone)) == pytest.approx((3 * 0.01 + 0.02) / 4)
     assert math.isnan(itl_chunk_mean(res([([0.0], [5])])))
+
+
+def test_sglang_random_rebuilds_the_published_token_totals():
+    """sglang_random draws SGLang bench_serving's random dataset from its seed: the rebuilt
+    prompt / output token totals of the attention-backend file's three Llama-3.1-8B cases (200
+    prompts, seed 1, range ratio 0) give the ratio of its printed input to output token throughput
+    (one run's two totals over the same duration), to the printed digits; sends are Poisson at the
+    row's rate, the first at time 0."""
+    from benchmarks.published.replay import sglang_random
+
+    printed = {(1024, 1024): (5232.96, 5355.04), (8192, 1024): (17652.56, 2275.40), (8192, 8192): (2419.37, 2588.25)}
+    for (i_len, o_len), (in_tok_s, out_tok_s) in printed.items():
+        reqs = sglang_random({"input_len": i_len, "output_len": o_len, "range_ratio": 0.0, "seed": 1}, 200, 16)
+        prompt, output = sum(r[1] for r in reqs), sum(r[2] for r in reqs)
+        assert prompt / output == pytest.approx(in_tok_s / out_tok_s, rel=2e-5), (i_len, o_len)
+        assert all(1 <= r[1] <= i_len and 0 <= r[2] <= o_len for r in reqs)
+        gaps = [b[0] - a[0] for a, b in zip(reqs, reqs[1:])]
+        assert reqs[0][0] == 0.0 and min(gaps) > 0 and statistics.mean(gaps) == pytest.approx(1 / 16, rel=0.2)
+    with pytest.raises(ValueError, match="sglang_random: key 'seeds'"):
+        sglang_random({"input_len": 8, "output_len": 8, "range_ratio": 0.0, "seeds": 1}, 2, 1)

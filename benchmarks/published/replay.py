@@ -143,20 +143,51 @@ def read_lengths(name: str) -> list[tuple[int, int]]:
     return pairs
 
 
+def sglang_random(spec: dict, n: int, rate) -> list[tuple[float, int, int]]:
+    """The requests SGLang's ``python -m sglang.bench_serving --dataset-name random`` sends,
+    rebuilt from its seed: (send time, prompt tokens, output tokens) each. Its
+    sample_random_requests draws every prompt length, then every output length, from numpy's
+    global RandomState seeded with ``--seed`` (randint over [max(int(L r), 1), L] and
+    [int(O r), O], r = --random-range-ratio), and get_request then draws one exponential gap of
+    mean 1/rate after each request it sends (python/sglang/bench_serving.py, e.g. commit 0033168f);
+    the row's ``sglang_random`` gives input_len, output_len, range_ratio and seed."""
+    import numpy as np
+
+    unknown = sorted(set(spec) - {"input_len", "output_len", "range_ratio", "seed"})
+    if unknown:
+        raise ValueError(f"sglang_random: key {unknown[0]!r}; allowed: input_len, output_len, range_ratio, seed")
+    rs = np.random.RandomState(int(spec["seed"]))
+    i_len, o_len, r = int(spec["input_len"]), int(spec["output_len"]), float(spec["range_ratio"])
+    prompts = rs.randint(max(int(i_len * r), 1), i_len + 1, size=n)
+    outputs = rs.randint(int(o_len * r), o_len + 1, size=n)
+    times, t = [], 0.0
+    for _ in range(n):
+        times.append(t)
+        if str(rate) != "inf":
+            t += float(rs.exponential(1.0 / float(rate)))
+    return [(times[k], int(prompts[k]), int(outputs[k])) for k in range(n)]
+
+
 def lengths_trace(row: dict) -> tuple[Path, int]:
-    """The row's ``setup.lengths`` as a trace whose requests all arrive at time 0 (a serving
-    benchmark's infinite rate), in the file's order: a BurstGPT-format CSV servesim replays as it
-    is (workload.trace), so every request has exactly its listed lengths. A request the source
-    recorded with 0 output tokens (it returned none) replays with 1, servesim's least."""
+    """The row's requests as a trace servesim replays as it is (workload.trace, BurstGPT format),
+    so every request has exactly its own lengths and send time: ``setup.lengths`` (a file of
+    lengths, every request at time 0: a serving benchmark's infinite rate) or
+    ``setup.sglang_random`` (SGLang's random dataset and Poisson sends rebuilt from the seed). A
+    request with 0 output tokens (one the source recorded as returning none, or a 0 drawn)
+    replays with 1, servesim's least."""
     import tempfile
 
-    pairs = read_lengths(row["setup"]["lengths"])
+    s = row["setup"]
+    if s.get("sglang_random"):
+        reqs = sglang_random(s["sglang_random"], int(s["requests"]), s.get("rate", "inf"))
+    else:
+        reqs = [(0.0, a, b) for a, b in read_lengths(s["lengths"])]
     out = Path(tempfile.gettempdir()) / "servesim-published" / f"{row['id']}.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     text = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n" + "".join(
-        f"0,published,{a},{max(b, 1)},{a + max(b, 1)},Conversation log\n" for a, b in pairs)
+        f"{t:.6f},published,{a},{max(b, 1)},{a + max(b, 1)},Conversation log\n" for t, a, b in reqs)
     out.write_text(text)
-    return out, len(pairs)
+    return out, len(reqs)
 
 
 def scenario_of(row: dict, source: dict):
@@ -174,13 +205,16 @@ def scenario_of(row: dict, source: dict):
     model = f"{{name: {s['model']}, quantization: {s['quantization']}}}" if s.get("quantization") else s["model"]
     if "rate" not in s:  # `batch` clients back to back, all sending at time 0
         arrival = f"{{process: closed, clients: {s['batch']}, think_s: 0}}"
-    elif s.get("lengths"):  # per-request lengths, every request at time 0 (rate inf only)
+    elif s.get("lengths") or s.get("sglang_random"):  # per-request lengths (and send times): a trace
         arrival = None
     elif str(s["rate"]) == "inf":  # a serving benchmark's infinite rate: every request at time 0
         arrival = f"{{process: closed, clients: {n_requests}, think_s: 0}}"
     else:  # a serving benchmark's request rate: Poisson arrivals (the engine's cap is `batch`)
         arrival = f"{{process: poisson, rate: {float(s['rate'])}}}"
-    if s.get("lengths"):
+    if s.get("sglang_random"):
+        trace, n_requests = lengths_trace(row)
+        workload = f"workload={{trace: {{file: '{trace}', format: burstgpt}}}}"
+    elif s.get("lengths"):
         if str(s.get("rate")) != "inf":
             raise ValueError(f"row {row['id']}: setup.lengths needs rate inf (got {s.get('rate')!r}); allowed: inf")
         trace, n_requests = lengths_trace(row)
