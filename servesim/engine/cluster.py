@@ -67,6 +67,7 @@ from servesim.engine.driver import SCALAR_INDEX, Engine, HeldInterrupt, entry_po
 from servesim.engine.fleet_compiled import CompiledLoop
 from servesim.engine.fleet_engine import FleetInbox
 from servesim.engine.fleet_faults import ReplicaFaults
+from servesim.engine.fleet_finish import finish_engines
 from servesim.engine.load_index import FleetLoads, StaticLoads
 from servesim.engine.router import LoadView, Router
 from servesim.request import PENDING
@@ -308,8 +309,7 @@ class Fleet(CompiledLoop, ReplicaFaults):
                 self._run_compiled()
             else:
                 yield from self._run_events()
-            for eng in self.engines:
-                eng.finish()
+            finish_engines(self.engines)  # (engine/fleet_finish.py: the final folds in one pass)
             pending = self.table.status == PENDING
             if self.solo:  # every request that reached the engine's inbox was its
                 self.replica_of[~pending] = 0

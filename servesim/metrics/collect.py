@@ -277,6 +277,14 @@ class Recorder:
             self._fold(self._start[:n], self._end[:n], self._vals[:, :n], self._itl_w[:n])
         self._fill = 0
 
+    @staticmethod
+    def fold_many(recs: list[Recorder], bufs: list) -> None:
+        """``rec._fold`` of each recorder's ``(start, end, vals, itlw, rows)`` buffers, in one
+        compiled pass with the same results (metrics/fold.py; a fleet's end, engine/fleet_finish.py)."""
+        from servesim.metrics.fold import fold_recorders
+
+        fold_recorders(recs, bufs)
+
     def _fold(self, starts, ends, vals, itl_w) -> None:
         dur = ends - starts
         self.iterations += len(ends)
