@@ -17,7 +17,10 @@
 export PYTHONUNBUFFERED=1; set -o pipefail
 P=calibration/profile_gpu.py; R=/tmp/f8s/m; rm -rf /tmp/f8s; mkdir -p $R; T0=$(date +%s)
 OUT=${OUT:-/tmp/f8s/out}; mkdir -p $OUT
-M=llama-3-8b,llama-3.1-8b; MV=llama-3-8b; AF=calibration/packs/h200; X=; SA=290; SB=445
+# Overrides (seventh session): WEIGHTS=fp8 MODELS=llama-3-8b AF=calibration/packs/h100-80g measures
+# vLLM's dynamic recipe on an H100 (the check of the H100's derived FP8 pack, calibration/COMMANDS.md
+# call 28); the defaults are this script's first run.
+W=${WEIGHTS:-fp8_static}; M=${MODELS:-llama-3-8b,llama-3.1-8b}; MV=llama-3-8b; AF=${AF:-calibration/packs/h200}; X=; SA=290; SB=445
 if [ "${DRY:-0}" = 1 ]; then
   # the tiny model has no measured bf16 pack: measure one first (attention rows to copy)
   M=tiny; MV=tiny; AF=$R/bf/packs/cpu; X="--device cpu --quick"; SA=80; SB=130
@@ -28,9 +31,9 @@ left() { echo $(( $1 - ($(date +%s) - T0) )); }
 st() { echo "$1 rc=$2 t=$(( $(date +%s)-T0 ))s" | tee -a $R/progress; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader > $R/smi_start.txt 2>&1
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu')" > $R/env.txt 2>&1; cat $R/env.txt
-timeout $(left $((SA+25))) python3 $P ops --model $M --weights fp8_static --attention-from $AF --stages "token ops,overhead" --deadline-epoch $((T0+SA)) --soft-deadline-epoch $((T0+SA-30)) $X --out $R/a > $R/a.log 2>&1; st A $?
-Y=$(ls $R/a/packs/*/$MV-fp8_static.yaml 2>/dev/null | head -1)
-[ -n "$Y" ] && [ $(left $SB) -gt 40 ] && timeout $(left $((SB+15))) python3 $P iterations --model $MV --weights fp8_static --backends-from $(dirname $Y) --fwd-max-rep 8 --fwd-budget-ms 250 --eager-every 3 --deadline-epoch $((T0+SB)) $X --out $R/v > $R/v.log 2>&1; st B $?
+timeout $(left $((SA+25))) python3 $P ops --model $M --weights $W --attention-from $AF --stages "token ops,overhead" --deadline-epoch $((T0+SA)) --soft-deadline-epoch $((T0+SA-30)) $X --out $R/a > $R/a.log 2>&1; st A $?
+Y=$(ls $R/a/packs/*/$MV-$W.yaml 2>/dev/null | head -1)
+[ -n "$Y" ] && [ $(left $SB) -gt 40 ] && timeout $(left $((SB+15))) python3 $P iterations --model $MV --weights $W --backends-from $(dirname $Y) --fwd-max-rep 8 --fwd-budget-ms 250 --eager-every 3 --deadline-epoch $((T0+SB)) $X --out $R/v > $R/v.log 2>&1; st B $?
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.draw --format=csv,noheader > $R/smi_end.txt 2>&1
 { echo "== progress"; cat $R/progress; echo "== problems"; grep -hE "SKIP|DROP|Error|FAIL|Traceback|budget ran out|failed" $R/*.log | head -20
   echo "== written"; grep -h "wrote" $R/*.log; } > $R/summary.txt 2>&1
