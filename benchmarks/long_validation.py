@@ -1,13 +1,14 @@
-"""Long-context whole-iteration validation on the H100 (issue 28: "runs leave the calibration").
+"""Long-context whole-iteration validation on the H100 and the H200 (issue 28: "runs leave the calibration").
 
-The forwards of `profile_gpu.py iterations --compositions long` (device call 27,
+The forwards of `profile_gpu.py iterations --compositions long` (device calls 27 and 29,
 calibration/COMMANDS.md; `calibration/validation_long/<gpu>/`) are batches beyond the dense op grid
 (tokens > 16,384, a chunk > 8,192 or its context > 24,576, a decode context > 32,768) and off the
 long grid's points. No fit reads them. Each is predicted by
 
-* the shipped pack, dense grid + the long rows of device call 25 (what runs use now), and
-* the same pack as it was before call 25 (dense grid only: beyond it, extrapolation), read from
-  git at ``BEFORE`` (the commit before the long rows were appended),
+* the shipped pack, dense grid + the long rows (H100: call 25; H200 qwen3-14b: call 29; H200
+  llama-3.1-8b and qwen3-8b: call 9 of the first H200 session), what runs use now, and
+* the same pack as it was at ``BEFORE`` (the commit before this session's long rows: dense grid
+  only, beyond it extrapolation -- except the H200's llama-3.1-8b and qwen3-8b, long already),
 
 so the table says both how good the long rows are and what the extrapolation cost before.
 
@@ -33,17 +34,16 @@ from servesim.perf.pack import load_pack, read_pack  # noqa: E402
 from servesim.perf.packmodel import PackStepModel  # noqa: E402
 from servesim.tools.calibrate_cli import predict_frame, read_validation  # noqa: E402
 
-GPU = "h100-80g"
-BEFORE = "82ae423"  # main before the H100 long rows (68f0a2d appended them)
-FOLDER = REPO / "calibration" / "validation_long" / GPU
+GPUS = ("h100-80g", "h200")
+BEFORE = "82ae423"  # main before this session's long rows (68f0a2d: H100; the H200 qwen3-14b after)
 
 
-def before_pack(model: str, d: Path):
-    """The pack's files at ``BEFORE`` (dense grid only), written under ``d``."""
-    out = d / GPU
+def before_pack(gpu: str, model: str, d: Path):
+    """The pack's files at ``BEFORE``, written under ``d``."""
+    out = d / gpu
     out.mkdir(parents=True, exist_ok=True)
     for ext in ("csv", "yaml"):
-        text = subprocess.run(["git", "-C", str(REPO), "show", f"{BEFORE}:calibration/packs/{GPU}/{model}.{ext}"],
+        text = subprocess.run(["git", "-C", str(REPO), "show", f"{BEFORE}:calibration/packs/{gpu}/{model}.{ext}"],
                               capture_output=True, text=True, check=True).stdout
         (out / f"{model}.{ext}").write_text(text)
     return read_pack(out / f"{model}.csv")
@@ -64,14 +64,15 @@ def stats(e: np.ndarray) -> dict:
 
 
 def main() -> None:
-    val = read_validation(FOLDER)
     rows = []
     with tempfile.TemporaryDirectory() as d:
-        for model in sorted(val.model.unique()):
+        for gpu, model in ((g, m) for g in GPUS for m in sorted(read_validation(
+                REPO / "calibration" / "validation_long" / g).model.unique())):
+            val = read_validation(REPO / "calibration" / "validation_long" / gpu)
             v = val[val.model == model].copy()
             v["kind"] = [kind(r) for r in v.itertuples()]
-            packs = {"dense + long rows (shipped)": load_pack(GPU, model, 1),
-                     "dense only (before call 25)": before_pack(model, Path(d))}
+            packs = {"shipped (with long rows)": load_pack(gpu, model, 1),
+                     f"at {BEFORE}": before_pack(gpu, model, Path(d) / "before")}
             for name, pack in packs.items():
                 for graph in (True, False):
                     w = v[v.cuda_graph == graph]
@@ -79,12 +80,12 @@ def main() -> None:
                         continue
                     m = PackStepModel(pack, MODELS[model], cuda_graph=graph, graph_scope="all")
                     e = predict_frame(w, m) / w.measured_ms.to_numpy() - 1
-                    rows.append({"model": model, "pack": name, "forwards": "graph" if graph else "eager",
+                    rows.append({"gpu": gpu, "model": model, "pack": name, "forwards": "graph" if graph else "eager",
                                  "kind": "all", **stats(e)})
                     if graph:
                         for k in sorted(w.kind.unique()):
                             s = (w.kind == k).to_numpy()
-                            rows.append({"model": model, "pack": name, "forwards": "graph", "kind": k,
+                            rows.append({"gpu": gpu, "model": model, "pack": name, "forwards": "graph", "kind": k,
                                          **stats(e[s])})
     df = pd.DataFrame(rows)
     cols = list(df.columns)
