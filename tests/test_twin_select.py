@@ -93,10 +93,12 @@ def test_precision_must_match_too(tmp_path):
     # on the H200, fp8 weights have a measured llama-3-8b-fp8 and a derived llama-3.1-8b-fp8: measured first
     ft = replace(with_precision(shape, "fp8"), name="my-ft")
     assert [p.name for p in same_shape_packs("h200", ft)] == ["llama-3-8b-fp8", "llama-3.1-8b-fp8"]
-    # fp8_static weights: the H100's pack of that scheme, not the H200's fp8 (dynamic) one
+    # fp8_static weights: each GPU's packs of that scheme (the H200's since device call 28), never
+    # the fp8 (dynamic) ones
     st = replace(with_precision(shape, "fp8_static"), name="my-ft")
-    assert [p.name for p in same_shape_packs("h100-80g", st)] == ["llama-3-8b-fp8_static", "llama-3.1-8b-fp8_static"]
-    assert same_shape_packs("h200", st) == []
+    for gpu in ("h100-80g", "h200"):
+        assert [p.name for p in same_shape_packs(gpu, st)] == ["llama-3-8b-fp8_static", "llama-3.1-8b-fp8_static"]
+    assert same_shape_packs("a100-80g", st) == []
 
 
 def test_expert_keys_must_match():
