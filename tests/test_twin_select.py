@@ -96,8 +96,10 @@ def test_precision_must_match_too(tmp_path):
     # fp8_static weights: each GPU's packs of that scheme (the H200's since device call 28), never
     # the fp8 (dynamic) ones
     st = replace(with_precision(shape, "fp8_static"), name="my-ft")
-    for gpu in ("h100-80g", "h200"):
-        assert [p.name for p in same_shape_packs(gpu, st)] == ["llama-3-8b-fp8_static", "llama-3.1-8b-fp8_static"]
+    assert [p.name for p in same_shape_packs("h100-80g", st)] == ["llama-3-8b-fp8_static", "llama-3.1-8b-fp8_static"]
+    # on the H200 the llama-3.1-8b one first: its attention rows (the H200 bf16 llama-3.1-8b pack's)
+    # reach 128K contexts, the llama-3-8b one's 8K (the longest-reach rule)
+    assert [p.name for p in same_shape_packs("h200", st)] == ["llama-3.1-8b-fp8_static", "llama-3-8b-fp8_static"]
     assert same_shape_packs("a100-80g", st) == []
 
 
