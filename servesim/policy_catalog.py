@@ -23,6 +23,11 @@ from typing import Any, Callable
 from servesim.fields import MAX_GIB, MAX_SECONDS, NUM_CLASSES, finite_number
 
 MODES = ("stall_free", "prefill_first", "hybrid_only", "chunk_only")
+#: the vllm policy's batch orders: V1's (and V0's with chunked prefill: vllm/core/scheduler.py
+#: _schedule_chunked_prefill) running requests first, then waiting ones in the same step; and V0's
+#: default with chunked prefill off (_schedule_default, v0.4.2 and v0.6.x: "Don't schedule decodes
+#: if prefills are scheduled"): a step of whole prompts whenever one can be admitted, else decodes
+VLLM_MIX = ("running_first", "prefill_first")
 RETRACT = ("newest", "sglang")
 ADMISSION = ("whole_prompt", "sglang")  # KV for the whole prompt at admission, or SGLang's reservation
 
@@ -62,7 +67,10 @@ class PolicySpec:
 POLICIES: dict[str, PolicySpec] = {
     "vllm": PolicySpec(
         "vllm", "continuous batching over paged KV (vLLM)", "fifo", "running_first", "newest",
-        options={"swap_space_gib": SWAP_SPACE}),
+        options={"swap_space_gib": SWAP_SPACE,
+                 "mix": ("running_first", lambda x: x in VLLM_MIX,
+                         "allowed: running_first (vLLM V1, and V0 with chunked prefill), prefill_first "
+                         "(vLLM V0's default with chunked prefill off: no decodes in a step with prefills)")}),
     "chunked": PolicySpec(
         "chunked", "chunked prefill, stall-free batching and its ablations (Sarathi-Serve, SGLang)",
         "fifo", "stall_free", "newest", whole_prompt_kv=True, always_chunks=True,

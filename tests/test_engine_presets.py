@@ -59,10 +59,12 @@ def test_v0_long_context_turns_chunked_prefill_on():
     off = scenario_from_dict(bare("vllm-v0", model=long, engine={"enable_chunked_prefill": False,
                                                                  "max_num_batched_tokens": 40960}))
     assert off.engine.enable_chunked_prefill is False and off.engine.max_num_batched_tokens == 40960
-    assert not any("chunked prefill" in n for n in off.load_notes)
+    assert not any(n.startswith("chunked prefill") for n in off.load_notes)
+    assert off.engine.options["mix"] == "prefill_first"  # chunked prefill off: _schedule_default
     # a copy decides again from what was given (the rule's values are not frozen in as given)
     again = sc.override({"engine.max_model_len": 16384})
     assert again.engine.enable_chunked_prefill is False and again.engine.max_num_batched_tokens == 16384
+    assert "mix" not in sc.engine.options and again.engine.options["mix"] == "prefill_first"
 
 
 def test_v0_rule_on_shipped_long_context_models():

@@ -264,6 +264,51 @@ def test_vllm_0_6_multi_step_golden_timeline(fast_path):
     assert itl["max"] == pytest.approx(0.04, abs=1e-12)
 
 
+@pytest.mark.parametrize("fast_path", FAST)
+def test_vllm_0_6_default_scheduler_never_mixes_decodes_into_a_prefill_step(fast_path):
+    """The same requests under vLLM 0.6's default scheduler with chunked prefill off
+    (vllm/core/scheduler.py ``_schedule_default``, v0.6.x and v0.4.2: prompts that fit are
+    scheduled first and "Don't schedule decodes if prefills are scheduled"), which the vllm-v0
+    preset selects by rule (``engine.options.mix: prefill_first``). At the 50 ms boundary r2 is
+    prefilled alone -- r1 gets no token in that step -- and the next burst carries both::
+
+        0   10        20   30   40   50     60   70   80   90  100 ms
+        |r0 r1 pf|r0 r1|r0 r1|r0 r1|r0 r1|r2 pf|r1 r2|r1 r2|r1 r2|r1 r2|
+                  └ burst 1 ─────────────┘      └ burst 2: r1 and r2 done after 1 step ┘
+    """
+    sc = sim(fast_path, num_scheduler_steps=4, options={"mix": "prefill_first"})
+    res, trace = run_traced(sc, [Request(0.0, 16, 3), Request(0.0, 16, 6), Request(0.02, 16, 2)])
+    assert trace == [
+        (0.00, 0.01, {0: 16, 1: 16}),
+        (0.01, 0.02, {0: 1, 1: 1}), (0.02, 0.03, {0: 1, 1: 1}),
+        (0.03, 0.04, {0: 1, 1: 1}), (0.04, 0.05, {0: 1, 1: 1}),
+        (0.05, 0.06, {2: 16}),  # a prefill step: r1's decode waits
+        (0.06, 0.07, {1: 1, 2: 1}), (0.07, 0.08, {1: 1, 2: 1}), (0.08, 0.09, {1: 1, 2: 1}),
+        (0.09, 0.10, {1: 1, 2: 1}),
+    ]
+    df = res.requests.set_index("id")
+    np.testing.assert_allclose(df.ttft_s, [0.01, 0.01, 0.04], atol=1e-12)
+    np.testing.assert_allclose(df.finish_s, [0.05, 0.10, 0.10], atol=1e-12)
+    assert df.output_tokens.tolist() == [3, 6, 2]
+
+
+def test_the_vllm_v0_presets_pick_the_default_schedulers_order_by_chunked_prefill():
+    import servesim
+
+    base = ["model=llama-3-8b", "stop={requests: 10, warmup_requests: 0}"]
+    for preset in ("vllm-v0", "vllm-v0.4"):
+        sc = servesim.load_scenario(f"scenarios/engines/{preset}.yaml", base)
+        assert not sc.engine.enable_chunked_prefill and sc.engine.options["mix"] == "prefill_first"
+        assert any("_schedule_default" in n for n in sc._engine_notes)
+        on = servesim.load_scenario(f"scenarios/engines/{preset}.yaml", base + ["engine.enable_chunked_prefill=true"])
+        assert "mix" not in on.engine.options  # _schedule_chunked_prefill: running first, mixed steps
+    given = servesim.load_scenario("scenarios/engines/vllm-v0.yaml", base + ["engine.options={mix: running_first}"])
+    assert given.engine.options["mix"] == "running_first"  # a given option wins over the rule
+    for preset in ("vllm-v1", "tensorrt-llm", "lmdeploy"):  # engines that mix prefills into running steps
+        sc = servesim.load_scenario(f"scenarios/engines/{preset}.yaml", base)
+        assert "mix" not in sc.engine.options
+
+
 # ---------------------------------------------------------------------------------- priority
 @pytest.mark.parametrize("fast_path", FAST)
 def test_priority_p0_preempts_newest_p3_for_a_slot(fast_path):

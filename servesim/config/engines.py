@@ -63,7 +63,23 @@ def _vllm_v0(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str
                and window else f"max_model_len {mml} {'>' if chunked else '<='} 32768")
         notes.append(f"chunked prefill {'on' if chunked else 'off'}: {why} (vLLM 0.6 vllm/engine/arg_utils.py)")
     _vllm_budget(sc, given, chunked, "0.6", out, notes)
+    _vllm_v0_batch_order(sc, chunked, "0.6", out, notes)
     return out, notes
+
+
+def _vllm_v0_batch_order(sc: "Scenario", chunked: bool, version: str, out: dict, notes: list) -> None:
+    """vllm/core/scheduler.py (the same in v0.4.2 and v0.6.x): with chunked prefill off the
+    scheduler is ``_schedule_default``, which schedules the waiting prompts that fit first and
+    "Don't schedule decodes if prefills are scheduled": a step is all prefill or all decode. With
+    chunked prefill on it is ``_schedule_chunked_prefill``, running requests first, then waiting
+    ones in the same step (the vllm policy's default order). Only the vllm policy has the option
+    (Halo's priority policy keeps its own order)."""
+    opts = dict(sc.engine.options or {})
+    if chunked or sc.engine.scheduler != "vllm" or "mix" in opts:
+        return
+    out["options"] = {**opts, "mix": "prefill_first"}
+    notes.append("prefill-first steps: chunked prefill off, so no decodes in a step with prefills "
+                 f"(vLLM {version} vllm/core/scheduler.py _schedule_default)")
 
 
 def _vllm_budget(sc: "Scenario", given: frozenset, chunked: bool, version: str, out: dict, notes: list) -> None:
@@ -87,6 +103,7 @@ def _vllm_v0_4(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[s
     out: dict[str, Any] = {}
     notes: list[str] = []
     _vllm_budget(sc, given, bool(sc.engine.enable_chunked_prefill), "0.4.2", out, notes)
+    _vllm_v0_batch_order(sc, bool(sc.engine.enable_chunked_prefill), "0.4.2", out, notes)
     return out, notes
 
 

@@ -49,8 +49,9 @@ def compose(engine, spec: PolicySpec, *, max_model_len: int, max_slots: int, blo
     batch = spec.batch
     victim = spec.victim
     sglang = opts.get("admission") == "sglang"
-    if "mix" in opts:  # the chunked policy: its mode, SGLang's cap on running requests
+    if "mix" in opts:  # the chunked policy's mode, or the vllm policy's batch order (policy_catalog)
         batch = opts["mix"]
+    if spec.name == "chunked":  # SGLang's cap on running requests
         running = engine.max_running_requests
         if running is None and sglang:  # SGLang derives it from the KV pool and the context length
             running = min(max(2048, min(4096, kv_tokens * 512 // max(max_model_len, 1))), max(kv_tokens // 2, 1))
