@@ -50,8 +50,8 @@ def _maybe(draw, flag: bool | None) -> bool:
 @st.composite
 def policies(draw, names: Sequence[str] = POLICIES, *, budgets: Range = (1, 128),
              max_model_len: int = MAX_MODEL_LEN, chunked: bool | None = None) -> dict:
-    """``engine`` fields of one policy with its knobs and options: chunk mixes, retraction and
-    SGLang's conservative admission (chunked), aging, class budgets and lower-class preemption
+    """``engine`` fields of one policy with its knobs and options: the batch order (vllm), chunk
+    mixes, retraction and SGLang's conservative admission (chunked), aging, class budgets and lower-class preemption
     (priority), micro-batches and batch sizes (static-fifo), recompute or swap (with 0 or some
     host space), multi-step.
     ``budgets``: max_num_batched_tokens range when prompts are chunked (non-chunked budgets are
@@ -81,6 +81,8 @@ def policies(draw, names: Sequence[str] = POLICIES, *, budgets: Range = (1, 128)
     else:
         chunks = _maybe(draw, chunked)
         eng["enable_chunked_prefill"] = chunks
+    if name == "vllm" and draw(st.booleans()):  # V0's order (prefill-first steps), chunked or not
+        opts["mix"] = draw(st.sampled_from(["running_first", "prefill_first"]))
     if name == "priority":
         if draw(st.booleans()):
             opts["aging_s"] = draw(st.sampled_from([0.005, 0.02, 0.1, 0.5]))
