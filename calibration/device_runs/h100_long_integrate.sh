@@ -8,7 +8,8 @@
 set -euo pipefail
 TAR=$1; W=$(mktemp -d); tar xzf "$TAR" -C $W; M=$W/m; G=${G:-h100-80g}; H=calibration/packs/$G
 PY=${PY:-python3}; NAME=${NAME:-H100}
-NOTE=${NOTE:-"long-context rows appended (2026-12-05 H100 run, --grid long, calibration/device_runs/h100_long.sh)"}
+DEFNOTE="long-context rows appended (2026-12-05 H100 run, --grid long, calibration/device_runs/h100_long.sh)"
+NOTE=${NOTE:-$DEFNOTE}
 grep -q "$NAME" $M/env.txt || { echo "not an $NAME run: $(cat $M/env.txt)"; exit 1; }
 S=$W/stage/packs/$G; mkdir -p $S
 for n in llama-3.1-8b qwen3-14b qwen3-8b; do
