@@ -1,7 +1,9 @@
-"""The compiled routed loop reads an engine's tokens right after its call (engine/load_kernels.py
-``called_tokens``) instead of at the next routing: the loads the router compares are the same
-to the token. Fixed lengths make replicas tie often, so a load off by one token moves a route
-(least-tokens breaks ties by its pointer), where the benchmark workload's spread lengths would hide it."""
+"""The compiled routed loop's loads (engine/load_kernels.py: the tree, read in full for a touched
+replica, by ``wbase - done * lin`` for one due by time alone, grown by ``routed_tokens`` at a
+routing) are the Python loop's to the token. Fixed lengths make replicas tie often, so a load
+off by one token moves a route (least-tokens breaks ties by its pointer), where the benchmark
+workload's spread lengths would hide it. (Written for a read right after each engine call,
+measured and reverted: benchmarks/RESULTS.md, 2026-12-05 seventh session.)"""
 
 from __future__ import annotations
 

@@ -23,7 +23,6 @@ from servesim.engine.inbox import due_arrivals, next_arrival
 from servesim.engine.kernel import DONE, ERROR, FLUSH, UNTIL, advance_ref, route_in_ref
 from servesim.engine.load_kernels import (
     TOK,
-    called_tokens,
     mark_replica,
     replica_requests,
     replica_tokens,
@@ -167,10 +166,7 @@ def fleet_run(ref, icfg, ist, key, done, eh, ehpos, ints, fl, due, draws, rids, 
         x = refs[e]
         code = advance_ref(x, bound)
         r = ref.rep_of[e]
-        if ints[I_D] == 0 and ints[I_KIND] == TOK and ref.ints[3] == 0:
-            called_tokens(ref, r, e)  # (its tokens read now, while its requests are in cache)
-        else:
-            mark_replica(ref, r)
+        mark_replica(ref, r)
         if code == DONE:
             done[e] = 1
             ints[I_DONE] += 1

@@ -137,42 +137,6 @@ def routed_tokens(ref, r, e, rid):
 
 
 @kernel
-def called_tokens(ref, r, e):
-    """Engine ``e`` (replica ``r``'s only one) has just been called: read its tokens now, while
-    the requests it just stepped are in cache, instead of in full at the next read of the tree,
-    after other engines' calls have evicted them (~2.6 us a routing at 1,024 replicas, most of
-    it cache misses on the requests' columns). Until its next call, routing or a touch from
-    Python -- each of which updates or marks it again -- its state stays as it is now, so the
-    next read finds ``outstanding_work`` at any later ``t`` as ``wbase - done * lin``, as for a
-    replica due by time alone (:func:`reread_tokens`): ``wbase`` its tokens before its run's
-    steps (``outstanding_work`` before the run's first step end: ``done = 0``), ``lin`` the batch
-    size. Where that does not hold (a multi-step burst, a request finishing inside the run:
-    ``lin = -1``) the replica is marked for the full read, as before."""
-    st = ref.refs[e].state
-    run = st.s.inflight == INFLIGHT_RUN
-    lin = 0
-    if run:
-        k = st.s.run_k
-        lin = st.s.b_len
-        if st.s.b_steps > 1:
-            lin = -1
-        for i in range(st.s.b_len):
-            q = st.b_ids[i]
-            if np.int64(st.output[q]) - np.int64(st.num_output[q]) < k:
-                lin = -1
-    if lin < 0 or ref.mark[TOK, r] == 1 or ref.first[r + 1] - ref.first[r] != 1:
-        mark_replica(ref, r)
-        return
-    ref.wbase[e] = outstanding_work(ref.refs[e].conf.cfg, st, -np.inf)
-    ref.lin[e] = lin
-    if ref.mark[TOK, r] == 0:  # (read by ``wbase`` at the next read, like a replica due by time)
-        ref.mark[TOK, r] = 2
-        ref.pend[TOK, ref.ints[TOK]] = r
-        ref.ints[TOK] += 1
-    _mark(ref, REQ, r)
-
-
-@kernel
 def mark_touched(ref, touched):
     """The replicas of engines ``touched`` are re-read at the next read of either kind."""
     for j in range(touched.shape[0]):
