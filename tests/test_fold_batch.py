@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from servesim import scenario_from_dict
-from servesim.engine import fleet_finish
+from servesim.engine import fleet_build, fleet_compiled, fleet_finish
 from servesim.metrics.collect import Recorder
 from servesim.metrics.fold import _pairwise, fold_recorders
 from servesim.simulate import build, run_built
@@ -106,10 +106,13 @@ FLEET = {"stop": {"requests": 1500}, "hardware": {"replicas": 12}, "cluster": {"
                       "output": {"dist": "uniform", "min": 1, "max": 120}}}
 
 
-def _run(raw: dict, monkeypatch, batched: bool):
+def _run(raw: dict, monkeypatch, batched: bool, flush: bool):
     with monkeypatch.context() as m:
+        if flush:  # buffers of 512 rows: every engine flushes during the run (engine/fleet_compiled.py X_ENGINE)
+            m.setattr(fleet_build, "SHARE_ROWS", 1)
         if not batched:
-            m.setattr(fleet_finish, "batched", lambda engines: False)
+            for mod in (fleet_finish, fleet_compiled):
+                m.setattr(mod, "batched", lambda engines: False)
         else:
             m.setattr(fleet_finish, "batched", lambda engines, _b=fleet_finish.batched: _b(engines) or pytest.fail(
                 "the fleet's finish was not batched"))
@@ -122,6 +125,7 @@ def _run(raw: dict, monkeypatch, batched: bool):
 
 @pytest.mark.parametrize("extra", [{}, {"engine": {"num_scheduler_steps": 4}}, {"stop": {"duration_s": 1.5}}],
                          ids=["open", "multistep", "duration"])
-def test_fleet_results_equal_with_the_batched_finish(extra, monkeypatch):
+@pytest.mark.parametrize("flush", [False, True], ids=["end", "flushes"])
+def test_fleet_results_equal_with_the_batched_finish(extra, flush, monkeypatch):
     raw = merge(merge(BASE, FLEET), extra)
-    assert _run(raw, monkeypatch, True) == _run(raw, monkeypatch, False)
+    assert _run(raw, monkeypatch, True, flush) == _run(raw, monkeypatch, False, flush)

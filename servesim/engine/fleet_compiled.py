@@ -15,6 +15,7 @@ import numpy as np
 
 from servesim.engine import kernel as K
 from servesim.engine.driver import entry_point
+from servesim.engine.fleet_finish import batched, drain_engines
 
 INF = float("inf")
 
@@ -54,6 +55,7 @@ class CompiledLoop:
         from servesim.engine.router import LeastTokens
 
         engines, inbox, loads, router = self.engines, self.inbox, self.loads, self.router
+        fold_one_pass = batched(engines)  # (engine/fleet_finish.py)
         n_eng = len(engines)
         key = np.zeros(n_eng)
         done = np.zeros(n_eng, dtype=np.uint8)
@@ -142,7 +144,10 @@ class CompiledLoop:
                 break
             if why == FL.X_ENGINE:
                 eng = engines[int(ints[FL.I_E])]
-                eng._drain()
+                if fold_one_pass:  # (its buffer's fold compiled: ~0.35 ms of numpy calls less a flush)
+                    drain_engines((eng,))
+                else:
+                    eng._drain()
                 if ints[FL.I_CODE] == K.ERROR:
                     sync_router()
                     eng.raise_error()

@@ -8,7 +8,8 @@ end: 1,024 engines took 0.36-0.44 CPU s of a ~5 s run at 200,000 requests (bench
 hands all the step buffers to the recorders' ``fold_many`` (metrics/fold.py: one compiled call,
 every recorder's bits as its own fold gives them), then finishes each engine as ``finish`` does.
 The recorder's class comes down from the metrics floor with the recorders (``new_recorder``), so
-this module imports nothing above the engine.
+this module imports nothing above the engine. The compiled routed loop folds an engine's buffer
+the same way when it fills during the run (engine/fleet_compiled.py, :func:`drain_engines`).
 """
 
 from __future__ import annotations
@@ -22,14 +23,10 @@ def batched(engines) -> bool:
             and all(hasattr(e.recorder, "fold_many") for e in engines))
 
 
-def finish_engines(engines) -> None:
-    """``for e in engines: e.finish()``, the step buffers folded in one pass where
-    :func:`batched`. Per recorder the same order as ``Engine._drain``: its irregular gaps, then
-    its fold (``itl_from`` set before it), then ``Engine._finish``."""
-    if not batched(engines):
-        for eng in engines:
-            eng.finish()
-        return
+def drain_engines(engines) -> None:
+    """``Engine._drain`` of each engine, the step buffers folded in one pass (the caller checked
+    ``all(e.path == "compiled")``): per recorder the same order, its irregular gaps, then its fold
+    (``itl_from`` set before it)."""
     recs, bufs = [], []
     for eng in engines:
         st, rec, s = eng.st, eng.recorder, eng.s  # (s: the scalars' array views, ~5x a record's attributes)
@@ -45,5 +42,15 @@ def finish_engines(engines) -> None:
             s.set_i("rows", 0)
     if recs:
         recs[0].fold_many(recs, bufs)
+
+
+def finish_engines(engines) -> None:
+    """``for e in engines: e.finish()``, the step buffers folded in one pass where
+    :func:`batched` (:func:`drain_engines`), then ``Engine._finish`` of each."""
+    if not batched(engines):
+        for eng in engines:
+            eng.finish()
+        return
+    drain_engines(engines)
     for eng in engines:
         eng._finish()
