@@ -108,6 +108,7 @@ FLEET = {"stop": {"requests": 1500}, "hardware": {"replicas": 12}, "cluster": {"
 
 def _run(raw: dict, monkeypatch, batched: bool, flush: bool):
     with monkeypatch.context() as m:
+        m.setattr(fleet_finish, "FOLD_MIN_ENGINES", 2)  # (12 engines: batched whether or not the kernel is built)
         if flush:  # buffers of 512 rows: every engine flushes during the run (engine/fleet_compiled.py X_ENGINE)
             m.setattr(fleet_build, "SHARE_ROWS", 1)
         if not batched:

@@ -278,6 +278,13 @@ class Recorder:
         self._fill = 0
 
     @staticmethod
+    def fold_ready() -> bool:
+        """Whether :meth:`fold_many`'s kernel is built (metrics/fold.py ``fold_ready``)."""
+        from servesim.metrics.fold import fold_ready
+
+        return fold_ready()
+
+    @staticmethod
     def fold_many(recs: list[Recorder], bufs: list) -> None:
         """``rec._fold`` of each recorder's ``(start, end, vals, itlw, rows)`` buffers, in one
         compiled pass with the same results (metrics/fold.py; a fleet's end, engine/fleet_finish.py)."""

@@ -27,7 +27,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-from servesim import jit  # noqa: F401  (sets numba's cache folder before the decorator below)
+from servesim import jit  # (sets numba's cache folder before the decorator below)
 
 N_SIGNALS = 8  # BinnedSeries.SIGNALS
 _WAITING = 2  # the signal arrivals during a step add to (BinnedSeries.add_arrival_waits)
@@ -398,6 +398,16 @@ def _fold_all(addr, size, itl_from, bin_s, sums, itl_v, itl_w, itl_n, skipped):
         if size[e, N_WAITS]:
             arr = numba.carray(_f8(addr[e, A_ARR]), size[e, N_ARR])
             _arrival_waits(st, en, v[_WAITING], n, arr, bin_s[e], integral, peak)
+
+
+def fold_ready() -> bool:
+    """Whether :func:`_fold_all` is compiled in this process or in numba's cache folder (it
+    compiles in ~5 s, once a kernel version: a small fleet saves less than that)."""
+    if _fold_all.signatures:
+        return True
+    from pathlib import Path
+
+    return bool(jit.CACHE_DIR) and any(Path(jit.CACHE_DIR).rglob("fold._fold_all-*.nbi"))
 
 
 def _address(a: np.ndarray) -> int:
