@@ -171,3 +171,43 @@ def test_lower_class_preemption_sizes_victims_by_what_they_hold(allocator):
     assert req.preemptions[0] == 1
     assert req.first_scheduled_s[1] <= 0.06 + 1e-9  # was 0.15 (stepping) or 0.40 (fast path)
     check_run(raw)  # every invariant, fast path = single stepping, compiled = Python, reproducible
+
+
+# Found 2026-12-05 (seventh session), NOT fixed: a fleet with closed-loop clients on the fast path
+# diverges from single stepping at tied boundaries (constant step times, two replicas ending at
+# the same instant, round-robin). Here replica 0's successor request r4 (sent at 0.03 when r0
+# ends) is admitted at 0.03 with single stepping (first token 0.04, one preemption) but only at
+# 0.05 on the fast path (first token 0.06): the fast path planned replica 0's step at 0.03 before
+# r4 was routed. A lone replica and a fleet of one agree; times are exact multiples of the step,
+# so this is a tie, not rounding. CI's run of test_fleet_draws_keep_the_run_pair_invariants (8
+# random draws) found it by chance (the same defect at a473ac1, before this session's scheduler
+# and fold changes); until the fleet loop routes a closed loop's successors before the engine
+# plans at the boundary where its request ended, that property test can fail at random, and this
+# test holds the defect in view (it fails, strictly, once the defect is fixed).
+FLEET_CLOSED_TIE = {
+    "name": "fleet-closed-tie", "seed": 0, "stop": {"requests": 5}, "hardware": {"gpu": "a100-80g"},
+    "model": "llama-3-8b",
+    "engine": {"scheduler": "vllm", "enable_chunked_prefill": False, "preemption": "recompute",
+               "num_scheduler_steps": 1, "max_num_batched_tokens": 96, "options": {}, "kv_allocator": "paged",
+               "block_size": 1, "num_gpu_blocks_override": 3, "max_num_seqs": 4, "max_model_len": 96},
+    "step_time": {"model": "constant", "seconds": 0.01},
+    "workload": {"arrival": {"process": "closed", "clients": 3, "think_s": 0.0, "think_dist": "fixed"},
+                 "prompt": {"dist": "fixed", "value": 1}, "output": {"dist": "fixed", "value": 3}},
+    "cluster": {"router": "round-robin", "groups": [{"replicas": 2}]},
+}
+
+
+@pytest.mark.xfail(strict=True, reason="open defect: fleet fast path vs single stepping with closed loops at "
+                   "tied boundaries (see the comment above)")
+def test_fleet_closed_loop_fast_path_equals_single_stepping_at_tied_boundaries():
+    from servesim.testing import check_fast_path
+
+    check_fast_path(FLEET_CLOSED_TIE)
+
+
+def test_the_same_closed_loop_agrees_on_one_replica():
+    """The defect above is the fleet's: without the cluster the same run's paths agree."""
+    from servesim.testing import check_fast_path
+
+    lone = {k: v for k, v in FLEET_CLOSED_TIE.items() if k != "cluster"}
+    check_fast_path(lone)
