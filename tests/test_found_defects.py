@@ -175,11 +175,17 @@ def test_lower_class_preemption_sizes_victims_by_what_they_hold(allocator):
 
 # Found 2026-12-05 (seventh session), NOT fixed: a fleet with closed-loop clients on the fast path
 # diverges from single stepping at tied boundaries (constant step times, two replicas ending at
-# the same instant, round-robin). Here replica 0's successor request r4 (sent at 0.03 when r0
-# ends) is admitted at 0.03 with single stepping (first token 0.04, one preemption) but only at
-# 0.05 on the fast path (first token 0.06): the fast path planned replica 0's step at 0.03 before
-# r4 was routed. A lone replica and a fleet of one agree; times are exact multiples of the step,
-# so this is a tie, not rounding. CI's run of test_fleet_draws_keep_the_run_pair_invariants (8
+# the same instant, round-robin). Replica 1's r1 ends at 0.03 and its client's next request r4 is
+# routed to replica 0, whose own step also ends at 0.03. Single stepping: replica 1 is advanced
+# through 0.03 first (its keys fall that way), so r4 is routed before replica 0 plans at 0.03 and
+# is admitted (first token 0.04, one preemption). Fast path: both decode runs end at 0.03, the tie
+# goes to replica 0 (lower index), the fleet loop (engine/cluster.py _run_events) bounds it by the
+# other engine's event *inclusively* (bound = k2), so replica 0 commits at 0.03 and then plans at
+# 0.03 before replica 1 has committed its end there: r4 waits to 0.05 (first token 0.06). The fix:
+# at a time where several engines have events, every engine commits (and sends its successors)
+# before any engine plans -- an advance that commits through k2 but plans only before it (a
+# kernel flag of engine/kernel.py advance); open loops are not affected (their arrivals are known
+# and bound strictly). A lone replica and a fleet of one agree. CI's run of test_fleet_draws_keep_the_run_pair_invariants (8
 # random draws) found it by chance (the same defect at a473ac1, before this session's scheduler
 # and fold changes); until the fleet loop routes a closed loop's successors before the engine
 # plans at the boundary where its request ended, that property test can fail at random, and this
