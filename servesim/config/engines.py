@@ -73,7 +73,9 @@ def _vllm_v0_batch_order(sc: "Scenario", chunked: bool, version: str, out: dict,
     "Don't schedule decodes if prefills are scheduled": a step is all prefill or all decode. With
     chunked prefill on it is ``_schedule_chunked_prefill``, running requests first, then waiting
     ones in the same step (the vllm policy's default order). Only the vllm policy has the option
-    (Halo's priority policy keeps its own order)."""
+    (Halo's priority policy keeps its own order). Limit: when the scenario gives ``options``
+    itself, the decided ``mix`` is kept with them, so a later override that turns chunked prefill
+    on keeps ``prefill_first``; set ``engine.options.mix`` explicitly there."""
     opts = dict(sc.engine.options or {})
     if chunked or sc.engine.scheduler != "vllm" or "mix" in opts:
         return

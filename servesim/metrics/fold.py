@@ -56,7 +56,10 @@ def _i8(typingctx, addr):
 @numba.njit(cache=True)
 def _block(a, lo, n):
     """numpy's pairwise sum of ``a[lo:lo + n]`` for ``n <= 128``: 8 accumulators (under 8 items,
-    one), their sum as a tree, then the rest in order."""
+    one), their sum as a tree, then the rest in order. The same as
+    servesim/perf/arith_kernels.py ``pairwise_block`` on purpose: calling that kernel would tie this
+    file's numba cache to a kernel module's edits (module doc); both are held to numpy's sum by
+    their tests (tests/test_fold_batch.py, tests/test_perf_kernels.py)."""
     if n < 8:
         res = 0.0
         for i in range(n):
