@@ -17,10 +17,10 @@
 export PYTHONUNBUFFERED=1; set -o pipefail
 P=calibration/profile_gpu.py; R=/tmp/f8s/m; rm -rf /tmp/f8s; mkdir -p $R; T0=$(date +%s)
 OUT=${OUT:-/tmp/f8s/out}; mkdir -p $OUT
-# Overrides (seventh session): WEIGHTS=fp8 MODELS=llama-3-8b AF=calibration/packs/h100-80g measures
+# Overrides (seventh session; MV, the validation model, eighth): WEIGHTS=fp8 AF=calibration/packs/h100-80g measures
 # vLLM's dynamic recipe on an H100 (the check of the H100's derived FP8 pack, calibration/COMMANDS.md
 # call 28); the defaults are this script's first run.
-W=${WEIGHTS:-fp8_static}; M=${MODELS:-llama-3-8b,llama-3.1-8b}; MV=llama-3-8b; AF=${AF:-calibration/packs/h200}; X=; SA=290; SB=445
+W=${WEIGHTS:-fp8_static}; M=${MODELS:-llama-3-8b,llama-3.1-8b}; MV=${MV:-llama-3-8b}; AF=${AF:-calibration/packs/h200}; X=; SA=290; SB=445
 if [ "${DRY:-0}" = 1 ]; then
   # the tiny model has no measured bf16 pack: measure one first (attention rows to copy)
   M=tiny; MV=tiny; AF=$R/bf/packs/cpu; X="--device cpu --quick"; SA=80; SB=130
