@@ -206,8 +206,10 @@ def test_expert_parallelism_is_not_priced_by_a_pack(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("model_name,gpu,tp,pack", [
     ("llama-3.1-8b", "h200", 1, "pack h200/llama-3.1-8b-fp8 (derived from h200/llama-3.1-8b"),
-    # the H100's own derived pack (its GEMM survey, device call 26) since the seventh session
-    ("llama-3.1-8b", "h100-80g", 1, "pack h100-80g/llama-3.1-8b-fp8 (derived from h100-80g/llama-3.1-8b"),
+    # the H100's own pack: derived (its GEMM survey, device call 26) in the seventh session, measured
+    # (vLLM's dynamic recipe, device call 30) since the eighth; a derived H100 FP8 pack is still
+    # built and run end to end by test_h100_derived_fp8_pack_runs_end_to_end below
+    ("llama-3.1-8b", "h100-80g", 1, "pack h100-80g/llama-3.1-8b-fp8"),
     ("llama-3.1-70b", "h100-80g", 2, "pack transferred from h200/llama-3.1-70b-fp8-tp2 (derived from")])
 def test_fp8_llama_runs_end_to_end_on_the_shipped_derived_packs(model_name, gpu, tp, pack):
     """The issue's FP8 runs (llama-3.1-8b on h100-80g and h200, 70B on 2x H100) on the shipped
@@ -225,6 +227,34 @@ def test_fp8_llama_runs_end_to_end_on_the_shipped_derived_packs(model_name, gpu,
     r = simulate(sc)
     assert r.summary["requests"]["completed"] == 100
     assert r.summary["step_model"]["label"].startswith(pack), r.summary["step_model"]["label"]
+
+
+def test_h100_derived_fp8_pack_runs_end_to_end(tmp_path, monkeypatch):
+    """The H100 derivation (bf16 pack + the H100's GEMM survey) still builds an FP8 pack that runs
+    and is labelled derived, now that the shipped H100 FP8 packs are measured: derived into a copy
+    of the pack folder without them."""
+    import shutil
+
+    import servesim
+    from servesim.perf import pack as packmod
+    from servesim.simulate import simulate
+    from servesim.tools.derive_variants import write_derived
+
+    shutil.copytree(packmod.pack_root(), tmp_path, dirs_exist_ok=True)
+    for f in (tmp_path / "h100-80g").glob("*-fp8.*"):
+        f.unlink()
+    monkeypatch.setattr(packmod, "pack_root", lambda: tmp_path)
+    write_derived("h100-80g", tmp_path, ["qwen3-8b"], [1], "fp8")
+    sc = servesim.scenario_from_dict({
+        "model": {"name": "qwen3-8b", "quantization": "fp8"}, "hardware": {"gpu": "h100-80g"},
+        "engine": {"max_model_len": 8192},
+        "workload": {"arrival": {"process": "poisson", "rate": 20.0}, "prompt": {"dist": "fixed", "value": 512},
+                     "output": {"dist": "fixed", "value": 64}},
+        "stop": {"requests": 50}}, "t")
+    r = simulate(sc)
+    assert r.summary["requests"]["completed"] == 50
+    assert r.summary["step_model"]["label"].startswith(
+        "pack h100-80g/qwen3-8b-fp8 (derived from h100-80g/qwen3-8b"), r.summary["step_model"]["label"]
 
 
 def test_moe_rule_reads_the_engine_class_backend_when_surveyed(tmp_path, monkeypatch):

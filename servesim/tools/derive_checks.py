@@ -35,6 +35,21 @@ def _stats(e: np.ndarray) -> dict:
             "max": float(a.max()), "mean signed": float(np.mean(e))}
 
 
+def fp8_check_pair(gpu: str) -> tuple[str, str]:
+    """(GPU, model) of the whole-iteration check of the FP8 rule: the first model of that GPU (then
+    of the H200) with a measured dynamic-FP8 pack, its bf16 pack and FP8 validation forwards."""
+    from servesim.perf.pack import available_packs
+
+    packs = set(available_packs())
+    for g in dict.fromkeys((gpu, "h200")):
+        for m in ("llama-3-8b", "llama-3.1-8b"):
+            if ((g, f"{m}-fp8", 1) in packs and (g, m, 1) in packs
+                    and load_pack(g, f"{m}-fp8", 1).meta.get("source") == "measured"
+                    and (pack_root().parent / "validation" / g / f"{m}-fp8.csv").exists()):
+                return g, m
+    return "h200", "llama-3-8b"
+
+
 def fp8_from_bf16(gpu: str = "h200", model: str = "llama-3-8b") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-op errors, whole-iteration errors) of the FP8 pack derived from the bf16 pack + the
     GEMM survey, against the measured FP8 pack and the FP8 validation forwards; the measured FP8
@@ -185,17 +200,15 @@ def held_out_summary(gpu: str, shape, cross_model: bool) -> dict:
         out["dense ops"] = ("from another model's packs: qwen3-4b/8b/14b derived from llama-3-8b alone predict their "
                             "H200 validation forwards at 1.9-3.1 % median (calibration/VALIDATION.md, 'Derived packs')")
     if shape.quantization == "fp8":
-        from servesim.perf.pack import available_packs
-
         g = gemm_leave_one_shape_out(gpu, ("fp8",))
-        # the whole-iteration check needs a measured FP8 pack with validation forwards: the H200's
-        # where this GPU has none (the H100 measured only the fp8_static recipe)
-        check = gpu if (gpu, "llama-3-8b-fp8", 1) in set(available_packs()) else "h200"
-        _, its = fp8_from_bf16(check)
+        # the whole-iteration check needs a measured FP8 pack with validation forwards of the same
+        # model: this GPU's where it has one (the H100 since 2026-12-06: llama-3.1-8b), else the H200's
+        check, base = fp8_check_pair(gpu)
+        _, its = fp8_from_bf16(check, base)
         d = its[(its["mode"] == "graph") & its["pack"].str.startswith("derived")].iloc[0]
         where = "" if check == gpu else f" (on the {check.upper()}: {gpu} has no measured FP8 pack of this recipe)"
         out["fp8 weights"] = (f"leave one surveyed GEMM shape out: {rng(g)} median (max {100 * g['max'].max():.1f} %); "
-                              f"llama-3-8b-fp8 derived from its bf16 pack vs its FP8 validation forwards{where}: "
+                              f"{base}-fp8 derived from its bf16 pack vs its FP8 validation forwards{where}: "
                               f"{100 * d['median']:.1f} % median, max {100 * d['max']:.1f} %")
     elif shape.quantization in ("awq", "gptq"):
         g = gemm_leave_one_shape_out(gpu, ("int4",))
