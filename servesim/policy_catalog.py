@@ -156,6 +156,8 @@ ENGINE_KNOBS: dict[str, Knob] = {
     "cpu_overhead_per_seq_s": Knob(EVERY),
     "api_request_s": Knob(EVERY, why="request path before the scheduler (runs on the fleet loop)"),
     "api_token_s": Knob(EVERY, why="token path after sampling (runs on the fleet loop)"),
+    "api_server_count": Knob(EVERY, why="the request path as a FIFO queue of API servers, a transform of the "
+                                        "open-loop arrivals before routing (engine/api_queue.py)"),
     "options": Knob(EVERY),
     "kv_allocator": Knob(EVERY),
     "enable_prefix_caching": Knob(EVERY, why="the prefix cache, its tiers and preload are kernels (kv/pcache.py)"),

@@ -98,6 +98,9 @@ class RequestTable:
         self.blocked = np.zeros((n, NUM_CAUSES), dtype=np.float64)
         self.replica: np.ndarray | None = None  # a fleet: the replica each request was sent to (-1: none)
         self.end_s: float | None = None  # when the run ended (set by the run): rows not sent by then are no requests
+        # engine.api_server_count: the API servers' queue (engine/api_queue.py ApiQueue), which
+        # holds the client send times the results are restored to; None: the latency model
+        self.api_queue = None
 
     def known_tokens(self, ids):
         """Tokens whose ids are known (prompt + outputs so far): what a prefill must cover."""

@@ -370,6 +370,19 @@ class Scenario(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _api_queue_open_loop(self) -> "Scenario":
+        """engine.api_server_count queues the open-loop send times before the run (engine/api_queue.py);
+        a closed loop's next requests are sent from inside the engine, which adds a fixed latency."""
+        n, w = self.engine.api_server_count, self.workload
+        if n is not None and (isinstance(w.arrival, ClosedArrival) and w.streams is None and w.trace is None
+                              or any(isinstance(getattr(s, "arrival", None), ClosedArrival) for s in w.streams or ())):
+            raise ValueError(f"engine.api_server_count {n}: not with a closed-loop arrival process (process: closed; "
+                             f"its clients send from inside the engine, where the request path stays a fixed "
+                             f"latency); allowed: null with a closed loop, or open-loop arrivals (a rate, a trace, "
+                             f"sessions)")
+        return self
+
+    @model_validator(mode="after")
     def _kv_consistency(self) -> "Scenario":
         e = self.engine
         if e.enable_prefix_caching and e.kv_allocator != "paged":
@@ -436,9 +449,9 @@ class Scenario(Frozen):
 
         groups = self.cluster.groups
         for i, g in enumerate(groups or ()):
-            for name in ("api_request_s", "api_token_s"):
+            for name in ("api_request_s", "api_token_s", "api_server_count"):
                 if name in g.engine and g.engine[name] != getattr(self.engine, name):
-                    raise ValueError(f"cluster.groups[{i}].engine.{name}: the request path's delay is the "
+                    raise ValueError(f"cluster.groups[{i}].engine.{name}: the request path is the "
                                      f"fleet's (set engine.{name} at the top level, not per group)")
         if groups is None:
             built = (ReplicaGroup("replica", self.hardware.replicas, self, "hardware.replicas"),)

@@ -312,6 +312,7 @@ def build_sharded(sc: Scenario, seed: int, workload: Workload | None = None, *, 
     cannot reproduce exactly. ``workers`` None: every worker of ``scheduler`` (at most one per replica)."""
     from functools import partial
 
+    from servesim.engine.api_queue import queue_arrivals
     from servesim.engine.fleet_build import fleet_buffers
     from servesim.engine.router import make_router
     from servesim.engine.shard import ShardedRun, run_sharded, shard_refusal
@@ -328,8 +329,7 @@ def build_sharded(sc: Scenario, seed: int, workload: Workload | None = None, *, 
         raise ScenarioError(why)
     wl = workload if workload is not None else scenario_workload(sc, seed)
     table = RequestTable(wl)
-    if sc.delay_in_s:  # (as engine/fleet_build.py: requests reach the router delay_in after their send)
-        table.arrival = np.where(np.isfinite(table.arrival), table.arrival + sc.delay_in_s, table.arrival)
+    queue_arrivals(sc, table)  # (as engine/fleet_build.py: requests reach the router delay_in after their send)
     user = user_policy_loader()  # (a bad policy: its one line here, before any worker starts)
     reasons = []
     for g in sc.replica_groups:
@@ -522,6 +522,10 @@ def run_built(b: Built, seed: int | None = None) -> Result:
         summary["kv"].update(fleet_kv_report(kvs, ttft))
     if b.fleet is not None:
         summary["cluster"] = cluster_summary(sc, fleet, engines, b.fleet.replicas, b.table, sim_time)
+    if sc.engine.api_server_count is not None:  # the API servers' queue (engine/api_queue.py)
+        from servesim.engine.api_queue import queue_summary
+
+        summary["request_path"] = queue_summary(sc, b.table, sim_time)
     sharding = getattr(fleet, "sharding", None)
     if sharding is not None:  # (a fleet over Dask workers: servesim/engine/shard.py ShardedRun)
         summary["sharded"] = sharding()

@@ -210,6 +210,10 @@ class EngineConfig(Frozen):
     # and TPOT not); docs/model.md "Request path"
     api_request_s: StepSeconds0 = 0.0
     api_token_s: StepSeconds0 = 0.0
+    # opt-in: the request path's arrival side as a FIFO queue of this many API servers per replica,
+    # each busy api_request_s per request (vLLM --api-server-count); null: a latency that keeps
+    # pace with any load. Open-loop arrivals only; docs/model.md "Request path"
+    api_server_count: Annotated[int, Field(ge=1, le=1024)] | None = None
     # free-form options for a policy's own knobs (built-in and user policies)
     options: dict[str, Any] = {}
     # KV memory (docs/kv.md): allocator, vLLM's prefix caching flag, L1 eviction, details

@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from servesim.engine.api_queue import queue_arrivals
 from servesim.engine.build import arrival_cap, build_replica, client_columns, closed_groups, send_first_requests
 from servesim.engine.cluster import Fleet
 from servesim.engine.driver import Engine
@@ -102,9 +103,10 @@ def build_fleet(sc, table: RequestTable, workload: Workload, seed: int, env, *, 
     delay_in, delay_out = sc.delay_in_s, sc.delay_out_s
     n_engines = sum(g.replicas * g.scenario.pp for g in sc.replica_groups)
     solo = SOLO and n_engines == 1 and not delay_in and not delay_out and only is None
-    if delay_in:
-        open_rows = np.isfinite(table.arrival)
-        table.arrival = np.where(open_rows, table.arrival + delay_in, table.arrival)
+    if closed and sc.engine.api_server_count is not None:  # (a workload handed in: scenario.py checks its own)
+        raise ValueError(f"engine.api_server_count {sc.engine.api_server_count}: not with a closed loop (its "
+                         f"clients send from inside the engine); allowed: null, or open-loop arrivals")
+    queue_arrivals(sc, table)  # the request path: delay_in, or a queue of API servers (engine/api_queue.py)
     object_kv = any(force_python(g.scenario) is not None or g.scenario.engine.enable_prefix_caching
                     for g in sc.replica_groups)
     shared = None if solo else request_arrays(n, object_kv=True if object_kv else False, routed=True)

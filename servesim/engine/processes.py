@@ -268,15 +268,20 @@ class FleetHandle:
         table = self._table
         cursor = int(self._fleet.arrival_cursor())
         d = self._delay
-        if self._base is None:
-            self._base = table.arrival - d  # (a copy: client send times at factor 1)
+        queue = table.api_queue  # engine.api_server_count: send times are the queue's (engine/api_queue.py)
+        if self._base is None:  # (a copy: client send times at factor 1)
+            self._base = queue.sent.copy() if queue is not None else table.arrival - d
         t_prev, b_prev, f_prev = self._warp
         now = self.now  # client time: a request sent by now is on its way and does not move
         b_now = b_prev + (now - t_prev) * f_prev
         rows = np.arange(cursor, table.n)
         rows = rows[np.isfinite(table.arrival[rows])]
-        rows = rows[table.arrival[rows] - d > now]
-        table.arrival[rows] = now + (self._base[rows] - b_now) / factor + d
+        if queue is not None:  # those sent by now wait for a server, or were served: kept
+            rows = rows[queue.sent[rows] > now]
+            queue.resend(rows, now + (self._base[rows] - b_now) / factor, table.arrival, d)
+        else:
+            rows = rows[table.arrival[rows] - d > now]
+            table.arrival[rows] = now + (self._base[rows] - b_now) / factor + d
         self._warp = (now, b_now, factor)
         self.actions.append((now, "set_rate", factor))
 

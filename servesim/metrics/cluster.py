@@ -84,9 +84,12 @@ def merge_recorders(recs: list[Recorder]) -> Recorder:
 
 
 def restore_client_times(table, delay_in: float, delay_out: float) -> None:
-    """Requests reached their replica ``delay_in`` after their client sent them, and tokens reach
-    clients ``delay_out`` after the replica made them: the table gets the client's times."""
-    if delay_in:
+    """Requests reached their replica ``delay_in`` after their client sent them (and after their
+    wait for an API server: ``table.api_queue``, engine/api_queue.py), and tokens reach clients
+    ``delay_out`` after the replica made them: the table gets the client's times."""
+    if table.api_queue is not None:
+        table.arrival = table.api_queue.client_arrivals(table.arrival, delay_in)
+    elif delay_in:
         table.arrival = table.arrival - delay_in
     if delay_out:
         for name in ("t_first_token", "t_last_token", "t_finish"):

@@ -28,6 +28,8 @@ def print_header(console: Console, built) -> None:
     else:
         say(f"hardware  1 replica of {sc.gpus_per_replica} x {hw.gpu} (tp {sc.tp}, pp {sc.pp})")
         say(f"KV cache  {built.memory.describe()}")
+        if e.api_server_count is not None:  # (a path with delays runs as a fleet: its router line says it)
+            say(f"path      {request_path_text(sc)}")
     chunk = "chunked prefill" if e.enable_chunked_prefill else "no chunked prefill"
     preset = f" (preset {e.preset})" if e.preset else ""
     say(f"engine    {e.scheduler}{preset}: max_num_seqs {e.max_num_seqs}, max_num_batched_tokens "
@@ -96,11 +98,23 @@ def _fleet_header(say, built) -> None:
         say(f"  group   {g.name}: {g.replicas} x {gs.hardware.gpu} tp {gs.tp} x pp {gs.pp}, {gs.model_shape.name}, "
             f"{gs.engine.scheduler}{ve}")
         say(f"          KV per GPU: {plan_memory(gs).describe()}")
-    e = sc.engine
-    api = (f"; request path {e.api_request_s * 1e3:g} ms in, {e.api_token_s * 1e3:g} ms out "
-           f"(engine.api_*)" if e.api_request_s or e.api_token_s else "")
+    api = request_path_text(sc)
     say(f"router    {c.router}; overhead {c.router_overhead_s * 1e3:g} ms, network {c.network_delay_s * 1e3:g} ms "
-        f"each way{api}")
+        f"each way" + (f"; {api}" if api else ""))
+
+
+def request_path_text(sc) -> str:
+    """``request path 3 ms in, 1 ms out (engine.api_*)``, with the API servers' queue when
+    engine.api_server_count is set (engine/api_queue.py); "" when the path is free."""
+    e = sc.engine
+    n = e.api_server_count
+    if n is None:
+        return (f"request path {e.api_request_s * 1e3:g} ms in, {e.api_token_s * 1e3:g} ms out "
+                f"(engine.api_*)" if e.api_request_s or e.api_token_s else "")
+    r = sc.num_replicas
+    pool = f", pooled over {r} replicas: {n * r} servers ahead of the router" if r > 1 else ""
+    return (f"request path {e.api_request_s * 1e3:g} ms in as a FIFO queue of {n} API server{'s' if n > 1 else ''} "
+            f"per replica{pool}, {e.api_token_s * 1e3:g} ms out (engine.api_*)")
 
 
 def _ms(x) -> str:
