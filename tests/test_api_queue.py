@@ -196,3 +196,16 @@ def test_rate_change_moves_the_queue():
     assert np.allclose(np.diff(sends[60:]), 0.001, rtol=0, atol=1e-9)  # 1,000/s after the change
     assert fast.summary["request_path"]["queued"] > 0
     assert fast.summary["request_path"]["wait_s"]["max"] > 0.05  # 3 ms of service per 1 ms of sends
+
+
+def test_sharded_fleet_equals_one_process():
+    """The sharded build queues the arrivals as the one-process build does."""
+    fleet = BASE[:1] + ["stop.warmup_requests=0", "workload.arrival={process: poisson, rate: 400.0}",
+                        "engine.api_request_s=0.003", "engine.api_server_count=1", "hardware.replicas=2",
+                        "cluster.router=round-robin"]
+    one = simulate(load_scenario(QUICK, fleet))
+    two = simulate(load_scenario(QUICK, fleet + ["sim.workers=2"]))
+    for col in ("arrival_s", "ttft_s", "e2e_s", "replica"):
+        assert np.array_equal(one.requests[col].to_numpy(), two.requests[col].to_numpy()), col
+    assert one.summary["request_path"] == two.summary["request_path"]
+    assert one.summary["request_path"]["queued"] > 0
