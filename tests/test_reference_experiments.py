@@ -82,20 +82,62 @@ def test_engine_arms_are_the_presets(engine):
     """Experiment B runs the versions report B names (claim B20): vLLM 0.6.3 (vllm-v0.yaml, the V0
     engine: `vllm` is now V1) and SGLang 0.3.2 (sglang-v0.3.yaml). The vLLM arms write out what
     the V0 preset leaves to its start-up rules (Qwen3's 32K context: chunked prefill off, budget
-    max(max_model_len, 2048) = 32,768) and carry no preset; the SGLang arms keep the preset, whose
-    rule sets the memory fraction, with the radix cache off (nothing to reuse in B's prompts). No
-    arm carries the request path (engine.api_*), which the arms predate."""
+    max(max_model_len, 2048) = 32,768; with it off, V0's batch order: options.mix prefill_first) and
+    carry no preset; the SGLang arms keep the preset, whose rule sets the memory fraction, with the
+    radix cache off (nothing to reuse in B's prompts). No arm carries the request path
+    (engine.api_*), which the arms predate."""
     preset = yaml.safe_load((REPO / "scenarios" / "engines" / f"{engine}.yaml").read_text())["engine"]
     for key in ("api_request_s", "api_token_s"):
         preset.pop(key)
     if engine == "vllm-v0":
         preset.pop("preset")
-        preset.update(enable_chunked_prefill=False, max_num_batched_tokens=32768)
+        preset.update(enable_chunked_prefill=False, max_num_batched_tokens=32768,
+                      options={**preset["options"], "mix": "prefill_first"})
     else:
         preset.update(enable_prefix_caching=False)
     stem = engine.split("-")[0]
     for name in (f"b1_closed_{stem}.yaml", f"b2_mix_{stem}.yaml", f"b3_abnormal_{stem}.yaml"):
         assert _raw(name)["engine"] == preset, name
+
+
+@pytest.mark.parametrize("name", ["b1_closed_vllm.yaml", "b2_mix_vllm.yaml", "b3_abnormal_vllm.yaml"])
+def test_vllm_arms_are_what_the_v0_rules_decide(name):
+    """The fields the vLLM arms write out (chunked prefill, token budget, batch order) are what
+    the vllm-v0 preset's start-up rules decide for the arm's model: given the preset and none of
+    them, the resolved engine is the arm's (V0's prefill-first steps included)."""
+    from servesim import scenario_from_dict
+
+    raw = _raw(name)
+    engine = {k: v for k, v in raw["engine"].items() if k not in ("enable_chunked_prefill", "max_num_batched_tokens")}
+    engine["options"] = {k: v for k, v in engine["options"].items() if k != "mix"}
+    ruled = scenario_from_dict({**raw, "engine": {**engine, "preset": "vllm-v0"}}).engine.model_dump()
+    arm = load_scenario(REF / name).engine.model_dump()
+    assert ruled.pop("preset") == "vllm-v0" and arm.pop("preset") is None
+    assert ruled == arm and arm["options"]["mix"] == "prefill_first"
+
+
+def test_b4_vllm_batch_order_follows_chunked_prefill():
+    """V0 runs _schedule_default (prefill-first steps) with chunked prefill off and
+    _schedule_chunked_prefill (decodes first: running_first) with it on; the option does not follow
+    the toggle by itself, so every point of the knob sweep sets it."""
+    from servesim.sweep.spec import load_spec
+
+    points = load_spec(REF / "sweeps" / "b4_knobs_vllm.yaml").points
+    assert {p.scenario.engine.enable_chunked_prefill for p in points} == {False, True}
+    for p in points:
+        e = p.scenario.engine
+        assert e.options["mix"] == ("running_first" if e.enable_chunked_prefill else "prefill_first"), p.values
+
+
+def test_ranges_turn_vllm_chunked_prefill_on_with_its_order():
+    """The range settings that turn vLLM's chunked prefill on also switch to V0's chunked order."""
+    from benchmarks.reference import ranges
+
+    for h in ranges.HEADLINES:
+        for _, a, _b in ranges.pairs(h):
+            e = a.scenario.engine
+            if e.scheduler == "vllm":
+                assert e.options["mix"] == ("running_first" if e.enable_chunked_prefill else "prefill_first"), a.label
 
 
 def test_abnormal_arm_is_the_mix_plus_contamination():

@@ -333,8 +333,8 @@ CLAIMS: tuple[Claim, ...] = (
           "-", lambda c: f"--gpu-memory-utilization 0.9 (the report's §3.3) reserves {c['phys']['vllm_0p9_gb']:.0f} GB",
           "inconsistent", "vLLM reserves its fraction at start-up, so it cannot show 62.3 GB at 0.9"),
     Claim("B23", "B", "§4.3", "显存碎片率从4.2%降到2.1%，但P99延迟上升33%", "SGLang chunk 256 -> 128: "
-          "fragmentation 4.2 -> 2.1 %, P99 +33 %", "B4 table (SGLang chunk 128/256)", "B4: TTFT P99 up (1.5 -> "
-          "2.7 s); no fragmentation at page 1", "disagrees", "the direction of P99 agrees; chunk size cannot "
+          "fragmentation 4.2 -> 2.1 %, P99 +33 %", "B4 table (SGLang chunk 128/256)", "B4: TTFT P99 up (1.6 -> "
+          "2.9 s); no fragmentation at page 1", "disagrees", "the direction of P99 agrees; chunk size cannot "
           "change KV fragmentation"),
     Claim("B24", "B", "§2.2", "实测14B模型在8K上下文下显存峰值降低39%", "chunked prefill: 14B peak memory -39 % "
           "at 8K", "-", "-", "not expressible", "the KV pool is pre-allocated; activation peaks are not modelled "
