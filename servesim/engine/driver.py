@@ -197,12 +197,17 @@ class Engine:
             work = entry_point(K.outstanding_work_ref, ref, 0.0)
             self._advance = lambda until: adv(ref, until)
             self._route = lambda rid: route(ref, rid)
+            if cfg.report_ended:  # (a fleet's closed loops: engine/cluster.py routes some after the plans)
+                after = entry_point(K.route_in_after_plans_ref, ref, 0)
+                self._route_after = lambda rid: after(ref, rid)
             self._work = lambda t: work(ref, t)
             self._ref = ref
         else:
             route, work = pure(K.route_in), pure(K.outstanding_work)
             self._advance = lambda until: kernel(cfg, kst, kkv, tab, until)
             self._route = lambda rid: route(cfg, kst, rid)
+            after_plans = pure(K.route_in_after_plans)
+            self._route_after = lambda rid: after_plans(cfg, kst, rid)
             self._work = lambda t: work(cfg, kst, t)
         self.in_next = st.in_next
         self.routed = 0
@@ -217,8 +222,12 @@ class Engine:
             self.raise_error()
         return code
 
-    def route_in(self, rid: int) -> None:
-        self._route(rid)
+    _route_after = None
+
+    def route_in(self, rid: int, after_plans: bool = False) -> None:
+        """Send ``rid`` here; ``after_plans``: it was sent after every engine with a boundary at
+        its arrival planned there (kernel ``route_in_after_plans``; a fleet's closed loops)."""
+        (self._route_after if after_plans else self._route)(rid)
         self.routed += 1
         self.recorder.note_arrivals(self.st.arrival[rid])  # waits during a step count (metrics/collect.py)
 

@@ -82,8 +82,9 @@ class ReplicaFaults:
             if done[e]:
                 done[e] = False
                 woke += 1
-            key[e] = self.engines[e].s.get_f("now")
-            heapq.heappush(heap, (key[e], e))
+            entry = (self.engines[e].s.get_f("now"), self._phase(self.engines[e]), e)
+            key[e] = entry
+            heapq.heappush(heap, entry)
         self._rekey.clear()
         retry, self._retry = self._retry, []
         self._t = t
@@ -92,8 +93,9 @@ class ReplicaFaults:
             if done[e]:
                 done[e] = False
                 woke += 1
-                key[e] = max(t, self.engines[e].s.get_f("now"))
-                heapq.heappush(heap, (key[e], e))
+                entry = (max(t, self.engines[e].s.get_f("now")), self._phase(self.engines[e]), e)
+                key[e] = entry
+                heapq.heappush(heap, entry)
         return woke
 
 

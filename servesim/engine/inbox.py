@@ -232,18 +232,23 @@ def pull_arrivals(cfg, st, t):
             enqueue(cfg, st, ids[i])
 
 
-@kernel
-def route_in(cfg, st, rid):
-    """The router sends ``rid`` here (its arrival is no earlier than any request sent before).
-    A decode run planned before it was known is cut where :func:`plan_decode_run` cuts a run at
-    a known arrival: after the first step ending at or after it (a multi-step burst is not cut,
-    as it is not for a known arrival)."""
+@kernel(inline=True)
+def inbox_append(st, rid):
     st.in_next[rid] = -1
     if st.s.in_tail >= 0:
         st.in_next[st.s.in_tail] = rid
     else:
         st.s.in_head = rid
     st.s.in_tail = rid
+
+
+@kernel
+def route_in(cfg, st, rid):
+    """The router sends ``rid`` here (its arrival is no earlier than any request sent before).
+    A decode run planned before it was known is cut where :func:`plan_decode_run` cuts a run at
+    a known arrival: after the first step ending at or after it (a multi-step burst is not cut,
+    as it is not for a known arrival)."""
+    inbox_append(st, rid)
     k = st.s.run_k
     if st.s.inflight == INFLIGHT_RUN and st.s.b_steps <= 1 and k > 1:
         t = st.arrival[rid]
@@ -284,3 +289,19 @@ def outstanding_work(cfg, st, t):
             rem = np.int64(st.output[r]) - np.int64(st.num_output[r])
             w -= done if done < rem else rem
     return w
+
+
+@kernel
+def route_in_after_plans(cfg, st, rid):
+    """:func:`route_in` of a request sent at ``t`` after every replica with a boundary at ``t``
+    planned there (engine/cluster.py: a closed loop's next request after one rejected as a replica
+    planned at ``t``, as a lone replica pulls it only at its next boundary). A replica that single
+    stepping has at a boundary at ``t`` planned a step past it without this request, so a decode
+    run under way is cut after its first step ending *after* ``t``, where that step ends."""
+    inbox_append(st, rid)
+    k = st.s.run_k
+    if st.s.inflight == INFLIGHT_RUN and st.s.b_steps <= 1 and k > 1:
+        j = bisect_right(st.ends[:k], st.arrival[rid])
+        if j + 1 < k:
+            st.s.run_k = j + 1
+            st.s.t_end = st.ends[j]

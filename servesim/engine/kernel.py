@@ -52,6 +52,7 @@ from servesim.engine.inbox import (  # noqa: F401 (the fleet driver reaches them
     pull_arrivals,
     request_ended,
     route_in,
+    route_in_after_plans,
 )
 from servesim.jit import bisect_left, kernel, struct_ref
 from servesim.kv.kernels import (
@@ -73,7 +74,7 @@ from servesim.sched.state import ONE, ZERO, ReplicaState, make_state_ref, set_ca
 
 PER_STEP = np.int64(-1)  # record(): blocks in use from st.used, step by step
 
-DONE, UNTIL, FLUSH, PROGRESS, ERROR, ENDED = 0, 1, 2, 3, 4, 5  # why advance() returned
+DONE, UNTIL, FLUSH, PROGRESS, ERROR, ENDED, HELD = 0, 1, 2, 3, 4, 5, 6  # why advance() returned
 E_KV, E_BUDGET, E_SEQS, E_EMPTY_NEW, E_STALL, E_HORIZON, E_SLOTS = 1, 2, 3, 4, 5, 6, 7  # invariant failures
 # (the driver explains each)
 PROGRESS_EVERY = 1 << 16  # segments between progress returns
@@ -377,7 +378,14 @@ def drained(cfg, st):
 def advance(cfg, st, kv, tab, until):
     """Run the replica up to ``until`` (see the module docstring). Returns DONE, UNTIL, FLUSH
     (the driver must drain the recorder buffers), PROGRESS, ERROR (``st.s.error``), or, routed
-    with ``cfg.report_ended``, ENDED (the driver must route the ended requests' successors)."""
+    with ``cfg.report_ended``, ENDED (the driver must route the ended requests' successors).
+    HELD: the replica reached a boundary at or after ``st.s.hold`` (a fleet's closed loops set it
+    to another engine's commit, engine/cluster.py) and left it unplanned -- committed, nothing
+    pulled -- so that it plans there only after every request sent there is routed. ``hold``
+    holds for this call only (read, then reset to inf: the driver sets it for the calls it bounds
+    so, and never has to clear it)."""
+    hold = st.s.hold
+    st.s.hold = np.inf
     flush_at = st.rb_start.shape[0] - st.ends.shape[0] - 1  # room for one more run
     itl_at = st.itl_v.shape[0] - 2 * (st.b_ids.shape[0] + 1)
     while True:
@@ -400,6 +408,8 @@ def advance(cfg, st, kv, tab, until):
                 return ENDED
         if not st.s.idle:  # at an iteration boundary: arrivals, stop?, the policy's batch
             now = st.s.now
+            if now >= hold:
+                return HELD
             pull_arrivals(cfg, st, now)
             if now >= cfg.stop_time or (cfg.stop_when_drained and drained(cfg, st)):
                 # a closed loop's successor of a request rejected in that pull arrives now too:
@@ -554,6 +564,11 @@ def advance_ref(e, until):
 @kernel
 def route_in_ref(e, rid):
     route_in(e.conf.cfg, e.state, rid)
+
+
+@kernel
+def route_in_after_plans_ref(e, rid):
+    route_in_after_plans(e.conf.cfg, e.state, rid)
 
 
 @kernel

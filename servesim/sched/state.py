@@ -99,6 +99,9 @@ SCALARS = np.dtype([
     ("segments", "i8"),     # loop segments run (progress)
     ("error", "i8"),        # nonzero: an invariant failed (code) -- the driver raises
     ("error_arg", "i8"),
+    ("hold", "f8"),         # a fleet's closed loops: plan at no boundary at or after this in the
+                            # next advance call (another engine commits there first:
+                            # engine/cluster.py); advance resets it to inf
 ])
 
 
@@ -322,6 +325,7 @@ def new_scalars() -> np.recarray:
     arr[0].b_steps = 1
     arr[0].in_head = arr[0].in_tail = arr[0].end_head = arr[0].end_tail = -1
     arr[0].wake = np.inf
+    arr[0].hold = np.inf
     return arr
 
 
