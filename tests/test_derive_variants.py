@@ -205,7 +205,8 @@ def test_expert_parallelism_is_not_priced_by_a_pack(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("model_name,gpu,tp,pack", [
-    ("llama-3.1-8b", "h200", 1, "pack h200/llama-3.1-8b-fp8 (derived from h200/llama-3.1-8b"),
+    # derived until the eighth session, measured since (device call 33)
+    ("llama-3.1-8b", "h200", 1, "pack h200/llama-3.1-8b-fp8"),
     # the H100's own pack: derived (its GEMM survey, device call 26) in the seventh session, measured
     # (vLLM's dynamic recipe, device call 30) since the eighth; a derived H100 FP8 pack is still
     # built and run end to end by test_h100_derived_fp8_pack_runs_end_to_end below

@@ -61,9 +61,13 @@ def test_measured_pack_with_an_fp8_kv_cache_runs_the_pack_by_rule_not_the_roofli
 def test_on_the_h200_the_label_makes_no_transfer_assumption_and_a_derived_base_keeps_its_origin():
     c = choose(_sc("h200", "llama-3.1-8b"))
     assert c.label == "pack h200/llama-3.1-8b " + H200_RULE + ")"
-    c = choose(_sc("h200", "{name: llama-3.1-8b, quantization: fp8}"))  # the shipped derived FP8 pack
-    assert c.label.startswith("pack h200/llama-3.1-8b-fp8 (derived from h200/llama-3.1-8b")
+    # a derived base: the 70B FP8 pack over TP 2 (h200/llama-3.1-8b-fp8, derived until the eighth
+    # session, is measured since device call 33)
+    c = choose(_sc("h200", "{name: llama-3.1-70b, quantization: fp8}", tp=2))
+    assert c.label.startswith("pack h200/llama-3.1-70b-fp8-tp2 (derived from h200/llama-3-8b")
     assert c.label.endswith(H200_RULE + ")") and c.calibrated
+    c = choose(_sc("h200", "{name: llama-3.1-8b, quantization: fp8}"))  # the shipped measured FP8 pack
+    assert c.label == "pack h200/llama-3.1-8b-fp8 " + H200_RULE + ")" and c.calibrated
 
 
 def test_a_transferred_base_is_transferred_first_then_priced_by_rule():
