@@ -90,9 +90,10 @@ def test_precision_must_match_too(tmp_path):
     assert same_shape_packs("a100-80g", replace(shape, dtype_bytes=4)) == []  # fp32 weights: dtype differs
     c = choose(_sc("model={name: llama-3.1-8b, quantization: fp8}"))
     assert c.model == "roofline" and "weights fp8" in c.reason
-    # on the H200, fp8 weights have a measured llama-3-8b-fp8 and a derived llama-3.1-8b-fp8: measured first
+    # on the H200, fp8 weights have two measured packs (llama-3.1-8b-fp8 since device call 33; derived
+    # before): the one measured to longer contexts first, never a bf16 one
     ft = replace(with_precision(shape, "fp8"), name="my-ft")
-    assert [p.name for p in same_shape_packs("h200", ft)] == ["llama-3-8b-fp8", "llama-3.1-8b-fp8"]
+    assert [p.name for p in same_shape_packs("h200", ft)] == ["llama-3.1-8b-fp8", "llama-3-8b-fp8"]
     # fp8_static weights: each GPU's packs of that scheme (the H200's since device call 28), never
     # the fp8 (dynamic) ones
     st = replace(with_precision(shape, "fp8_static"), name="my-ft")
@@ -234,13 +235,25 @@ def test_every_route_to_a_twin_builds_the_twin_packs_model(more):
     assert c.twin_of == "llama-3.1-8b" and c.pack.endswith("/llama-3-8b")
 
 
-def test_of_two_measured_twins_the_one_measured_to_longer_contexts_wins():
+def test_of_two_measured_twins_the_one_measured_to_longer_contexts_wins(tmp_path, monkeypatch):
     """Both H100 packs are measured on llama-3.1-8b's layer shapes; llama-3.1-8b's decode attention
     reaches 131,071 tokens, llama-3-8b's 8,191: a fine-tune's long contexts are read, not
-    extrapolated. Source rank still comes first (the H200's measured llama-3-8b-fp8 before the
-    derived llama-3.1-8b-fp8, whatever their reach)."""
+    extrapolated. Source rank still comes first: a derived llama-3.1-8b pack ranks after the measured
+    llama-3-8b whatever its reach (a pack root where the long-reach copy says ``source: derived``;
+    the H200's llama-3.1-8b-fp8, the shipped example of this until device call 33, is measured now)."""
     ft = replace(MODELS["llama-3.1-8b"], name="my-ft")
     assert [p.name for p in same_shape_packs("h100-80g", ft)] == ["llama-3.1-8b", "llama-3-8b"]
     assert [p.name for p in same_shape_packs("h200", ft)] == ["llama-3.1-8b", "llama-3-8b"]
-    assert [p.name for p in same_shape_packs("h200", with_precision(ft, "fp8"))] == ["llama-3-8b-fp8", "llama-3.1-8b-fp8"]
+    assert [p.name for p in same_shape_packs("h200", with_precision(ft, "fp8"))] == ["llama-3.1-8b-fp8", "llama-3-8b-fp8"]
+    root = tmp_path / "packs"
+    (root / "h100-80g").mkdir(parents=True)
+    src = REPO / "calibration/packs/h100-80g"
+    for name in ("llama-3-8b", "llama-3.1-8b"):
+        shutil.copy(src / f"{name}.csv", root / "h100-80g")
+        meta = yaml.safe_load((src / f"{name}.yaml").read_text())
+        if name == "llama-3.1-8b":
+            meta["source"] = "derived"
+        (root / "h100-80g" / f"{name}.yaml").write_text(yaml.safe_dump(meta))
+    monkeypatch.setattr(packmod, "pack_root", lambda: root)
+    assert [p.name for p in same_shape_packs("h100-80g", ft)] == ["llama-3-8b", "llama-3.1-8b"]
 
