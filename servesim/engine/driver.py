@@ -47,6 +47,9 @@ ERRORS = {
     K.E_SEQS: "max_num_seqs exceeded: {arg} running",
     K.E_EMPTY_NEW: "a scheduled request computes no token",
     K.E_SLOTS: "request {arg} computes past the KV slots it holds (a policy bug)",  # (Engine._slots_message)
+    K.E_QWORK: "the waiting requests' running token count (st.s.q_work) is {arg} off a walk of the queues and the "
+               "inbox (an engine bug: a request entered or left a queue, or its computed changed while it "
+               "waited, without the count)",
     K.E_STALL: "scheduler returned an empty batch with work pending and nothing left to wait for (a policy bug)",
     K.E_HORIZON: "the policy asked to be woken at an instant the idle engine has already reached, so it would "
                  "wait for it forever (a policy bug: a horizon must lie ahead of the current time)",
@@ -167,6 +170,8 @@ class Engine:
         overrides: dict = {**(kv_object.kernel_overrides() if kv_object is not None else {}),
                            **(object_model_overrides(model_object) if model_object is not None else {}),
                            **(hook_overrides(on_iteration) if on_iteration is not None else {}), **(user_parts or {})}
+        if user_parts:  # Python parts may link and unlink queue entries past the waiting-work count:
+            overrides[K.waiting_work] = pure(K.waiting_work_walk)  # read it by the walk (engine/inbox.py)
         why = [force_python] if force_python else []  # (the builder names every Python piece: simulate.engine_reasons)
         assert why or not overrides, "Python pieces bound without a reason for the Python engine"
         self.record = st.s
@@ -203,7 +208,7 @@ class Engine:
             self._work = lambda t: work(ref, t)
             self._ref = ref
         else:
-            route, work = pure(K.route_in), pure(K.outstanding_work)
+            route, work = pure(K.route_in), pure(K.outstanding_work, overrides)
             self._advance = lambda until: kernel(cfg, kst, kkv, tab, until)
             self._route = lambda rid: route(cfg, kst, rid)
             after_plans = pure(K.route_in_after_plans)
@@ -241,6 +246,9 @@ class Engine:
         nxt[ids[-1]] = -1
         self.s.set_i("in_head", int(ids[0]))
         self.s.set_i("in_tail", int(ids[-1]))
+        st = self.st  # their tokens join the waiting-work count, as kernel inbox_append adds them
+        work = st.prompt[ids].astype(np.int64) + st.output[ids] - st.computed[ids]
+        self.s.set_i("q_work", self.s.get_i("q_work") + int(work.sum()))
         self.routed += len(ids)
         self.recorder.note_arrivals(self.st.arrival[ids])
 

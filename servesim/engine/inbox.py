@@ -24,8 +24,8 @@ import numpy as np
 
 from servesim.jit import bisect_left, bisect_right, kernel
 from servesim.request import REJECTED
-from servesim.sched.queues import enqueue
-from servesim.sched.state import start_waiting
+from servesim.sched.queues import enqueue, queued_work_walk
+from servesim.sched.state import start_waiting, work_left
 
 INFLIGHT_NONE, INFLIGHT_MIXED, INFLIGHT_RUN = 0, 1, 2  # what the replica has planned (st.s.inflight)
 R_MML, R_KV, R_BUDGET = 1, 2, 3  # servesim.request.Reject
@@ -158,6 +158,7 @@ def due_arrivals(cfg, st, t):
         for k in range(m):
             r = st.s.in_head
             out[k] = r
+            st.s.q_work -= work_left(st, r)  # (pull_arrivals enqueues those it does not reject)
             st.s.in_head = st.in_next[r]
         if st.s.in_head < 0:
             st.s.in_tail = -1
@@ -234,6 +235,7 @@ def pull_arrivals(cfg, st, t):
 
 @kernel(inline=True)
 def inbox_append(st, rid):
+    st.s.q_work += work_left(st, rid)
     st.in_next[rid] = -1
     if st.s.in_tail >= 0:
         st.in_next[st.s.in_tail] = rid
@@ -259,29 +261,46 @@ def route_in(cfg, st, rid):
 
 
 @kernel
+def waiting_work_walk(cfg, st):
+    """``work_left`` summed over the requests in the waiting queues and the routed inbox, by
+    walking them: what ``st.s.q_work`` keeps as a running count."""
+    w = queued_work_walk(st)
+    if cfg.routed:
+        r = st.s.in_head
+        while r >= 0:
+            w += work_left(st, r)
+            r = st.in_next[r]
+    return w
+
+
+@kernel(inline=True)
+def waiting_work(cfg, st):
+    """The waiting queues' and the routed inbox's tokens still to compute: the running count.
+    An engine whose scheduler parts are bound to Python callables (a user policy, kernel
+    overrides: they may link and unlink queue entries directly, past the count) binds this to
+    :func:`waiting_work_walk` instead (engine/driver.py)."""
+    return st.s.q_work
+
+
+@kernel
 def outstanding_work(cfg, st, t):
     """Tokens still to compute for every request this replica holds at time ``t`` (running,
     waiting, fetching, routed here and not yet pulled): ``prompt + output - computed`` each --
     prefill and decode work left, a preempted request's recomputation included. Steps of a
     decode run under way that ended by ``t`` count as done (a request that finishes inside a
-    multi-step burst counts only the tokens it still needed)."""
-    w = np.int64(0)
+    multi-step burst counts only the tokens it still needed).
+
+    The least-tokens router reads this for every replica touched since its last routing, cold
+    (benchmarks/RESULTS.md, issue 30). The waiting queues and the inbox -- most of what a loaded
+    replica holds -- are read from their running count (``st.s.q_work``, kept where a request
+    enters or leaves them, sched/queues.py), not walked: only the running set and the requests
+    fetching KV from a lower tier (few, and none without tiers) are read one by one. Under
+    ``sim.check_invariants`` the engine holds the count to the walk after every schedule."""
+    w = waiting_work(cfg, st)
     for i in range(st.s.run_len):
-        r = st.run[i]
-        w += np.int64(st.prompt[r]) + np.int64(st.output[r]) - np.int64(st.computed[r])
-    for q in range(st.q_head.shape[0]):
-        r = st.q_head[q]
-        while r >= 0:
-            w += np.int64(st.prompt[r]) + np.int64(st.output[r]) - np.int64(st.computed[r])
-            r = np.int64(st.q_next[r])
+        w += work_left(st, st.run[i])
     for i in range(st.s.n_fetching):
-        r = st.fetching[i]
-        w += np.int64(st.prompt[r]) + np.int64(st.output[r]) - np.int64(st.computed[r])
-    if cfg.routed:
-        r = st.s.in_head
-        while r >= 0:
-            w += np.int64(st.prompt[r]) + np.int64(st.output[r]) - np.int64(st.computed[r])
-            r = st.in_next[r]
+        w += work_left(st, st.fetching[i])
     if st.s.inflight == INFLIGHT_RUN:
         done = np.int64(bisect_right(st.ends[:st.s.run_k], t))
         for i in range(st.s.b_len):  # (a multi-step burst's finished requests compute no more work)

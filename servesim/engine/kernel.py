@@ -53,6 +53,8 @@ from servesim.engine.inbox import (  # noqa: F401 (the fleet driver reaches them
     request_ended,
     route_in,
     route_in_after_plans,
+    waiting_work,
+    waiting_work_walk,
 )
 from servesim.jit import bisect_left, kernel, struct_ref
 from servesim.kv.kernels import (
@@ -75,7 +77,7 @@ from servesim.sched.state import ONE, ZERO, ReplicaState, make_state_ref, set_ca
 PER_STEP = np.int64(-1)  # record(): blocks in use from st.used, step by step
 
 DONE, UNTIL, FLUSH, PROGRESS, ERROR, ENDED, HELD = 0, 1, 2, 3, 4, 5, 6  # why advance() returned
-E_KV, E_BUDGET, E_SEQS, E_EMPTY_NEW, E_STALL, E_HORIZON, E_SLOTS = 1, 2, 3, 4, 5, 6, 7  # invariant failures
+E_KV, E_BUDGET, E_SEQS, E_EMPTY_NEW, E_STALL, E_HORIZON, E_SLOTS, E_QWORK = 1, 2, 3, 4, 5, 6, 7, 8  # invariant failures
 # (the driver explains each)
 PROGRESS_EVERY = 1 << 16  # segments between progress returns
 
@@ -325,7 +327,8 @@ def commit_iteration(cfg, st, kv, t1):
 def check_batch(cfg, st, kv):
     """Invariants after a scheduling decision (``sim.check_invariants``): KV accounting, every
     running request inside the KV slots it holds, token budget, batch slots, every scheduled
-    request computes a token. 0 or an E_* code.
+    request computes a token, the waiting requests' running token count (``st.s.q_work``, the
+    router's read) equal to a walk of the queues and the inbox. 0 or an E_* code.
 
     The slots check (E_SLOTS, ``error_arg`` the request) catches a policy part that admits past
     the pool (an allocation that grants without blocks, an admission that skips it), which ran to
@@ -360,6 +363,10 @@ def check_batch(cfg, st, kv):
     if st.s.run_len > cfg.max_seqs:
         st.s.error_arg = st.s.run_len
         return E_SEQS
+    off = waiting_work(cfg, st) - waiting_work_walk(cfg, st)
+    if off != 0:
+        st.s.error_arg = off
+        return E_QWORK
     return 0
 
 

@@ -435,6 +435,7 @@ def release_idle_holders(cfg, st, kv, head_rid):
         if rid != head_rid and kv_holds(kv, rid) and not st.swapped[rid] and not (
                 st.s.n_fetching and not np.isnan(st.fetch_at[rid])):
             kv_free(kv, rid)
+            st.s.q_work += np.int64(st.computed[rid])  # (it waits in a queue: its work grows)
             st.computed[rid] = 0
             released = True
     return released

@@ -86,6 +86,7 @@ from servesim.sched.state import (
     YES,
     need_of,
     uniform_cause,
+    work_left,
 )
 
 
@@ -133,7 +134,9 @@ def admit_waiting(cfg, st, kv, now, cap, hybrid):
         if cut:  # the pass's tokens went to the prompt it cut; a refund from a victim it evicted
             r = NO_BUDGET  # for that prompt's KV does not admit another (one partial prompt a pass)
         else:
+            w0 = work_left(st, rid)
             r = admit_head(cfg, st, kv, rid, q, now, st.s.budget if track else cap, hybrid)
+            st.s.q_work += work_left(st, rid) - w0  # (its lookup set its computed while it waits)
         if r < 0:
             blocked_causes(cfg, st, q, e, cause_of(r))
             return admitted
@@ -299,7 +302,9 @@ def static_prefill(cfg, st, kv, now):
             count += 1
     while st.q_len[MEMBERS] > 0 and count < cfg.micro and st.s.budget > 0:
         rid = st.q_head[MEMBERS]
+        w0 = work_left(st, rid)
         r = admit_head(cfg, st, kv, rid, MEMBERS_Q, now, st.s.budget, NO)
+        st.s.q_work += work_left(st, rid) - w0  # (its lookup set its computed while it waits)
         if r == ASIDE_HEAD:
             q_pop_front(st, MEMBERS)
             continue

@@ -4,6 +4,14 @@ Queues are intrusive singly linked lists over request ids (``q_next``): 4 bytes 
 every queue together, O(1) push at either end and pop at the front. Six queues: one per SLA class
 (the FIFO discipline uses queue 0 for everyone) and ``MEMBERS``, the static batch being formed.
 
+The four primitives below are the only way the engine's own code links or unlinks a request, and
+each keeps ``st.s.q_work`` (the queued requests' tokens still to compute, sched/state.py): a
+request adds its ``work_left`` as it is linked and takes it back as it is unlinked, so a move
+between queues nets to nothing. A request's ``computed`` may change while it waits (a prefix-cache
+lookup at admission; blocks released from idle holders): sched/policies.py and sched/parts.py
+adjust the count there. The fleet's least-tokens router reads the count instead of walking every
+queue (engine/inbox.py ``outstanding_work``).
+
 The discipline answers "who is next?" (:func:`head`):
 
 ``FIFO``
@@ -21,13 +29,14 @@ import math
 import numpy as np
 
 from servesim.jit import kernel
-from servesim.sched.state import B_STATIC, MEMBERS, NUM_QUEUES, Q_CLASSES
+from servesim.sched.state import B_STATIC, MEMBERS, NUM_QUEUES, Q_CLASSES, work_left
 
 QUEUED = NUM_QUEUES - 1  # queues 0..QUEUED-1 hold waiting requests; MEMBERS the static batch
 
 
 @kernel(inline=True)
 def q_push_back(st, q, rid):
+    st.s.q_work += work_left(st, rid)
     st.q_next[rid] = -1
     if st.q_len[q] == 0:
         st.q_head[q] = rid
@@ -39,6 +48,7 @@ def q_push_back(st, q, rid):
 
 @kernel(inline=True)
 def q_push_front(st, q, rid):
+    st.s.q_work += work_left(st, rid)
     if st.q_len[q] == 0:
         st.q_next[rid] = -1
         st.q_tail[q] = rid
@@ -51,6 +61,7 @@ def q_push_front(st, q, rid):
 @kernel(inline=True)
 def q_pop_front(st, q):
     rid = st.q_head[q]
+    st.s.q_work -= work_left(st, rid)
     st.q_head[q] = st.q_next[rid]
     st.q_len[q] -= 1
     if st.q_len[q] == 0:
@@ -66,6 +77,7 @@ def q_take(st, q, rid):
     if st.q_head[q] == rid:
         q_pop_front(st, q)
         return
+    st.s.q_work -= work_left(st, rid)
     prev = st.q_head[q]
     while st.q_next[prev] != rid:
         prev = st.q_next[prev]
@@ -192,3 +204,16 @@ def waiting_ids(cfg, st, out):
             m += 1
             rid = st.q_next[rid]
     return m
+
+
+@kernel
+def queued_work_walk(st):
+    """``work_left`` summed over every queued request (MEMBERS included), by walking the queues:
+    what ``st.s.q_work`` keeps as a running count (sim.check_invariants holds the two equal)."""
+    w = np.int64(0)
+    for q in range(st.q_head.shape[0]):
+        r = st.q_head[q]
+        while r >= 0:
+            w += work_left(st, r)
+            r = np.int64(st.q_next[r])
+    return w

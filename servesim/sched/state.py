@@ -102,6 +102,13 @@ SCALARS = np.dtype([
     ("hold", "f8"),         # a fleet's closed loops: plan at no boundary at or after this in the
                             # next advance call (another engine commits there first:
                             # engine/cluster.py); advance resets it to inf
+    ("q_work", "i8"),       # tokens still to compute (work_left) of every request in a waiting
+                            # queue (MEMBERS included) or the routed inbox: kept where a request
+                            # enters or leaves one (sched/queues.py, engine/inbox.py) or its
+                            # computed changes while it waits (a prefix-cache lookup, released
+                            # blocks), so that the least-tokens router's read of a replica
+                            # (engine/inbox.py outstanding_work) walks only its running set, not
+                            # every queue (issue 30); sim.check_invariants holds it to the walk
 ])
 
 
@@ -310,6 +317,14 @@ def mark_preempted(st, rid, now, swap):
 def known_tokens(st, rid):
     """Tokens whose ids are known (prompt + outputs so far): what a prefill must cover."""
     return np.int64(st.prompt[rid]) + np.int64(st.num_output[rid])
+
+
+@kernel(inline=True)
+def work_left(st, rid):
+    """Tokens ``rid`` still has to compute, prefill and decode: ``prompt + output - computed`` (a
+    preempted request's recomputation included). The unit of the least-tokens router's load
+    (engine/inbox.py ``outstanding_work``) and of ``st.s.q_work``."""
+    return np.int64(st.prompt[rid]) + np.int64(st.output[rid]) - np.int64(st.computed[rid])
 
 
 @kernel(inline=True)
