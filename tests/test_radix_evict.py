@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.prefix_face import KernelPrefixKV
@@ -117,6 +117,7 @@ def scripts(draw):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scripts())
+@example(([(3, 1, [1, 2, 3])] + [(1, 1, [1])] * 8, [("start", 0), ("start", 0), ("start", 1), ("free", 0), ("start", 2)], 4))
 def test_sglang_never_evicts_a_held_block_a_non_leaf_or_part_of_a_segment(script):
     reqs, ops, blocks = script
     table, off, hs = make_table([(p, o) for p, o, _ in reqs], [c for _, _, c in reqs])
@@ -160,7 +161,10 @@ def test_sglang_never_evicts_a_held_block_a_non_leaf_or_part_of_a_segment(script
             # a leaf: no child of it is still cached
             assert not any(TREE[c] == h and c in kv.cache for c in TREE), "evicted a non-leaf"
             parent = TREE[h]
-            if parent >= 0 and parent in kv.cache:
-                # the part above stays only where it ends a node of its own
+            # the part above stays only where it ends a node of its own; a parent evicted in the same
+            # step went with the segment (the cache read here is after the step, whose allocation may
+            # have entered the parent's hash again on a new block: found by CI's draw of 2026-12-06,
+            # 3 blocks [1, 2, 3] evicted whole and hash 1 re-entered by the next prompt)
+            if parent >= 0 and parent in kv.cache and parent not in gone:
                 assert st_.send[kv.cache[parent]], "cut a segment in two"
         kv.check()

@@ -19,8 +19,7 @@ if [ "${DRY:-0}" = 1 ]; then
   X="--device cpu --quick"; H=$R/t/packs/cpu; M="tiny"; TO=200
   # the tiny model has no shipped fp8 pack: its attention tables, then its fp8 token ops (as fp8_static.sh)
   timeout 60 python3 $P ops --model tiny --stages "attn_decode,attn_prefill" $X --out $R/bf > $R/bf.log 2>&1
-  timeout 150 python3 $P ops --model tiny --weights fp8 --attention-from $R/bf/packs/cpu --stages "token ops" \
-    --deadline-epoch $(( $(date +%s) + 100 )) $X --out $R/t > $R/t.log 2>&1
+  timeout 150 python3 $P ops --model tiny --weights fp8 --attention-from $R/bf/packs/cpu --stages "token ops" --deadline-epoch $((T0+160)) $X --out $R/t > $R/t.log 2>&1
 fi
 st() { echo "$1 rc=$2 t=$(( $(date +%s)-T0 ))s" | tee -a $R/progress; }
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.draw --format=csv,noheader > $R/smi_start.txt 2>&1

@@ -20,8 +20,7 @@ for PK in $PKS; do
   PYTHONPATH=$PWD $PY -m servesim.cli calibrate validate --gpu $G --model $PK > $W/before_$PK.txt 2>&1 || true
   cp $H/$PK.csv $H/$PK.yaml $C/
 done
-$PY calibration/profile_gpu.py combine --out $W/c --overheads-from $W/m/o2,$W/m/o3 \
-  --note "overhead forwards of two more processes (calibration/device_runs/fp8_overheads.sh, 2026-12-06): median of 3 processes, as the other packs; overhead_eager rows then set again to the bf16 pack's (overhead_eager_source)"
+$PY calibration/profile_gpu.py combine --out $W/c --overheads-from $W/m/o2,$W/m/o3 --note "overhead forwards of two more processes (calibration/device_runs/fp8_overheads.sh, 2026-12-06): median of 3 processes, as the other packs; overhead_eager rows then set again to the bf16 pack's (overhead_eager_source)"
 for PK in $PKS; do
   cp $C/$PK.csv $C/$PK.yaml $H/
   PYTHONPATH=$PWD $PY - "$H/$PK.csv" "$H/${PK%-fp8}.csv" "$G" <<'PYEOF'
