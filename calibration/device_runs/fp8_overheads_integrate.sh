@@ -23,29 +23,8 @@ done
 $PY calibration/profile_gpu.py combine --out $W/c --overheads-from $W/m/o2,$W/m/o3 --note "overhead forwards of two more processes (calibration/device_runs/fp8_overheads.sh, 2026-12-06): median of 3 processes, as the other packs; overhead_eager rows then set again to the bf16 pack's (overhead_eager_source)"
 for PK in $PKS; do
   cp $C/$PK.csv $C/$PK.yaml $H/
-  PYTHONPATH=$PWD $PY - "$H/$PK.csv" "$H/${PK%-fp8}.csv" "$G" <<'PYEOF'
-import sys
-from pathlib import Path
-
-import yaml
-sys.path.insert(0, "calibration")
-from profiler.writers import read_rows, write_rows  # noqa: E402
-
-from servesim.perf.efficiency import pack_efficiency  # noqa: E402
-from servesim.perf.pack import load_pack  # noqa: E402
-
-new, bf, gpu = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-rows = [r for r in read_rows(new) if r[0] != "overhead_eager"] + [r for r in read_rows(bf) if r[0] == "overhead_eager"]
-rows = sorted(rows, key=lambda r: (r[0], int(r[2]), int(r[1]), int(r[3]), int(r[4])))
-write_rows(new, rows)
-meta = yaml.safe_load(new.with_suffix(".yaml").read_text())
-meta["rows"] = len(rows)
-new.with_suffix(".yaml").write_text(yaml.safe_dump(meta, sort_keys=False, width=100, default_flow_style=None))
-pack = load_pack(gpu, new.stem, 1)
-meta["efficiency"] = pack_efficiency(pack)
-new.with_suffix(".yaml").write_text(yaml.safe_dump(meta, sort_keys=False, width=100, default_flow_style=None))
-print(new.name, "overhead rows: median of", meta["overhead"]["combined"]["processes"], "processes; overhead_eager from", bf.name)
-PYEOF
+  PYTHONPATH=$PWD $PY calibration/device_runs/fp8_pack_fixups.py bf16-eager "$H/$PK.csv" "$H/${PK%-fp8}.csv" "$G" --no-record
+  PYTHONPATH=$PWD $PY calibration/device_runs/fp8_pack_fixups.py efficiency "$G" "$PK"
   PYTHONPATH=$PWD $PY -m servesim.cli calibrate validate --gpu $G --model $PK > $W/after_$PK.txt 2>&1 || true
   echo "== $G/$PK before / after"; grep -E "graph +all|eager +all" $W/before_$PK.txt $W/after_$PK.txt || echo "  (no validation forwards of $PK on $G)"
 done
