@@ -5,9 +5,10 @@
 # 100 / 2,048 (calibration/VALIDATION.md, "Call 35"); the packs reproduce the first, so they
 # over-predict batch-1 decodes (the two H200 FP8 files' 15.5 / 18.5 % max).
 # One process, the stages interleaved with --then so that neither the process nor the GPU's state
-# differs between them: overhead (batches 1, 8) -> iterations (the first 3 validation compositions:
-# 1 x 17 prefill, 1 x 100 and 1 x 2,048 decodes) -> overhead -> iterations, for the fp8 pack and
-# then its bf16 twin. If the two stages still disagree side by side, the cause is in their code
+# differs between them: overhead (batches 1, 8) -> iterations of validation compositions 0 and 40
+# (1 x 17 prefill, 1 x 100 decode) -> of 0 and 41 (1 x 2,048 decode) -> overhead -> the same
+# iterations -> overhead, for the fp8 pack and then its bf16 twin. (Call 36 ran the first three
+# compositions instead, all prefills: the overhead forward alone moved 6.42 -> 7.07 ms.) If the two stages still disagree side by side, the cause is in their code
 # paths (mode_ops.overhead_rows against mode_iterations.cmd_iterations); if they agree, it is the
 # order within a call. Results: $OUT/stage_gap.tar.gz (logs with every forward's time, the written
 # rows). Ends inside 4 minutes.
@@ -27,10 +28,11 @@ st() { echo "$1 rc=$2 t=$(( $(date +%s)-T0 ))s" | tee -a $R/progress; }
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.draw --format=csv,noheader > $R/smi_start.txt 2>&1
 for W in fp8 bf16; do
   O="ops --model $M --tp 1 --stages overhead --calib-batches $CB --tables-from $H --weights $W $X"
-  I="iterations --model $M --weights $W --backends-from $H --max-compositions 3 --eager-every 1000 $X"
-  timeout $TO python3 $P $O --out $R/$W/o1 --then $I --out $R/$W/i1 --then $O --out $R/$W/o2 --then $I --out $R/$W/i2 \
-    > $R/$W.log 2>&1; st "$W" $?
+  I="iterations --model $M --weights $W --backends-from $H --max-compositions 2 --eager-every 1000 $X"
+  timeout $TO python3 $P $O --out $R/$W/o1 --then $I --every 40 --out $R/$W/i1 --then $I --every 41 --out $R/$W/j1 \
+    --then $O --out $R/$W/o2 --then $I --every 40 --out $R/$W/i2 --then $I --every 41 --out $R/$W/j2 \
+    --then $O --out $R/$W/o3 > $R/$W.log 2>&1; st "$W" $?
 done
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.draw --format=csv,noheader > $R/smi_end.txt 2>&1
-grep -hE "overhead_cuda_graph batch=|\[[0-9]/3\]" $R/fp8.log $R/bf16.log; cat $R/progress
+grep -hE "overhead_cuda_graph batch=|\[[0-9]/2\]" $R/fp8.log $R/bf16.log; cat $R/progress
 cd /tmp/sg && tar czf $OUT/stage_gap.tar.gz m; ls -la $OUT; echo "total $(( $(date +%s)-T0 ))s"
