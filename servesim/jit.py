@@ -63,6 +63,7 @@ KERNEL_MODULES = (
     "engine/inbox.py",
     "engine/kernel.py",
     "engine/load_kernels.py",
+    "engine/slots.py",
     "engine/fleet_loop.py",
 )
 _PKG = Path(__file__).resolve().parent

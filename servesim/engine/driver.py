@@ -196,17 +196,8 @@ class Engine:
             self._advance = lambda until: adv(cfg, kst, kkv, tab, until)
             self._route = self._work = None
         elif compiled:  # one pointer per call (kernel.EngineRef)
-            ref = K.make_engine_ref(K.shared_conf(cfg, tab), kst, kkv)
-            adv = entry_point(K.advance_ref, ref, 0.0)
-            route = entry_point(K.route_in_ref, ref, 0)
-            work = entry_point(K.outstanding_work_ref, ref, 0.0)
-            self._advance = lambda until: adv(ref, until)
-            self._route = lambda rid: route(ref, rid)
-            if cfg.report_ended:  # (a fleet's closed loops: engine/cluster.py routes some after the plans)
-                after = entry_point(K.route_in_after_plans_ref, ref, 0)
-                self._route_after = lambda rid: after(ref, rid)
-            self._work = lambda t: work(ref, t)
-            self._ref = ref
+            self._conf = K.shared_conf(cfg, tab)
+            self._bind(st, kst)
         else:
             route, work = pure(K.route_in), pure(K.outstanding_work, overrides)
             self._advance = lambda until: kernel(cfg, kst, kkv, tab, until)
@@ -215,7 +206,29 @@ class Engine:
             self._route_after = lambda rid: after_plans(cfg, kst, rid)
             self._work = lambda t: work(cfg, kst, t)
         self.in_next = st.in_next
+        self.table_arrival = st.arrival  # the request table's arrival column (request ids)
         self.routed = 0
+
+    def _bind(self, st, kst=None) -> None:
+        """(Compiled, not direct) the kernel's view of ``st`` and the EngineRef over it; again when
+        ``st`` is replaced by per-replica request slots (engine/slots.py)."""
+        cfg = self.cfg
+        self.st = st
+        self.kst = kst = K.borrowed_state(st) if kst is None else kst
+        ref = K.make_engine_ref(self._conf, kst, self.kkv)
+        adv = entry_point(K.advance_ref, ref, 0.0)
+        route = entry_point(K.route_in_ref, ref, 0)
+        work = entry_point(K.outstanding_work_ref, ref, 0.0)
+        self._advance = lambda until: adv(ref, until)
+        self._route = lambda rid: route(ref, rid)
+        if cfg.report_ended:  # (a fleet's closed loops: engine/cluster.py routes some after the plans)
+            after = entry_point(K.route_in_after_plans_ref, ref, 0)
+            self._route_after = lambda rid: after(ref, rid)
+        self._work = lambda t: work(ref, t)
+        self._ref = ref
+        self.in_next = st.in_next
+
+    slots = None  # per-replica request slots (engine/slots.py Slots), once the fleet gives them
 
     def advance(self, until: float) -> int:
         """Run up to ``until`` (engine/kernel.py ``advance``); returns its code."""
@@ -232,9 +245,12 @@ class Engine:
     def route_in(self, rid: int, after_plans: bool = False) -> None:
         """Send ``rid`` here; ``after_plans``: it was sent after every engine with a boundary at
         its arrival planned there (kernel ``route_in_after_plans``; a fleet's closed loops)."""
-        (self._route_after if after_plans else self._route)(rid)
+        if self.slots is not None:  # (its own slot first: engine/slots.py)
+            self.slots.route_in(self, rid)
+        else:
+            (self._route_after if after_plans else self._route)(rid)
         self.routed += 1
-        self.recorder.note_arrivals(self.st.arrival[rid])  # waits during a step count (metrics/collect.py)
+        self.recorder.note_arrivals(self.table_arrival[rid])  # waits during a step count (metrics/collect.py)
 
     def append_inbox(self, ids: np.ndarray) -> None:
         """Send ``ids`` (in arrival order) to an engine that has not started: its inbox list."""
@@ -321,7 +337,8 @@ class Engine:
         new = int(st.b_new[:nb][st.b_ids[:nb] == r].sum())
         bs = int(self.kstate.block_size)
         blocks = int(pure(kvk.held_of)(self.kstate, r))
-        return (f"request {r} computes up to token {int(st.computed[r]) + new} ({int(st.computed[r])} computed + "
+        rid = int(st.gid[r]) if len(st.gid) else r  # (a slot: engine/slots.py)
+        return (f"request {rid} computes up to token {int(st.computed[r]) + new} ({int(st.computed[r])} computed + "
                 f"{new} this step) but holds {blocks * bs} KV slots ({blocks} blocks of {bs}): the policy "
                 f"admitted it past the KV pool (a policy bug; sim.check_invariants)")
 
@@ -338,6 +355,8 @@ class Engine:
             s.rows = 0
 
     def _finish(self) -> None:
+        if self.slots is not None:  # the results into the request table
+            self.slots.scatter(self)
         s = self.st.s
         rec = self.recorder
         rec.itl_from = float(s.itl_from)

@@ -52,6 +52,7 @@ class CompiledLoop:
         engine, shut the inbox, the warm-up request, progress and Ctrl-C every 8,192 calls)."""
         from servesim.engine import fleet_loop as FL
         from servesim.engine import load_kernels as LK
+        from servesim.engine import slots as SL
         from servesim.engine.router import LeastTokens
 
         engines, inbox, loads, router = self.engines, self.inbox, self.loads, self.router
@@ -67,6 +68,8 @@ class CompiledLoop:
         ints[FL.I_WARMUP] = self.warmup_id
         ints[FL.I_D] = router.sample
         ints[FL.I_KIND] = LK.TOK if type(router) is LeastTokens else LK.REQ
+        ints[FL.I_SLOTS] = SL.give_fleet(self)  # (each engine's requests in slots of its own: engine/slots.py)
+        ints[FL.I_CHOSEN] = -1
         fl = np.zeros(2)
         due = np.zeros(max(self.table.n, 1), dtype=np.int64)
         rids = np.zeros(1 << 16, dtype=np.int64)
@@ -151,6 +154,10 @@ class CompiledLoop:
                 if ints[FL.I_CODE] == K.ERROR:
                     sync_router()
                     eng.raise_error()
+            elif why == FL.X_GROW:
+                e = int(ints[FL.I_E])
+                SL.grow(engines[e])
+                SL.set_ref(self._refs, e, engines[e]._ref)
             elif why == FL.X_DRAWS:
                 p, n = int(ints[FL.I_DRAW_I]), int(ints[FL.I_DRAW_N])
                 new = router._rng.integers(0, router.n, router._block).tolist()
@@ -178,7 +185,7 @@ class CompiledLoop:
                                    "route, yet the run has not ended (a bug)")
             elif why == FL.X_CALLS and self.progress is not None:
                 self.progress(sum(x.s.get_i("ended") for x in engines))
-            if why != FL.X_RIDS and self._interrupt_now():
+            if why != FL.X_RIDS and why != FL.X_GROW and self._interrupt_now():
                 note_routed()
                 sync_router()
                 return

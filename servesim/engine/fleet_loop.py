@@ -31,12 +31,14 @@ from servesim.engine.load_kernels import (
     routed_tokens,
     tree_least_from,
 )
+from servesim.engine.slots import take_slot
 from servesim.jit import kernel
 
-X_DONE, X_ENGINE, X_DRAWS, X_LATE, X_NOARRIVAL, X_WARMUP, X_CALLS, X_RIDS, X_STALL = 0, 1, 2, 3, 4, 5, 6, 7, 8
+X_DONE, X_ENGINE, X_DRAWS, X_LATE, X_NOARRIVAL, X_WARMUP, X_CALLS, X_RIDS, X_STALL, X_GROW = range(10)
 (I_EH, I_DONE, I_PTR, I_DRAW_I, I_DRAW_N, I_CALLS, I_RIDS, I_DUE_I, I_DUE_N, I_LATE, I_E, I_CODE, I_SAMPLED,
- I_SHUT, I_WARMUP, I_D, I_KIND, I_PHASE) = range(18)
-N_INTS = 18
+ I_SHUT, I_WARMUP, I_D, I_KIND, I_PHASE, I_SLOTS, I_CHOSEN) = range(20)
+N_INTS = 20  # (I_SLOTS: the engines keep their requests in slots, engine/slots.py; I_CHOSEN: the
+# replica chosen for the arrival being routed when the loop returned X_GROW, else -1)
 ROUTING, ROUTED = 1, 2  # ints[I_PHASE]: a batch of arrivals being routed; routed (what follows it)
 CALLS_EVERY = 8192  # engine calls between returns (the progress callback, a held Ctrl-C)
 
@@ -101,19 +103,30 @@ def fleet_run(ref, icfg, ist, key, done, eh, ehpos, ints, fl, due, draws, rids, 
         if ints[I_PHASE] == ROUTING:  # the batch of arrivals at fl[1], in (time, id) order
             t = fl[1]
             while ints[I_DUE_I] < ints[I_DUE_N]:
-                if ints[I_D] > 0 and ints[I_DRAW_N] - ints[I_DRAW_I] < ints[I_D]:
-                    return X_DRAWS
-                if ints[I_RIDS] >= rids.shape[0]:
-                    return X_RIDS
                 rid = due[ints[I_DUE_I]]
-                ints[I_DUE_I] += 1
-                r = _choose(ref, ints, draws, t)
+                r = ints[I_CHOSEN]
+                if r < 0:
+                    if ints[I_D] > 0 and ints[I_DRAW_N] - ints[I_DRAW_I] < ints[I_D]:
+                        return X_DRAWS
+                    if ints[I_RIDS] >= rids.shape[0]:
+                        return X_RIDS
+                    r = _choose(ref, ints, draws, t)
                 e = ref.first[r]
                 x = refs[e]
-                route_in_ref(x, rid)
+                slot = rid
+                if ints[I_SLOTS]:
+                    st = x.state
+                    if st.s.n_local >= st.gid.shape[0]:  # full: Python doubles its slots, and we resume here
+                        ints[I_CHOSEN] = r
+                        ints[I_E] = e
+                        return X_GROW
+                    slot = take_slot(st, rid, ist.arrival, ist.prompt, ist.output, ist.klass)
+                ints[I_CHOSEN] = -1
+                ints[I_DUE_I] += 1
+                route_in_ref(x, slot)
                 ref.routed[e] += 1
                 if ints[I_D] == 0 and ints[I_KIND] == TOK and not done[e]:
-                    routed_tokens(ref, r, e, rid)  # (the tree was read at t: its value grows by the request's)
+                    routed_tokens(ref, r, e, slot)  # (the tree was read at t: its value grows by the request's)
                 else:
                     mark_replica(ref, r)
                 replica_of[rid] = r

@@ -109,6 +109,7 @@ SCALARS = np.dtype([
                             # blocks), so that the least-tokens router's read of a replica
                             # (engine/inbox.py outstanding_work) walks only its running set, not
                             # every queue (issue 30); sim.check_invariants holds it to the walk
+    ("n_local", "i8"),      # per-replica request slots (engine/slots.py): the slots taken so far
 ])
 
 
@@ -205,6 +206,7 @@ class ReplicaState(NamedTuple):
     itl_v: np.ndarray
     itl_w: np.ndarray
     in_next: np.ndarray  # routed inbox / ended list links, per request (shared by a fleet)
+    gid: np.ndarray  # per-replica request slots (engine/slots.py): each slot's request id; empty: none
 
 
 # ------------------------------------------------------------------------------ transitions
@@ -397,7 +399,7 @@ def new_state(table, *, s, run_cap: int, object_kv: bool, heap_cap: int, think: 
         rb_start=np.zeros(step_buffer), rb_end=np.zeros(step_buffer),
         rb_vals=np.zeros((NUM_SIGNALS, step_buffer)), rb_itlw=np.zeros(step_buffer, dtype=np.int64),
         itl_v=np.zeros(itl_cap + 2 * cap), itl_w=np.zeros(itl_cap + 2 * cap, dtype=np.int64),
-        in_next=per.in_next,
+        in_next=per.in_next, gid=np.zeros(0, dtype=np.int64),
     )
 
 
