@@ -96,7 +96,7 @@ def give_fleet(fleet) -> bool:
     if not applies(fleet):
         return False
     share = -(-fleet.table.n // len(fleet.engines))
-    cap = min(fleet.table.n, share + share // 8 + MARGIN)
+    cap = max(1, min(fleet.table.n, share + share // 8 + MARGIN))
     for e, eng in enumerate(fleet.engines):
         eng.slots = Slots(eng.st)
         give(eng, cap)
@@ -120,7 +120,7 @@ def give(eng, cap: int) -> None:
 
 def grow(eng) -> None:
     """Twice the slots (the loop's ``X_GROW``, or Python's routing to a full engine)."""
-    give(eng, 2 * len(eng.st.gid))
+    give(eng, max(1, 2 * len(eng.st.gid)))
 
 
 class Slots:
