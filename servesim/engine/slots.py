@@ -16,6 +16,10 @@ kernels are unchanged -- an engine's request ids are its slots, and ``st.gid[slo
 id in the table. A slot takes the request's inputs (arrival, prompt, output, class) when it is
 routed (:func:`take_slot`); the engine's results go back into the request table when the engine
 finishes (:meth:`Slots.scatter`, from ``Engine._finish``), before anything reads the table.
+The engine's KV pool indexes the blocks each request holds (``held``, kv/pool.py) by slot
+directly too: past ``HASH_MIN`` requests a pool keeps them in an open-addressing map keyed by
+request id (a probe of ``hkeys``, then ``held``: two scattered lines a batched request), sized
+for a run's request ids; with slots it is an array of the slots' length, grown with them.
 Slots are not reused: an engine's slots are the requests it was sent, so they keep the order of
 the request ids (the routed order is (time, id) order), and every policy that compares ids
 decides as on the table. The arrays start at the engine's share of the run plus a margin and
@@ -25,7 +29,7 @@ arrays twice the size (:func:`give`) and the engine's EngineRef is made again ov
 Where it applies (:func:`applies`): the compiled routed loop over compiled engines (one pointer a
 call), before any request is routed, no warm-up request (an engine compares its pulls with that
 request's id), no prefix cache or tier fetches (their structures are keyed by request id), no
-closed loop. Results are those of the table-indexed engines, bit for bit
+closed loop, no static pool (its per-request reservations are indexed by request id). Results are those of the table-indexed engines, bit for bit
 (tests/test_fleet_scale.py compares the compiled loop with the Python loop, which keeps the
 table's ids).
 """
@@ -36,6 +40,7 @@ import numpy as np
 
 from servesim.engine.inbox import route_in
 from servesim.jit import kernel
+from servesim.kv.pool import compiled_kv
 
 ENABLED = True  # False: engines index the request table even in the compiled loop (tests compare)
 
@@ -86,7 +91,8 @@ def applies(fleet) -> bool:
         st = eng.st
         if (eng.path != "compiled" or getattr(eng, "_ref", None) is None or eng.slots is not None or eng.routed
                 or len(st.gid) or len(st.fetch_at) or eng.cfg.report_ended or eng.cfg.warmup_id >= 0
-                or getattr(eng.kstate, "prefix", 1) or st.arrival is not table_arrival):
+                or getattr(eng.kstate, "prefix", 1) or len(getattr(eng.kstate, "reserve", (0,)))
+                or st.arrival is not table_arrival):
             return False
     return True
 
@@ -115,6 +121,15 @@ def give(eng, cap: int) -> None:
         a = np.full((cap,) + old.shape[1:], fill, dtype=old.dtype)
         a[:n] = old[:n]
         new[f] = a
+    kv = eng.kstate  # its ``held`` by slot, directly (no request holds blocks when slots are first given)
+    held = np.zeros(cap, dtype=kv.held.dtype)
+    if len(kv.hkeys) == 0:
+        held[:n] = kv.held[:n]
+    eng.kstate = kv._replace(held=held, hkeys=np.zeros(0, dtype=kv.hkeys.dtype),
+                             hstate=np.zeros(0, dtype=kv.hstate.dtype))
+    if eng.kv is kv:
+        eng.kv = eng.kstate
+    eng.kkv = compiled_kv(eng.kstate)
     eng._bind(st._replace(**new))
 
 
