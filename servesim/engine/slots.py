@@ -4,10 +4,9 @@ running requests are neighbours in memory.
 Why: an engine call reads and writes its batch's per-request columns (``computed``, ``output``,
 ``num_output``, ``t_last``, ``prompt``, ``status``, ``blocked`` ...). Indexed by request id over
 the fleet's one request table, a replica's running requests are ~N ids apart in an N-replica
-fleet -- a cache line each, per column -- and 1,024 replicas x ~40 running requests x several
-columns pass the L3 cache at 1M requests, where a lone replica's running requests are
-neighbours in id (benchmarks/RESULTS.md, issue 30: each engine call cost ~1/3 more at 1M than at
-200,000 requests, the same work).
+fleet -- a cache line each, per column, cold by the engine's next call -- where a lone replica's
+running requests are neighbours in id (benchmarks/RESULTS.md, issue 30). With slots a
+1,024-replica fleet of 1M requests runs 6-8 % faster (same results; 2026-12-06 section there).
 
 So the compiled routed loop (engine/fleet_loop.py) gives each engine its own per-request arrays
 (the ``ReplicaState`` columns that are per request, sched/state.py) and each request routed there
@@ -29,8 +28,9 @@ arrays twice the size (:func:`give`) and the engine's EngineRef is made again ov
 Where it applies (:func:`applies`): the compiled routed loop over compiled engines (one pointer a
 call), before any request is routed, no warm-up request (an engine compares its pulls with that
 request's id), no prefix cache or tier fetches (their structures are keyed by request id), no
-closed loop, no static pool (its per-request reservations are indexed by request id). Results are those of the table-indexed engines, bit for bit
-(tests/test_fleet_scale.py compares the compiled loop with the Python loop, which keeps the
+closed loop, no static pool (its per-request reservations are indexed by request id). Results
+are those of the table-indexed engines, bit for bit (tests/test_fleet_scale.py and
+tests/test_fleet_slots.py compare the compiled loop with the Python loop, which keeps the
 table's ids).
 """
 
