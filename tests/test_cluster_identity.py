@@ -1,4 +1,4 @@
-"""A fleet is the lone replica, routed: exactness of the fleet loop (servesim/engine/cluster.py).
+"""A fleet is the lone replica, routed: exactness of the fleet loop (servesim/engine/cluster.py, fleet_events.py).
 
 1. A fleet of one replica (``cluster.groups: [{replicas: 1}]``) routed request by request
    (``fleet_build.SOLO = False``; a fleet of one otherwise keeps its arrivals in its engine's own

@@ -181,7 +181,7 @@ def test_lower_class_preemption_sizes_victims_by_what_they_hold(allocator):
 # routed to replica 0, whose own step also ends at 0.03. Single stepping: replica 1 is advanced
 # through 0.03 first (its keys fall that way), so r4 is routed before replica 0 plans at 0.03 and
 # is admitted (first token 0.04, one preemption). Fast path: both decode runs end at 0.03, the tie
-# goes to replica 0 (lower index), the fleet loop (engine/cluster.py _run_events) bounds it by the
+# goes to replica 0 (lower index), the fleet loop (engine/fleet_events.py _run_events) bounds it by the
 # other engine's event *inclusively* (bound = k2), so replica 0 commits at 0.03 and then plans at
 # 0.03 before replica 1 has committed its end there: r4 waits to 0.05 (first token 0.06). The fix:
 # at a time where several engines have events, every engine commits (and sends its successors)

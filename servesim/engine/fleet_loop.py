@@ -1,4 +1,4 @@
-"""The routed loop, compiled: engine/cluster.py ``Fleet._run_events`` for an open loop behind
+"""The routed loop, compiled: engine/fleet_events.py ``Fleet._run_events`` for an open loop behind
 least-tokens or least-requests (exact or sampled), one engine a replica, nothing else on the clock: the same steps in the
 same order, with a return to Python only where Python must act (``X_*`` below). Its state
 lives in arrays the fleet keeps between calls: ``key`` (each engine's next event), ``done``,

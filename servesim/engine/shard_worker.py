@@ -132,7 +132,7 @@ class ShardWorker:
 
     def _engine_for(self, rid: int, group: list) -> int:
         """A pipeline replica's virtual engine for ``rid``: the fewest unfinished requests at its
-        arrival (vLLM's rule; engine/cluster.py ``_route``): its engines first commit what ends
+        arrival (vLLM's rule; engine/fleet_events.py ``_route``): its engines first commit what ends
         before the arrival, as the fleet loop has when it routes."""
         if len(group) == 1:
             return group[0]
@@ -162,7 +162,7 @@ class ShardWorker:
     def _window(self, rids, reps, h, shut_at, warm):
         engines, lo, groups = self.engines, self.lo, self.groups
         w_rid = -1
-        if warm is not None:  # inter-token gaps count from its arrival on (engine/cluster.py _route)
+        if warm is not None:  # inter-token gaps count from its arrival on (engine/fleet_events.py _route)
             w_rid, t_w, r_w = warm
             for r, g in enumerate(groups):  # (the warm replica's other engines: once it is routed)
                 if r + lo != r_w:
@@ -180,7 +180,7 @@ class ShardWorker:
                 eng.route_in(rid)
                 self.routed[i] += 1
                 touched.add(i)
-                if eng.s.get_i("inflight"):  # its next event, as engine/cluster.py _route keys it
+                if eng.s.get_i("inflight"):  # its next event, as engine/fleet_events.py _route keys it
                     self.key[i] = eng.s.get_f("t_end")  # (route_in may have cut its decode run)
                 elif eng.s.get_i("idle"):
                     self.key[i] = min(self.key[i], float(self.table.arrival[rid]))
