@@ -246,6 +246,8 @@ class Engine:
         """Send ``rid`` here; ``after_plans``: it was sent after every engine with a boundary at
         its arrival planned there (kernel ``route_in_after_plans``; a fleet's closed loops)."""
         if self.slots is not None:  # (its own slot first: engine/slots.py)
+            # slots are never given with closed loops (slots.applies), the only sender after plans
+            assert not after_plans, "a request sent after the plans to an engine with request slots"
             self.slots.route_in(self, rid)
         else:
             (self._route_after if after_plans else self._route)(rid)
