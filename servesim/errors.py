@@ -37,6 +37,12 @@ class ReportError(ServesimError):
     unreadable, or a chart option names something the results do not hold."""
 
 
+class NoProgress(ServesimError):
+    """The run cannot make progress with this configuration (a request preempted over and over:
+    the KV pool cannot keep it running beside what the others hold). One line naming the request,
+    the pool and the knobs that give it room, instead of a run that never ends."""
+
+
 class PolicyBug(ServesimError, AssertionError):
     """An invariant the engine checks (``sim.check_invariants``) broken by the policy's decisions,
     such as admitting a request past the KV pool: one line from the CLI, not a traceback, since a

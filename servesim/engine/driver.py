@@ -35,11 +35,11 @@ from typing import Callable
 import numpy as np
 
 from servesim.engine import kernel as K
-from servesim.errors import PolicyBug
+from servesim.errors import NoProgress, PolicyBug
 from servesim.jit import pure
 from servesim.kv import kernels as kvk
 from servesim.perf import kernels as pk
-from servesim.sched.state import SCALARS, ScalarsMirror
+from servesim.sched.state import E_LIVELOCK, SCALARS, ScalarsMirror
 
 PY_RETURN_EVERY = 1 << 8  # the Python engine's segments between returns (Ctrl-C latency)
 ERRORS = {
@@ -326,10 +326,24 @@ class Engine:
             raise AssertionError(msg)
         if err == K.E_SLOTS:
             raise PolicyBug(self._slots_message(int(st.s.error_arg)))
+        if err == E_LIVELOCK:
+            raise NoProgress(self._livelock_message(int(st.s.error_arg)))
         msg = ERRORS.get(err, f"engine error {err}").format(arg=int(st.s.error_arg))
         if err in (K.E_STALL, K.E_HORIZON):
             raise RuntimeError(msg)
         raise AssertionError(msg)
+
+    def _livelock_message(self, r: int) -> str:
+        """E_LIVELOCK in one line: who, when, the pool, and the knobs that give it room."""
+        st = self.st
+        rid = int(st.gid[r]) if len(st.gid) else r  # (a slot: engine/slots.py)
+        pool = self.kv_object if self.kv_object is not None else self.kstate
+        blocks, bs = int(getattr(pool, "num_blocks", -1)), int(getattr(pool, "block_size", -1))
+        return (f"no progress: request {rid} was preempted {int(st.preempt[r]):,} times by t = {float(st.s.now):.3f} s "
+                f"(it needs {int(st.prompt[r]) + int(st.num_output[r]):,} tokens of KV, computed again after each "
+                f"preemption; the pool holds {blocks:,} blocks of {bs} tokens): the KV pool cannot keep it running "
+                f"beside the other requests. Give it room: engine.num_gpu_blocks_override or "
+                f"engine.gpu_memory_utilization higher, or engine.max_num_seqs / engine.max_model_len lower")
 
     def _slots_message(self, r: int) -> str:
         """E_SLOTS in one line: the request, the tokens it computes up to (what it computed plus

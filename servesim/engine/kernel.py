@@ -426,6 +426,8 @@ def advance(cfg, st, kv, tab, until):
                     pull_arrivals(cfg, st, now)
                 return DONE
             schedule(cfg, st, kv, now)
+            if st.s.error:  # (a request preempted past MAX_PREEMPTIONS: a livelock)
+                return ERROR
             set_causes(st, now)
             if cfg.check:
                 code = check_batch(cfg, st, kv)

@@ -225,9 +225,15 @@ def victim(cfg, st, rid):
 @kernel(inline=True)
 def allocate_or_preempt(cfg, st, kv, rid, n, now):
     """Allocate ``n`` tokens for running ``rid``, preempting victims while the pool is short.
-    False if ``rid`` itself became the victim. (Inlined: it runs once per running request per
+    False if ``rid`` itself became the victim. Before any running request is preempted, waiting
+    requests that hold blocks from a landed tier fetch give them back (their KV stays in the prefix
+    cache): else a running request that cannot grow beside them is preempted, readmitted at the
+    front with a first chunk that fits, and preempted again at its next chunk -- a livelock, while
+    the holders never reach the head. (Inlined: it runs once per running request per
     iteration, and each kernel call that takes ``kv`` pays a reference-count update per array.)"""
     while not kv_allocate(kv, st.computed, rid, n):
+        if st.s.held_waiting and reclaim_waiting_holders(cfg, st, kv, np.int64(-1)):
+            continue  # blocks that waiting requests only hold come back first
         v = victim(cfg, st, rid)
         preempt(cfg, st, kv, v, now)
         if v == rid:
@@ -407,6 +413,7 @@ def land_fetches(cfg, st, now):
         if st.preempt[rid] == 0:
             resume_wait(st, rid, now, C_TIER)
         requeue(cfg, st, rid)
+        st.s.held_waiting += 1  # (it waits holding the blocks its fetch filled)
 
 
 @kernel(inline=True)
@@ -427,17 +434,32 @@ def release_idle_holders(cfg, st, kv, head_rid):
     KV stays in the prefix cache; they look it up again when their turn comes). True if any."""
     if st.s.run_len or st.s.b_len:
         return False  # running requests will free blocks
+    return reclaim_waiting_holders(cfg, st, kv, head_rid)
+
+
+@kernel
+def reclaim_waiting_holders(cfg, st, kv, keep_rid):
+    """Free the blocks that waiting requests hold (but ``keep_rid``'s, and those of fetches still
+    under way), newest first. Their KV stays in the prefix cache, so a holder whose blocks were not
+    reused finds it again when its turn comes. True if any block came back. Leaves
+    ``st.s.held_waiting`` at the holders kept (landed fetches add to it), so that callers on hot
+    paths walk the queues only while someone may hold blocks."""
     ids = np.empty(cfg.n, dtype=np.int64)
     m = waiting_ids(cfg, st, ids)
     released = False
+    kept = 0
     for j in range(m - 1, -1, -1):  # newest first
         rid = ids[j]
-        if rid != head_rid and kv_holds(kv, rid) and not st.swapped[rid] and not (
-                st.s.n_fetching and not np.isnan(st.fetch_at[rid])):
-            kv_free(kv, rid)
-            st.s.q_work += np.int64(st.computed[rid])  # (it waits in a queue: its work grows)
-            st.computed[rid] = 0
-            released = True
+        if not kv_holds(kv, rid) or st.swapped[rid] or (st.s.n_fetching and not np.isnan(st.fetch_at[rid])):
+            continue
+        if rid == keep_rid:
+            kept += 1
+            continue
+        kv_free(kv, rid)
+        st.s.q_work += np.int64(st.computed[rid])  # (it waits in a queue: its work grows)
+        st.computed[rid] = 0
+        released = True
+    st.s.held_waiting = kept
     return released
 
 

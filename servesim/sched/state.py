@@ -55,6 +55,12 @@ V_NEWEST, V_LOWEST_CLASS, V_RETRACT = 0, 1, 2  # victim rule
 # Typed constants for kernel calls: a literal argument (``f(x, 1)``, ``f(x, False)``) makes numba
 # compile a specialization of ``f`` for that literal, on top of the int64/bool one.
 ONE, ZERO = np.int64(1), np.int64(0)
+
+# A request preempted this many times ends the run with E_LIVELOCK (engine/driver.py says why):
+# no configuration that makes progress comes near it (a preemption recomputes or swaps the whole
+# request), and the request table counts preemptions in int16.
+MAX_PREEMPTIONS = 10_000
+E_LIVELOCK = 9  # (engine/kernel.py numbers the other engine errors)
 YES, NO = np.bool_(True), np.bool_(False)
 
 SCALARS = np.dtype([
@@ -110,6 +116,8 @@ SCALARS = np.dtype([
                             # (engine/inbox.py outstanding_work) walks only its running set, not
                             # every queue (issue 30); sim.check_invariants holds it to the walk
     ("n_local", "i8"),      # per-replica request slots (engine/slots.py): the slots taken so far
+    ("held_waiting", "i8"),  # at least the waiting requests holding KV blocks from a landed tier
+                             # fetch (0: none; sched/parts.py reclaim_waiting_holders keeps it)
 ])
 
 
@@ -310,6 +318,9 @@ def mark_preempted(st, rid, now, swap):
     else:
         st.computed[rid] = 0
     st.preempt[rid] += 1
+    if st.preempt[rid] >= MAX_PREEMPTIONS and st.s.error == 0:
+        st.s.error = E_LIVELOCK
+        st.s.error_arg = rid
     st.status[rid] = WAITING
     st.blocked[rid, C_PREEMPTED] -= now
     run_remove(st, rid)
