@@ -554,6 +554,8 @@ def admit_head(cfg, st, kv, rid, g, now, cap, hybrid):
             return NO_KV
         if over == 0 and kv_allocate(kv, st.computed, rid, size):
             return n
+        if cfg.preempt_lower and st.s.held_waiting and reclaim_waiting_holders(cfg, st, kv, rid):
+            continue  # blocks that waiting requests only hold go before lower classes' running work
         if make_room(cfg, st, kv, rid, g, size, over, now):
             return n
         if over == 0 and release_idle_holders(cfg, st, kv, rid):
