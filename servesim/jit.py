@@ -61,6 +61,8 @@ KERNEL_MODULES = (
     "sched/policies.py",
     "engine/iheap.py",
     "engine/inbox.py",
+    "engine/delivery.py",
+    "engine/kernel_checks.py",
     "engine/kernel.py",
     "engine/load_kernels.py",
     "engine/slots.py",

@@ -70,7 +70,11 @@ POLICIES: dict[str, PolicySpec] = {
         options={"swap_space_gib": SWAP_SPACE,
                  "mix": ("running_first", lambda x: x in VLLM_MIX,
                          "allowed: running_first (vLLM V1, and V0 with chunked prefill), prefill_first "
-                         "(vLLM V0's default with chunked prefill off: no decodes in a step with prefills)")}),
+                         "(vLLM V0's default with chunked prefill off: no decodes in a step with prefills)"),
+                 "async_output": (False, lambda x: isinstance(x, bool),
+                                  "true or false: vLLM 0.6's asynchronous output processing (an iteration's "
+                                  "tokens reach the clients when the engine's next call returns; "
+                                  "docs/schedulers.md)")}),
     "chunked": PolicySpec(
         "chunked", "chunked prefill, stall-free batching and its ablations (Sarathi-Serve, SGLang)",
         "fifo", "stall_free", "newest", whole_prompt_kv=True, always_chunks=True,

@@ -113,6 +113,11 @@ def test_vllm_arms_are_what_the_v0_rules_decide(name):
     ruled = scenario_from_dict({**raw, "engine": {**engine, "preset": "vllm-v0"}}).engine.model_dump()
     arm = load_scenario(REF / name).engine.model_dump()
     assert ruled.pop("preset") == "vllm-v0" and arm.pop("preset") is None
+    # the preset's asynchronous output processing rule (2026-12-06, docs/schedulers.md) came after
+    # these arms and their recorded results; they do not carry it yet (a closed loop sends its next
+    # request at the engine's finish, not at the lagged delivery: adding it wants a rerun and that
+    # look), so the rule's decision is checked here and left out of the comparison
+    assert ruled["options"].pop("async_output") is True and "async_output" not in arm["options"]
     assert ruled == arm and arm["options"]["mix"] == "prefill_first"
 
 

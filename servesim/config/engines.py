@@ -64,7 +64,31 @@ def _vllm_v0(sc: "Scenario", given: frozenset) -> tuple[dict[str, Any], list[str
         notes.append(f"chunked prefill {'on' if chunked else 'off'}: {why} (vLLM 0.6 vllm/engine/arg_utils.py)")
     _vllm_budget(sc, given, chunked, "0.6", out, notes)
     _vllm_v0_batch_order(sc, chunked, "0.6", out, notes)
+    _vllm_v0_async_output(sc, out, notes)
     return out, notes
+
+
+def _vllm_v0_async_output(sc: "Scenario", out: dict, notes: list) -> None:
+    """vLLM 0.6.0's asynchronous output processing, on by default (vllm/engine/arg_utils.py
+    ``--disable-async-output-proc`` False; vllm/config.py ModelConfig.verify_async_output_proc
+    turns it off with pipeline parallelism or --enforce-eager, i.e. CUDA graphs off): a step's
+    samples become RequestOutputs inside the next step's model call (worker/model_runner.py calls
+    ``async_callback`` after compute_logits; multi-step: worker/multi_step_model_runner.py
+    ``_async_process_outputs``), so each iteration's tokens reach the clients when the engine's
+    next call returns (docs/schedulers.md). vLLM 0.4.2 has no such processor (vllm-v0.4 keeps
+    tokens at their step's end). Only the vllm policy has the option; options the scenario
+    gives keep theirs."""
+    opts = dict(out.get("options") or sc.engine.options or {})
+    if sc.engine.scheduler != "vllm" or "async_output" in (sc.engine.options or {}):
+        return
+    graphs = getattr(sc.step_time, "cuda_graph", True)
+    on = bool(graphs) and sc.pp == 1
+    out["options"] = {**opts, "async_output": on}
+    why = ("CUDA graphs on, no pipeline parallelism" if on else
+           "off: " + ("pipeline parallelism" if sc.pp != 1 else "CUDA graphs off (--enforce-eager)"))
+    notes.append(f"asynchronous output processing {'on' if on else why}: an iteration's tokens reach the "
+                 f"clients when the next engine call returns" + (f" ({why})" if on else "") +
+                 " (vLLM 0.6 vllm/config.py verify_async_output_proc, vllm/engine/llm_engine.py step)")
 
 
 def _vllm_v0_batch_order(sc: "Scenario", chunked: bool, version: str, out: dict, notes: list) -> None:

@@ -56,13 +56,23 @@ from servesim.engine.inbox import (  # noqa: F401 (the fleet driver reaches them
     waiting_work,
     waiting_work_walk,
 )
+from servesim.engine.delivery import deliver_pending, itl_add, pend
+from servesim.engine.kernel_checks import (  # noqa: F401 (the driver reads the codes as kernel.E_*)
+    E_BUDGET,
+    E_EMPTY_NEW,
+    E_HORIZON,
+    E_KV,
+    E_QWORK,
+    E_SEQS,
+    E_SLOTS,
+    E_STALL,
+    check_batch,
+)
 from servesim.jit import bisect_left, kernel, struct_ref
 from servesim.kv.kernels import (
-    kv_check,
     kv_commit_decodes,
     kv_decode_run,
     kv_free,
-    kv_slots_held,
     kv_step_usage,
     kv_used_blocks,
 )
@@ -77,8 +87,6 @@ from servesim.sched.state import ONE, ZERO, ReplicaState, make_state_ref, set_ca
 PER_STEP = np.int64(-1)  # record(): blocks in use from st.used, step by step
 
 DONE, UNTIL, FLUSH, PROGRESS, ERROR, ENDED, HELD = 0, 1, 2, 3, 4, 5, 6  # why advance() returned
-E_KV, E_BUDGET, E_SEQS, E_EMPTY_NEW, E_STALL, E_HORIZON, E_SLOTS, E_QWORK = 1, 2, 3, 4, 5, 6, 7, 8  # invariant failures
-# (the driver explains each)
 PROGRESS_EVERY = 1 << 16  # segments between progress returns
 
 
@@ -105,14 +113,6 @@ def record(st, t0, k, used_now, tokens, prefill, itl_first, itl_rest, waiting):
         st.rb_vals[7, i + j] = prefill if j == 0 else 0
         st.rb_itlw[i + j] = itl_first if j == 0 else itl_rest
     st.s.rows = i + k
-
-
-@kernel(inline=True)
-def itl_add(st, gap, weight):
-    i = st.s.itl_len
-    st.itl_v[i] = gap
-    st.itl_w[i] = weight
-    st.s.itl_len = i + 1
 
 
 @kernel(inline=True)
@@ -203,6 +203,12 @@ def commit_decode_run(cfg, st, kv, k):
     nb = st.s.b_len
     t0 = st.s.now
     burst = st.s.b_steps > 1
+    w0 = 0  # cfg.lag: row weights of the first two steps (deliveries at ends[0] and ends[1])
+    w1 = 0
+    if cfg.lag and st.s.p_len:
+        # a burst's first call returns once launched: the last iteration's tokens leave at its
+        # start; a single step's call returns with its samples: at its end
+        w0 = deliver_pending(st, t0, np.nan) if burst else deliver_pending(st, st.ends[0], t0)
     cpu = cfg.cpu_c + cfg.cpu_p * nb
     st.s.cpu_s += cpu * k - (cfg.cpu_c * (k - 1) if burst else 0.0)
     st.s.extra_s += st.s.extra
@@ -233,16 +239,43 @@ def commit_decode_run(cfg, st, kv, k):
     for i in range(nb):
         r = st.b_ids[i]
         last = st.t_last[r]
+        if cfg.lag:
+            if np.isnan(last):  # (a chunked prefill whose last chunk was one token)
+                n_last_chunk += 1
+            if burst and np.int64(st.computed[r]) >= np.int64(st.prompt[r]) + st.num_output[r]:
+                # it finished before the burst's last step: vLLM 0.6 outputs a request that
+                # finishes inside a burst from within it (llm_engine.py _process_model_outputs,
+                # finished_now); servesim, at the burst's end, as without the lag (below)
+                pass
+            elif burst or k == 1:
+                pend(st, r, t_end)
+                continue
+            else:  # step j's token leaves at ends[j + 1]; the last step's waits
+                if np.isnan(last):
+                    st.t_first[r] = st.ends[1]
+                elif last == st.ends[0]:
+                    w1 += 1
+                elif st.ends[1] >= st.s.itl_from:
+                    itl_add(st, st.ends[1] - last, 1)
+                st.t_last[r] = t_end
+                pend(st, r, t_end)
+                continue
         if last == t0:
             n_regular += 1
         elif np.isnan(last):  # a chunked prefill whose last chunk was one token
             st.t_first[r] = deliver
-            n_last_chunk += 1
+            if not cfg.lag:
+                n_last_chunk += 1
         elif deliver >= st.s.itl_from:
             itl_add(st, deliver - last, 1)
         st.t_last[r] = t_end
     waiting = num_waiting(st)
-    if burst:
+    if cfg.lag and not burst:
+        row = st.s.rows
+        record(st, t0, k, PER_STEP, nb, n_last_chunk, w0, nb, waiting)
+        if k > 1:
+            st.rb_itlw[row + 1] = w1
+    elif burst:
         record(st, t0, k, PER_STEP, nb, n_last_chunk, ZERO, ZERO, waiting)
         if t_end >= st.s.itl_from:
             if n_regular > 0:
@@ -298,12 +331,20 @@ def commit_iteration(cfg, st, kv, t1):
         st.computed[r] += new
         tokens += new
     n_regular = 0
+    if cfg.lag and st.s.p_len:  # the call of this iteration returns with its samples: at its end
+        n_regular = deliver_pending(st, t1, t0)
     done = np.empty(nb, dtype=np.int64)
     nd = 0
     for i in range(nb):
         r = st.b_ids[i]
         if np.int64(st.computed[r]) == np.int64(st.prompt[r]) + st.num_output[r]:  # it samples
             st.num_output[r] += 1
+            if cfg.lag:
+                pend(st, r, t1)
+                if st.num_output[r] >= st.output[r]:
+                    done[nd] = r
+                    nd += 1
+                continue
             last = st.t_last[r]
             if np.isnan(last):
                 st.t_first[r] = t1
@@ -320,54 +361,6 @@ def commit_iteration(cfg, st, kv, t1):
     st.s.now = t1
     if nd:
         finish(cfg, st, kv, done, nd)
-
-
-# ----------------------------------------------------------------------------------- checks
-@kernel
-def check_batch(cfg, st, kv):
-    """Invariants after a scheduling decision (``sim.check_invariants``): KV accounting, every
-    running request inside the KV slots it holds, token budget, batch slots, every scheduled
-    request computes a token, the waiting requests' running token count (``st.s.q_work``, the
-    router's read) equal to a walk of the queues and the inbox. 0 or an E_* code.
-
-    The slots check (E_SLOTS, ``error_arg`` the request) catches a policy part that admits past
-    the pool (an allocation that grants without blocks, an admission that skips it), which ran to
-    completion with no word before. It reads the slots through ``kv_slots_held``, bound to the
-    KV in hand (a Python reference manager binds its own); where that says -1, a prefix cache
-    whose shared blocks a per-request count cannot bound, the check is skipped for the pool
-    rather than raise a false alarm (the prefix cache's own check, in ``kv_check``, stays)."""
-    c = kv_check(kv, st.computed, st.run, st.s.run_len)
-    if c != 0:
-        st.s.error_arg = c
-        return E_KV
-    for j in range(st.s.run_len):
-        r = st.run[j]
-        slots = kv_slots_held(kv, r)
-        if slots < 0:
-            break  # the pool cannot say (a prefix cache): no check, for every request
-        need = np.int64(st.computed[r])
-        for i in range(st.s.b_len):
-            if st.b_ids[i] == r:
-                need += np.int64(st.b_new[i])
-        if slots < need:
-            st.s.error_arg = r
-            return E_SLOTS
-    total = 0
-    for i in range(st.s.b_len):
-        total += st.b_new[i]
-        if st.b_new[i] < 1:
-            return E_EMPTY_NEW
-    if total > cfg.budget:
-        st.s.error_arg = total
-        return E_BUDGET
-    if st.s.run_len > cfg.max_seqs:
-        st.s.error_arg = st.s.run_len
-        return E_SEQS
-    off = waiting_work(cfg, st) - waiting_work_walk(cfg, st)
-    if off != 0:
-        st.s.error_arg = off
-        return E_QWORK
-    return 0
 
 
 # ---------------------------------------------------------------------------------- the loop
@@ -419,6 +412,8 @@ def advance(cfg, st, kv, tab, until):
                 return HELD
             pull_arrivals(cfg, st, now)
             if now >= cfg.stop_time or (cfg.stop_when_drained and drained(cfg, st)):
+                if cfg.lag and st.s.p_len:  # the run ends: what the last iteration sampled leaves now
+                    deliver_pending(st, now, np.nan)
                 # a closed loop's successor of a request rejected in that pull arrives now too:
                 # it is in the system when the run ends (waiting, or rejected), as the summary
                 # counts it, not left unseen
@@ -446,6 +441,8 @@ def advance(cfg, st, kv, tab, until):
                 if cfg.report_ended and st.s.end_head >= 0:
                     return ENDED
                 continue
+            if cfg.lag and st.s.p_len:  # nothing scheduled: vLLM processes the pending outputs
+                deliver_pending(st, now, np.nan)  # at once (llm_engine.py step, empty schedule)
             st.s.idle = 1
             if cfg.report_ended and st.s.end_head >= 0:
                 return ENDED

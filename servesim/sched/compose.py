@@ -85,6 +85,6 @@ def compose(engine, spec: PolicySpec, *, max_model_len: int, max_slots: int, blo
         warmup_id=int(warmup_id), stop_time=float(stop_time), stop_when_drained=bool(stop_when_drained),
         cpu_c=float(engine.cpu_overhead_s),
         cpu_p=float(engine.cpu_overhead_per_seq_s), check=bool(check), n=int(n),
-        routed=bool(routed), report_ended=bool(report_ended),
+        routed=bool(routed), report_ended=bool(report_ended), lag=bool(opts.get("async_output", False)),
     )
     return cfg, class_slots

@@ -116,6 +116,7 @@ SCALARS = np.dtype([
                             # (engine/inbox.py outstanding_work) walks only its running set, not
                             # every queue (issue 30); sim.check_invariants holds it to the walk
     ("n_local", "i8"),      # per-replica request slots (engine/slots.py): the slots taken so far
+    ("p_len", "i8"),        # cfg.lag: requests in p_ids (their last sampled tokens not yet delivered)
     ("held_waiting", "i8"),  # at least the waiting requests holding KV blocks from a landed tier
                              # fetch (0: none; sched/parts.py reclaim_waiting_holders keeps it)
 ])
@@ -160,6 +161,8 @@ class EngineCfg(NamedTuple):
     n: int
     routed: bool = False  # a fleet's replica: arrivals come from a router (the routed inbox)
     report_ended: bool = False  # routed: list ended requests for the driver (closed loops)
+    lag: bool = False  # vLLM 0.6's asynchronous output processing: an iteration's tokens reach the
+    #                    clients when the engine's next call returns (engine/kernel.py deliver_pending)
 
 
 class ReplicaState(NamedTuple):
@@ -215,6 +218,7 @@ class ReplicaState(NamedTuple):
     itl_w: np.ndarray
     in_next: np.ndarray  # routed inbox / ended list links, per request (shared by a fleet)
     gid: np.ndarray  # per-replica request slots (engine/slots.py): each slot's request id; empty: none
+    p_ids: np.ndarray  # cfg.lag: the requests whose tokens of the last iteration await delivery (engine/kernel.py)
 
 
 # ------------------------------------------------------------------------------ transitions
@@ -410,7 +414,7 @@ def new_state(table, *, s, run_cap: int, object_kv: bool, heap_cap: int, think: 
         rb_start=np.zeros(step_buffer), rb_end=np.zeros(step_buffer),
         rb_vals=np.zeros((NUM_SIGNALS, step_buffer)), rb_itlw=np.zeros(step_buffer, dtype=np.int64),
         itl_v=np.zeros(itl_cap + 2 * cap), itl_w=np.zeros(itl_cap + 2 * cap, dtype=np.int64),
-        in_next=per.in_next, gid=np.zeros(0, dtype=np.int64),
+        in_next=per.in_next, gid=np.zeros(0, dtype=np.int64), p_ids=np.zeros(cap, dtype=np.int64),
     )
 
 

@@ -83,6 +83,8 @@ def policies(draw, names: Sequence[str] = POLICIES, *, budgets: Range = (1, 128)
         eng["enable_chunked_prefill"] = chunks
     if name == "vllm" and draw(st.booleans()):  # V0's order (prefill-first steps), chunked or not
         opts["mix"] = draw(st.sampled_from(["running_first", "prefill_first"]))
+    if name == "vllm" and draw(st.booleans()):  # vLLM 0.6's asynchronous output processing
+        opts["async_output"] = True
     if name == "priority":
         if draw(st.booleans()):
             opts["aging_s"] = draw(st.sampled_from([0.005, 0.02, 0.1, 0.5]))
