@@ -383,6 +383,19 @@ class Scenario(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _async_output_open_loop(self) -> "Scenario":
+        """engine.options.async_output delivers an iteration's tokens when the engine's next call
+        returns, but a closed loop's client sends its next request at the engine's finish (from
+        inside the engine): it would send before its last token arrived."""
+        opts = self.engine.options or {}
+        if opts.get("async_output") is True and self.workload.closed_loops():
+            raise ValueError("engine.options.async_output true: not with a closed-loop arrival process "
+                             "(process: closed; its clients send their next request at the engine's finish, "
+                             "which the lag would put before their last token arrives); allowed: false with a "
+                             "closed loop, or open-loop arrivals (a rate, a trace, sessions)")
+        return self
+
+    @model_validator(mode="after")
     def _kv_consistency(self) -> "Scenario":
         e = self.engine
         if e.enable_prefix_caching and e.kv_allocator != "paged":

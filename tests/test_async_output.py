@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import servesim
+from servesim.errors import ScenarioError
 from servesim.request import Request
 from tests.conftest import scenario
 from tests.test_golden_core import run_traced
@@ -120,8 +121,28 @@ def test_the_vllm_v0_preset_turns_it_on_by_rule():
     assert sc.engine.options["async_output"] is True and sc.engine.options["mix"] == "prefill_first"
     assert any("asynchronous output processing on" in n for n in sc._engine_notes)
     eager = servesim.load_scenario("scenarios/engines/vllm-v0.yaml", base + ["step_time.cuda_graph=false"])
-    assert eager.engine.options["async_output"] is False  # --enforce-eager: vllm/config.py turns it off
+    assert eager.engine.options.get("async_output", False) is False  # --enforce-eager: vllm/config.py turns it off
+    assert any("asynchronous output processing off (CUDA graphs off" in n for n in eager._engine_notes)
     given = servesim.load_scenario("scenarios/engines/vllm-v0.yaml", base + ["engine.options={async_output: false}"])
     assert given.engine.options["async_output"] is False
     old = servesim.load_scenario("scenarios/engines/vllm-v0.4.yaml", base)  # 0.4.2 had no such processor
     assert "async_output" not in old.engine.options
+
+
+CLOSED = ["model=llama-3-8b", "stop={requests: 10, warmup_requests: 0}",
+          "workload.arrival={process: closed, clients: 4, think_s: 0.0}"]
+
+
+def test_the_rule_leaves_it_off_for_a_closed_loop():
+    """A closed loop's client sends its next request at the engine's finish: with the lag that
+    would come before its last token arrives, so the rule leaves the option off and says why."""
+    sc = servesim.load_scenario("scenarios/engines/vllm-v0.yaml", CLOSED)
+    assert sc.engine.options.get("async_output", False) is False
+    assert any("asynchronous output processing off (a closed loop" in n for n in sc._engine_notes)
+
+
+def test_async_output_with_a_closed_loop_is_refused_with_one_line():
+    with pytest.raises(ScenarioError) as exc:
+        servesim.load_scenario("scenarios/engines/vllm-v0.yaml", CLOSED + ["engine.options={async_output: true}"])
+    msg = str(exc.value)
+    assert "engine.options.async_output" in msg and "closed-loop" in msg and "\n" not in msg

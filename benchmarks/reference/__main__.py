@@ -212,7 +212,7 @@ def build_blocks(exps, recs: dict, out: Path, caps: dict, chart_dir: Path, doc_d
     if want_ranges:
         blocks.update(ranges.blocks(recs, chart))
         ctx = {"phys": claims.physics(), "recs": recs, "ranges": ranges.summary_rows(recs),
-               "spans": ranges.spans(recs)}
+               "spans": ranges.spans(recs), "settings": ranges.setting_values(recs)}
         blocks["claims"] = claims.table(ctx)
     stamp = "quick smoke run: numbers not meant to be read" if quick else "generated"
     for k in list(blocks):

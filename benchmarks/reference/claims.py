@@ -101,6 +101,10 @@ def _most(ctx, hid: str) -> str:
     return ctx["ranges"].get(hid, ("-", "-"))[1]
 
 
+def _setting(ctx, hid: str, assumption: str) -> str:
+    return ctx.get("settings", {}).get(hid, {}).get(assumption, "-")
+
+
 def _b1_tput(ctx) -> str:
     return (f"64 clients, bf16 (pack): vLLM {_tok(ctx, 'base-a')}, SGLang {_tok(ctx, 'base-b')} tok/s; "
             f"AWQ (roofline): vLLM {_tok(ctx, 's2-a')}, SGLang {_tok(ctx, 's2-b')}; "
@@ -319,7 +323,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("B19", "B", "§4.1 table", "所有测试均开启AWQ量化、bfloat16、max_seq_len=8192", "AWQ, bf16, "
           "max_seq_len 8192", "H-B1/H-B3 settings 'precision' and 'context limit'",
           lambda c: f"AWQ moves SGLang's B1 lead to the value in H-B1; a context of 8,192 rejects every "
-          f"abnormal prompt (H-B3: {_most(c, 'H-B3')} moves it most)", "inconsistent",
+          f"abnormal prompt (H-B3 with that context limit: {_setting(c, 'H-B3', 'context limit')}, base "
+          f"{_rng(c, 'H-B3')})", "inconsistent",
           "with max_seq_len 8192, §3.4's >16K abnormal requests are rejected on arrival: the OOM of B17 "
           "cannot happen"),
     Claim("B20", "B", "§3.1", "vLLM 0.6.3", "vLLM 0.6.3, SGLang 0.3.2", "vLLM: the V0 preset (vllm-v0.yaml, "

@@ -260,6 +260,19 @@ def spans(recs: dict) -> dict[str, tuple[float, float]]:
     return out
 
 
+def setting_values(recs: dict) -> dict[str, dict[str, str]]:
+    """headline id -> {assumption: the headline with that assumption's setting} for the claims
+    table (a claim about one setting quotes its own value, not whichever moves most)."""
+    out: dict[str, dict[str, str]] = {}
+    for h in HEADLINES:
+        try:
+            rows = evaluate(h, recs)
+        except KeyError:
+            continue
+        out[h.id] = {r["assumption"]: fmt(r["headline"], h.unit) for r in rows[1:]}
+    return out
+
+
 def summary_rows(recs: dict) -> dict[str, tuple[str, str]]:
     """headline id -> (range text, most-moving assumption) for the claims table."""
     out = {}

@@ -82,13 +82,20 @@ def _vllm_v0_async_output(sc: "Scenario", out: dict, notes: list) -> None:
     if sc.engine.scheduler != "vllm" or "async_output" in (sc.engine.options or {}):
         return
     graphs = getattr(sc.step_time, "cuda_graph", True)
-    on = bool(graphs) and sc.pp == 1
-    out["options"] = {**opts, "async_output": on}
-    why = ("CUDA graphs on, no pipeline parallelism" if on else
-           "off: " + ("pipeline parallelism" if sc.pp != 1 else "CUDA graphs off (--enforce-eager)"))
-    notes.append(f"asynchronous output processing {'on' if on else why}: an iteration's tokens reach the "
-                 f"clients when the next engine call returns" + (f" ({why})" if on else "") +
-                 " (vLLM 0.6 vllm/config.py verify_async_output_proc, vllm/engine/llm_engine.py step)")
+    closed = bool(sc.workload.closed_loops())
+    on = bool(graphs) and sc.pp == 1 and not closed
+    if on:
+        out["options"] = {**opts, "async_output": True}
+    src = " (vLLM 0.6 vllm/config.py verify_async_output_proc, vllm/engine/llm_engine.py step)"
+    if on:
+        notes.append("asynchronous output processing on (CUDA graphs on, no pipeline parallelism): an iteration's "
+                     "tokens reach the clients when the next engine call returns" + src)
+        return
+    why = ("pipeline parallelism" if sc.pp != 1 else "CUDA graphs off (--enforce-eager)" if not graphs else
+           "a closed loop: servesim's clients send their next request at the engine's finish, which the lag "
+           "would put before their last token arrives, so it is not modelled here although vLLM 0.6 would lag")
+    notes.append(f"asynchronous output processing off ({why}): tokens reach the clients at their iteration's "
+                 f"end" + src)
 
 
 def _vllm_v0_batch_order(sc: "Scenario", chunked: bool, version: str, out: dict, notes: list) -> None:

@@ -392,7 +392,14 @@ def scenarios(draw, *, policies: Sequence[str] = POLICIES, allocators: Sequence[
         _press(draw, raw)
     if raw["stop"].get("warmup_requests") and _stream_clock(workload):
         del raw["stop"]["warmup_requests"]  # requests are numbered per stream: no first-N warm-up
+    if (eng.get("options") or {}).get("async_output") and _has_closed_loop(workload):
+        del eng["options"]["async_output"]  # (refused with a closed loop: scenario.py)
     return raw
+
+
+def _has_closed_loop(workload: dict) -> bool:
+    return workload.get("arrival", {}).get("process") == "closed" or any(
+        s.get("arrival", {}).get("process") == "closed" for s in workload.get("streams") or ())
 
 
 def _press(draw, raw: dict) -> None:
