@@ -70,13 +70,17 @@ MI_HEADER = 48  # numba's NRT_MemInfo (refcount, dtor, dtor_info, data, size, al
 
 @intrinsic
 def _prefetch(typingctx, addr, nbytes):
-    """Prefetch (for writing, into every cache level) the lines of ``[addr, addr + nbytes)``."""
+    """Prefetch (for writing, into every cache level) the lines of ``[addr, addr + nbytes)``
+    (none if ``nbytes`` is 0)."""
     def codegen(context, builder, sig, args):
         a, n = args
         i8p = ir.IntType(8).as_pointer()
         i32 = ir.IntType(32)
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
                                             "llvm.prefetch.p0")
+        lead = builder.and_(a, ir.Constant(a.type, 63))  # (from the line that holds ``addr``)
+        a = builder.sub(a, lead)
+        n = builder.select(builder.icmp_signed("==", n, ir.Constant(n.type, 0)), n, builder.add(n, lead))
         with cgutils.for_range_slice(builder, ir.Constant(n.type, 0), n, ir.Constant(n.type, 64)) as (off, _):
             p = builder.inttoptr(builder.add(a, off), i8p)
             builder.call(fn, [p, ir.Constant(i32, 1), ir.Constant(i32, 3), ir.Constant(i32, 1)])
@@ -144,11 +148,12 @@ def _note_col(lines, e, j, a, lo, n):
 
 
 @kernel
-def note_lines(x, lines, e):
+def note_lines(x, lines, e, slots):
     """After engine ``e``'s call, while its state is in cache: what its next call will write
     and read first -- the recorder's next row (``record``: a line in each of ~11 buffers) and its
     running requests' rows in the columns the commit, the KV pool and the scheduler read (a
-    request admitted meanwhile is not among them: its slot comes after)."""
+    request admitted meanwhile is not among them: its slot comes after). Only with ``slots``
+    (engine/slots.py): without, a replica's requests are ids ~N apart in the fleet's table."""
     st = x.state
     rows = st.s.rows
     j = N_STATIC
@@ -171,7 +176,7 @@ def note_lines(x, lines, e):
         q = np.int64(st.run[i])
         hi = q if q > hi else hi
         lo = q if q < lo else lo
-    if hi < 0:
+    if hi < 0 or not slots:
         for c in range(RUN_COLS):
             _note(lines, e, j + c, 0, 0)
         return
@@ -184,9 +189,11 @@ def note_lines(x, lines, e):
     _note_col(lines, e, j + 3, st.prompt, lo, n)
     _note_col(lines, e, j + 4, st.t_last, lo, n)
     _note_col(lines, e, j + 5, st.status, lo, n)
-    held = x.kv.held
+    held = x.kv.held  # (by slot: engine/slots.py)
     if hi < held.shape[0]:
         _note_col(lines, e, j + 6, held, lo, n)
+    else:
+        _note(lines, e, j + 6, 0, 0)
 
 
 @kernel(inline=True)
@@ -343,7 +350,7 @@ def fleet_run(ref, icfg, ist, key, done, eh, ehpos, ints, fl, due, draws, rids, 
                 nxt = eh[2]
             prefetch_engine(lines, nxt)
         code = advance_ref(x, bound)
-        note_lines(x, lines, e)
+        note_lines(x, lines, e, ints[I_SLOTS])
         r = ref.rep_of[e]
         if ints[I_D] == 0 and ints[I_KIND] == TOK and lints[3] == 0:
             called_tokens(ref, r, e, x)  # (its tokens read now, while its requests are in cache)
