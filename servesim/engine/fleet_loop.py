@@ -6,8 +6,9 @@ the engines' indexed heap ``eh``/``ehpos`` (engine/iheap.py) ordered by (key, en
 Python loop's heapq of (key, engine) tuples, ``ints`` (the counters named below), ``fl`` (the next arrival
 T, and the instant of the batch being routed), ``due`` (that batch), ``draws`` (a sampling
 router's draws, refilled by Python from the run's router stream), ``rids`` (requests routed
-since the last return: Python notes their arrivals at their engines) and ``late`` (ended
-engines that were routed a request: Python takes it in).
+since the last return: Python notes their arrivals at their engines), ``late`` (ended
+engines that were routed a request: Python takes it in) and ``lines`` (what to prefetch of each
+engine before its call: below; it changes no result).
 
 Why a module of its own: this is a driver of the fleet (engine/cluster.py's loop, as a kernel),
 not part of the load index it reads (engine/load_kernels.py: the trees, the re-read, the
