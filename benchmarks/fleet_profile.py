@@ -163,7 +163,7 @@ def main() -> None:
         t0 = time.perf_counter()
         f8, i8 = np.zeros(1), np.zeros(1, dtype=np.int64)
         inner = entry_point(instrumented(), f.loads._ref, f.inbox.cfg, f.inbox.kst, f8, np.zeros(1, dtype=np.uint8),
-                            i8, i8, i8, f8, i8, i8, i8, i8, f.replica_of)
+                            i8, i8, i8, f8, i8, i8, i8, i8, f.replica_of, np.zeros((1, 2), dtype=np.int64))
         print(f"instrumented copies compiled in {time.perf_counter() - t0:.0f} s")
 
         def run(*a):

@@ -30,7 +30,7 @@ class CompiledLoop:
 
         f8, i8 = np.zeros(1), np.zeros(1, dtype=np.int64)
         return entry_point(FL.fleet_run, self.loads._ref, self.inbox.cfg, self.inbox.kst, f8, np.zeros(1, dtype=np.uint8),
-                           i8, i8, i8, f8, i8, i8, i8, i8, self.replica_of)
+                           i8, i8, i8, f8, i8, i8, i8, i8, self.replica_of, np.zeros((1, 2), dtype=np.int64))
 
     compiled_loop = True  # False: the Python loop even where the compiled one applies (tests compare them)
 
@@ -86,6 +86,8 @@ class CompiledLoop:
             FL.fleet_shut(ref, key, done, eh, ehpos, ints)
             self._is_shut = True
         fl[0] = T
+        lines = np.zeros((n_eng, 2 * FL.N_LINES), dtype=np.int64)  # (what the loop prefetches: fleet_loop.py)
+        FL.engine_lines(ref, lines)
         run = self._loop_entry or self._fleet_run_entry()
 
         def note_routed(only: int = -1) -> None:
@@ -138,7 +140,7 @@ class CompiledLoop:
             if loads.touched:  # (engines Python touched: _take_in)
                 LK.mark_touched(ref, loads._touched())
             why = run(ref, inbox.cfg, inbox.kst, key, done, eh, ehpos, ints, fl, due, draws, rids, late,
-                      self.replica_of)
+                      self.replica_of, lines)
             if why == FL.X_ENGINE:
                 note_routed(int(ints[FL.I_E]))
             elif why != FL.X_CALLS:
@@ -158,6 +160,7 @@ class CompiledLoop:
                 e = int(ints[FL.I_E])
                 SL.grow(engines[e])
                 SL.set_ref(self._refs, e, engines[e]._ref)
+                FL.engine_lines(ref, lines)
             elif why == FL.X_DRAWS:
                 p, n = int(ints[FL.I_DRAW_I]), int(ints[FL.I_DRAW_N])
                 new = router._rng.integers(0, router.n, router._block).tolist()

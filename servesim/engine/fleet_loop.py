@@ -6,8 +6,9 @@ the engines' indexed heap ``eh``/``ehpos`` (engine/iheap.py) ordered by (key, en
 Python loop's heapq of (key, engine) tuples, ``ints`` (the counters named below), ``fl`` (the next arrival
 T, and the instant of the batch being routed), ``due`` (that batch), ``draws`` (a sampling
 router's draws, refilled by Python from the run's router stream), ``rids`` (requests routed
-since the last return: Python notes their arrivals at their engines) and ``late`` (ended
-engines that were routed a request: Python takes it in).
+since the last return: Python notes their arrivals at their engines), ``late`` (ended
+engines that were routed a request: Python takes it in) and ``lines`` (what to prefetch of each
+engine before its call: below; it changes no result).
 
 Why a module of its own: this is a driver of the fleet (engine/cluster.py's loop, as a kernel),
 not part of the load index it reads (engine/load_kernels.py: the trees, the re-read, the
@@ -17,13 +18,18 @@ step-end heap); it reads that index only through its kernels, as the Python rout
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from servesim.engine.iheap import iheap_set
 from servesim.engine.inbox import due_arrivals, next_arrival
 from servesim.engine.kernel import DONE, ERROR, FLUSH, UNTIL, advance_ref, route_in_ref
 from servesim.engine.load_kernels import (
     TOK,
-    mark_replica,
+    called_tokens,
+    mark_replica_in,
     replica_requests,
     replica_tokens,
     reread_requests,
@@ -33,6 +39,7 @@ from servesim.engine.load_kernels import (
 )
 from servesim.engine.slots import take_slot
 from servesim.jit import kernel
+from servesim.kv.pool import _unowned
 
 X_DONE, X_ENGINE, X_DRAWS, X_LATE, X_NOARRIVAL, X_WARMUP, X_CALLS, X_RIDS, X_STALL, X_GROW = range(10)
 (I_EH, I_DONE, I_PTR, I_DRAW_I, I_DRAW_N, I_CALLS, I_RIDS, I_DUE_I, I_DUE_N, I_LATE, I_E, I_CODE, I_SAMPLED,
@@ -43,7 +50,160 @@ ROUTING, ROUTED = 1, 2  # ints[I_PHASE]: a batch of arrivals being routed; route
 CALLS_EVERY = 8192  # engine calls between returns (the progress callback, a held Ctrl-C)
 
 
+# ------------------------------------------------------------------ the next engine's lines, early
+# Each engine call reads its engine's state cold (1,024 engines: its lines were evicted since its
+# last call), one dependent miss after another: the EngineRef, then the state's and the KV pool's
+# StructRefs (their reference counts, then ~50 array descriptors), then the arrays. The next
+# engine to be called is nearly always the smaller child of the engine heap's root, known before
+# the current call starts: its lines are prefetched then, so its misses overlap this call's work
+# instead of stalling its own. ``lines[e]`` holds (address, bytes) pairs for engine ``e``
+# (:func:`engine_lines`); a prefetch never faults, so an address gone stale (an engine rebound)
+# costs a useless prefetch and nothing else. Results do not depend on it.
+N_STATIC = 8  # (address, bytes) pairs an engine, fixed while it is bound (engine_lines) ...
+N_ROWS = 13  # ... where its next recorder row and inter-token gap go (note_lines: 3 + signals + 2) ...
+RUN_COLS = 7  # ... and its running requests' columns, as its last call left them (note_lines)
+N_LINES = N_STATIC + N_ROWS + RUN_COLS
+RUN_SPAN = 128  # the running requests' slots prefetched: the last ones taken, at most this many
+BATCH_BYTES = 320  # of the batch's and running set's rows (~40 requests a replica at the benchmark's load)
+MI_HEADER = 48  # numba's NRT_MemInfo (refcount, dtor, dtor_info, data, size, allocator): the
+# StructRef's payload follows it in the same allocation (NRT_MemInfo_alloc_dtor)
+
+
+@intrinsic
+def _prefetch(typingctx, addr, nbytes):
+    """Prefetch (for writing, into every cache level) the lines of ``[addr, addr + nbytes)``
+    (none if ``nbytes`` is 0)."""
+    def codegen(context, builder, sig, args):
+        a, n = args
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        lead = builder.and_(a, ir.Constant(a.type, 63))  # (from the line that holds ``addr``)
+        a = builder.sub(a, lead)
+        n = builder.select(builder.icmp_signed("==", n, ir.Constant(n.type, 0)), n, builder.add(n, lead))
+        with cgutils.for_range_slice(builder, ir.Constant(n.type, 0), n, ir.Constant(n.type, 64)) as (off, _):
+            p = builder.inttoptr(builder.add(a, off), i8p)
+            builder.call(fn, [p, ir.Constant(i32, 1), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.void(types.int64, types.int64), codegen
+
+
+COLD_FROM = "ps"  # a StructRef's fields from this one on are not prefetched (the KV pool's prefix
+# cache and tiers: kv/pool.py KVState; an engine's call without them reads none of those ~70 fields)
+
+
+@intrinsic
+def _block(typingctx, sref):
+    """(address, bytes) of a StructRef's allocation: its meminfo and the payload after it, up to
+    a field named :data:`COLD_FROM` if it has one."""
+    def codegen(context, builder, sig, args):
+        ty = sig.args[0]
+        mi = cgutils.create_struct_proxy(ty)(context, builder, value=args[0]).meminfo
+        size = MI_HEADER
+        for name, fty in ty.field_dict.items():  # (every field 8-aligned: int64, float64, arrays)
+            if name == COLD_FROM:
+                break
+            size += context.get_abi_sizeof(context.get_data_type(fty))
+        tup = context.make_tuple(builder, sig.return_type,
+                                 [builder.ptrtoint(mi, ir.IntType(64)), ir.Constant(ir.IntType(64), size)])
+        return tup
+    return types.UniTuple(types.int64, 2)(sref), codegen
+
+
+@intrinsic
+def _record_at(typingctx, rec):
+    """The address of a record (numba passes a record by its data pointer)."""
+    def codegen(context, builder, sig, args):
+        return builder.ptrtoint(args[0], ir.IntType(64))
+    return types.int64(rec), codegen
+
+
 @kernel
+def engine_lines(ref, lines):
+    """``lines[e]``: what engine ``e``'s call reads first -- its EngineRef, its state's and KV
+    pool's StructRefs, the state's scalars and its batch's head rows."""
+    refs = ref.refs
+    for e in range(len(refs)):
+        x = refs[e]
+        st = x.state
+        lines[e, 0], lines[e, 1] = _block(x)
+        lines[e, 2], lines[e, 3] = _block(st)
+        lines[e, 4], lines[e, 5] = _block(x.kv)
+        lines[e, 6], lines[e, 7] = np.int64(st.b_ids.ctypes.data), np.int64(min(st.b_ids.nbytes, BATCH_BYTES))
+        lines[e, 8], lines[e, 9] = np.int64(st.run.ctypes.data), np.int64(min(st.run.nbytes, BATCH_BYTES))
+        lines[e, 10], lines[e, 11] = np.int64(st.b_new.ctypes.data), np.int64(min(st.b_new.nbytes, BATCH_BYTES))
+        lines[e, 12], lines[e, 13] = np.int64(st.ends.ctypes.data), np.int64(min(st.ends.nbytes, 128))
+        lines[e, 14], lines[e, 15] = _record_at(st.s), np.int64(352)
+
+
+@kernel(inline=True)
+def _note(lines, e, j, addr, nbytes):
+    lines[e, 2 * j] = addr
+    lines[e, 2 * j + 1] = nbytes
+
+
+@kernel(inline=True)
+def _note_col(lines, e, j, a, lo, n):
+    _note(lines, e, j, np.int64(a.ctypes.data) + lo * a.itemsize, n * a.itemsize)
+
+
+@kernel
+def note_lines(x, lines, e, slots):
+    """After engine ``e``'s call, while its state is in cache: what its next call will write
+    and read first -- the recorder's next row (``record``: a line in each of ~11 buffers) and its
+    running requests' rows in the columns the commit, the KV pool and the scheduler read (a
+    request admitted meanwhile is not among them: its slot comes after). Only with ``slots``
+    (engine/slots.py): without, a replica's requests are ids ~N apart in the fleet's table."""
+    st = x.state
+    rows = st.s.rows
+    j = N_STATIC
+    for a in (st.rb_start, st.rb_end):
+        _note(lines, e, j, np.int64(a.ctypes.data) + 8 * rows, 8)
+        j += 1
+    _note(lines, e, j, np.int64(st.rb_itlw.ctypes.data) + 8 * rows, 8)
+    j += 1
+    vals = st.rb_vals
+    for v in range(N_ROWS - 5):
+        ok = v < vals.shape[0]
+        _note(lines, e, j, np.int64(vals.ctypes.data) + v * vals.strides[0] + 8 * rows if ok else 0, 8 if ok else 0)
+        j += 1
+    _note(lines, e, j, np.int64(st.itl_v.ctypes.data) + 8 * st.s.itl_len, 8)
+    _note(lines, e, j + 1, np.int64(st.itl_w.ctypes.data) + 8 * st.s.itl_len, 8)
+    j += 2
+    hi = np.int64(-1)
+    lo = np.int64(1 << 62)
+    for i in range(st.s.run_len):
+        q = np.int64(st.run[i])
+        hi = q if q > hi else hi
+        lo = q if q < lo else lo
+    if hi < 0 or not slots:
+        for c in range(RUN_COLS):
+            _note(lines, e, j + c, 0, 0)
+        return
+    if hi - lo >= RUN_SPAN:
+        lo = hi - RUN_SPAN + 1
+    n = hi - lo + 1
+    _note_col(lines, e, j, st.computed, lo, n)
+    _note_col(lines, e, j + 1, st.num_output, lo, n)
+    _note_col(lines, e, j + 2, st.output, lo, n)
+    _note_col(lines, e, j + 3, st.prompt, lo, n)
+    _note_col(lines, e, j + 4, st.t_last, lo, n)
+    _note_col(lines, e, j + 5, st.status, lo, n)
+    held = x.kv.held  # (by slot: engine/slots.py)
+    if hi < held.shape[0]:
+        _note_col(lines, e, j + 6, held, lo, n)
+    else:
+        _note(lines, e, j + 6, 0, 0)
+
+
+@kernel(inline=True)
+def prefetch_engine(lines, e):
+    for j in range(N_LINES):
+        _prefetch(lines[e, 2 * j], lines[e, 2 * j + 1])
+
+
+@kernel(inline=True)
 def eh_set(key, eh, ehpos, ints, e, k):
     """Engine ``e``'s next event is ``k`` (inf: it has ended): its heap entry moved, made or
     removed."""
@@ -95,10 +255,17 @@ def _choose(ref, ints, draws, t):
 
 
 @kernel
-def fleet_run(ref, icfg, ist, key, done, eh, ehpos, ints, fl, due, draws, rids, late, replica_of):
+def fleet_run(ref, icfg, ist, key, done, eh, ehpos, ints, fl, due, draws, rids, late, replica_of, lines):
     """Run the fleet's loop until Python must act; returns why (``X_*``)."""
+    # (the arrays unowned for the call, which Python's references outlive: each one a kernel
+    # passes or reads across a branch is otherwise an atomic count of its meminfo, ~5 an event)
+    key, done, eh, ehpos, ints, fl = _unowned(key), _unowned(done), _unowned(eh), _unowned(ehpos), _unowned(ints), \
+        _unowned(fl)
+    due, draws, rids, late, replica_of, lines = _unowned(due), _unowned(draws), _unowned(rids), _unowned(late), \
+        _unowned(replica_of), _unowned(lines)
     n_eng = key.shape[0]
     refs = ref.refs
+    mark, pend, lints = ref.mark, ref.pend, ref.ints
     while True:
         if ints[I_PHASE] == ROUTING:  # the batch of arrivals at fl[1], in (time, id) order
             t = fl[1]
@@ -128,7 +295,7 @@ def fleet_run(ref, icfg, ist, key, done, eh, ehpos, ints, fl, due, draws, rids, 
                 if ints[I_D] == 0 and ints[I_KIND] == TOK and not done[e]:
                     routed_tokens(ref, r, e, slot)  # (the tree was read at t: its value grows by the request's)
                 else:
-                    mark_replica(ref, r)
+                    mark_replica_in(mark, pend, lints, r)
                 replica_of[rid] = r
                 rids[ints[I_RIDS]] = rid
                 ints[I_RIDS] += 1
@@ -177,9 +344,19 @@ def fleet_run(ref, icfg, ist, key, done, eh, ehpos, ints, fl, due, draws, rids, 
         e = eh[0]
         bound = np.nextafter(T, -np.inf) if T < np.inf else np.inf  # arrivals at T are routed first
         x = refs[e]
+        n_eh = ints[I_EH]
+        if n_eh > 1:  # the engine called next, most likely (the smaller child of the root)
+            nxt = eh[1]
+            if n_eh > 2 and (key[eh[2]] < key[nxt] or (key[eh[2]] == key[nxt] and eh[2] < nxt)):
+                nxt = eh[2]
+            prefetch_engine(lines, nxt)
         code = advance_ref(x, bound)
+        note_lines(x, lines, e, ints[I_SLOTS])
         r = ref.rep_of[e]
-        mark_replica(ref, r)
+        if ints[I_D] == 0 and ints[I_KIND] == TOK and lints[3] == 0:
+            called_tokens(ref, r, e, x)  # (its tokens read now, while its requests are in cache)
+        else:
+            mark_replica_in(mark, pend, lints, r)
         if code == DONE:
             done[e] = 1
             ints[I_DONE] += 1

@@ -123,12 +123,15 @@ class FleetLoads:
             consecutive = all(list(m) == list(range(first[r], first[r + 1])) for r, m in enumerate(self.members))
             self._compiled = f._vector is not None and consecutive
             if self._compiled:
-                ref = LK.make_loads_ref(
-                    f._refs, first, self.rep_of, f.routed, self.tok.t, self.req.t, self.tok.size,
-                    np.ones((2, n), dtype=np.uint8), np.tile(np.arange(n, dtype=np.int64), (2, 1)),
-                    np.full(n, INF), np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64),
-                    np.array([n, n, 0, int(self.walk)], dtype=np.int64), np.zeros(len(f.engines), dtype=np.int64),
-                    np.zeros(len(f.engines), dtype=np.int64))
+                from servesim.engine.kernel import _Owner
+
+                arrays = [first, self.rep_of, f.routed, self.tok.t, self.req.t,
+                          np.ones((2, n), dtype=np.uint8), np.tile(np.arange(n, dtype=np.int64), (2, 1)),
+                          np.full(n, INF), np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64),
+                          np.array([n, n, 0, int(self.walk)], dtype=np.int64),
+                          np.zeros(len(f.engines), dtype=np.int64), np.zeros(len(f.engines), dtype=np.int64)]
+                arrays[4] = np.asarray(_Owner(self.req.t, (f._refs, arrays[:])))  # (holds the rest: unowned)
+                ref = LK.make_loads_borrowed(f._refs, *arrays[:5], self.tok.size, *arrays[5:])
                 self._ref = ref
                 self._tok_fn = _entry(LK.refresh_tokens, ref, _NONE, 0.0)
                 self._req_fn = _entry(LK.refresh_requests, ref, _NONE)

@@ -26,10 +26,13 @@ replica's leaf, sum and heap entry (the Python path re-reads a set, in no set or
 from __future__ import annotations
 
 import numpy as np
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from servesim.engine.iheap import iheap_set
 from servesim.engine.inbox import INFLIGHT_RUN, outstanding_work
 from servesim.jit import bisect_right, kernel, struct_ref
+from servesim.kv.pool import _unowned
 
 BIG = np.iinfo(np.int64).max  # an empty leaf
 TOK, REQ = 0, 1  # rows of ``mark`` / ``pend`` and slots of ``ints`` (pending counts); ints[2]: heap length;
@@ -45,6 +48,31 @@ LoadsRefType, LoadsRef, make_loads_ref = struct_ref(
     ["refs", "first", "rep_of", "routed", "tok", "req", "size", "mark", "pend", "step_at", "heap", "hpos", "ints",
      "wbase", "lin"],
     "make_loads_ref", __name__, __file__)
+
+
+@intrinsic
+def _borrowed_list(typingctx, lst):
+    """A typed list without its meminfo (its items are reached through its data pointer): the
+    list the fleet holds (``Fleet._refs``), read by every routed event."""
+    def codegen(context, builder, sig, args):
+        c = cgutils.create_struct_proxy(sig.args[0])(context, builder, value=args[0])
+        c.meminfo = cgutils.get_null_value(c.meminfo.type)
+        return c._getvalue()
+    return lst(lst), codegen
+
+
+@kernel
+def make_loads_borrowed(refs, first, rep_of, routed, tok, req, size, mark, pend, step_at, heap, hpos, ints, wbase,
+                        lin):
+    """The LoadsRef with its list of EngineRefs and every array but ``req`` unowned (null meminfo), as the engines' state
+    (engine/kernel.py ``borrowed_state``): owned, each ``ref.field`` a kernel reads across a
+    branch was an atomic increment and decrement of that array's meminfo -- ~6 a routed event
+    (the heap of step ends, the marks), fleet-only work on the routed loop's path. ``req`` (read
+    only by a least-requests router) stays owned through a view whose base holds the others
+    (engine/load_index.py), so they live as long as the LoadsRef."""
+    return make_loads_ref(_borrowed_list(refs), _unowned(first), _unowned(rep_of), _unowned(routed), _unowned(tok), req, size,
+                          _unowned(mark), _unowned(pend), _unowned(step_at), _unowned(heap), _unowned(hpos),
+                          _unowned(ints), _unowned(wbase), _unowned(lin))
 
 
 @kernel
@@ -104,20 +132,32 @@ def _step_at_set(ref, r, v):
 def _mark(ref, kind, r):
     """Replica ``r`` was touched: re-read in full at the next read of ``kind`` (mark 1; a
     replica due by time alone is marked 2 until then: :func:`reread_tokens`)."""
-    m = ref.mark[kind, r]
+    _mark_in(ref.mark, ref.pend, ref.ints, kind, r)
+
+
+@kernel(inline=True)
+def _mark_in(mark, pend, ints, kind, r):
+    m = mark[kind, r]
     if m != 1:
         if m == 0:
-            ref.pend[kind, ref.ints[kind]] = r
-            ref.ints[kind] += 1
-        ref.mark[kind, r] = 1
+            pend[kind, ints[kind]] = r
+            ints[kind] += 1
+        mark[kind, r] = 1
 
 
 @kernel(inline=True)
 def mark_replica(ref, r):
     """Replica ``r`` was touched (advanced, routed to, restarted): re-read at the next read of
     either kind."""
-    _mark(ref, TOK, r)
-    _mark(ref, REQ, r)
+    mark_replica_in(ref.mark, ref.pend, ref.ints, r)
+
+
+@kernel(inline=True)
+def mark_replica_in(mark, pend, ints, r):
+    """:func:`mark_replica` given the LoadsRef's ``mark``, ``pend`` and ``ints`` (the routed loop
+    reads them once a call: each pass of the LoadsRef itself is a count of its meminfo)."""
+    _mark_in(mark, pend, ints, TOK, r)
+    _mark_in(mark, pend, ints, REQ, r)
 
 
 @kernel
@@ -134,6 +174,47 @@ def routed_tokens(ref, r, e, rid):
     tree_set(ref.tok, ref.size, r, ref.tok[ref.size + r] + w)
     ref.wbase[e] += w
     _mark(ref, REQ, r)
+
+
+@kernel
+def called_tokens(ref, r, e, x):
+    """Engine ``e`` (EngineRef ``x``) of replica ``r`` has just been called: read its tokens now,
+    while the requests it just stepped are in cache, instead of in full at the next read of the
+    tree, after other engines' calls have evicted them. Until its next call, a routing there or
+    a touch from Python -- each of which updates or marks it again -- its state stays as it is
+    now, so the next read finds ``outstanding_work`` at any later ``t`` as ``wbase - done * lin``,
+    as for a replica due by time alone (:func:`reread_tokens`): ``wbase`` its tokens before its
+    run's steps (``outstanding_work`` before the run's first step end: ``done = 0``), ``lin`` the
+    batch size. Where that does not hold (a multi-step burst, a request finishing inside the run:
+    ``lin = -1``; a replica of several engines) the replica is marked for the full read.
+
+    (Tried in 3b98258 and reverted: the read then walked the replica's waiting queues too, which
+    no call touched, and cost more at 1M requests than the cold read it saved; since the queues'
+    tokens are a running count, ``st.s.q_work``, it walks only the running set the call touched.)"""
+    st = x.state
+    mark, pend, ints = ref.mark, ref.pend, ref.ints
+    run = st.s.inflight == INFLIGHT_RUN
+    lin = 0
+    if run:
+        k = st.s.run_k
+        lin = st.s.b_len
+        if st.s.b_steps > 1:
+            lin = -1
+        for i in range(st.s.b_len):
+            q = st.b_ids[i]
+            if np.int64(st.output[q]) - np.int64(st.num_output[q]) < k:
+                lin = -1
+    first = ref.first
+    if lin < 0 or mark[TOK, r] == 1 or first[r + 1] - first[r] != 1:
+        mark_replica_in(mark, pend, ints, r)
+        return
+    ref.wbase[e] = outstanding_work(x.conf.cfg, st, -np.inf)
+    ref.lin[e] = lin
+    if mark[TOK, r] == 0:  # (read by ``wbase`` at the next read, like a replica due by time)
+        mark[TOK, r] = 2
+        pend[TOK, ints[TOK]] = r
+        ints[TOK] += 1
+    _mark_in(mark, pend, ints, REQ, r)
 
 
 @kernel
