@@ -122,11 +122,12 @@ def instrumented():
     run = run.replace("def fleet_run(", "def fleet_run_p(")
     run = _edit(run, [
         ("    refs = ref.refs\n", "    refs = ref.refs\n    pr = ints[P + 20:]\n    t_in = _rdtsc()\n"),
-        ("                r = _choose(ref, ints, draws, t)\n",
-         "                c0 = _rdtsc()\n                r = _choose(ref, ints, draws, t)\n"
-         "                c1 = _rdtsc()\n                ints[P + 0] += c1 - c0\n                ints[P + 5] += 1\n"),
-        ("                route_in_ref(x, rid)\n",
-         "                route_in_ref(x, rid)\n                ints[P + 1] += _rdtsc() - c1\n"),
+        ("                    r = _choose(ref, ints, draws, t)\n",
+         "                    c0 = _rdtsc()\n                    r = _choose(ref, ints, draws, t)\n"
+         "                    ints[P + 0] += _rdtsc() - c0\n                    ints[P + 5] += 1\n"),
+        ("                e = ref.first[r]\n", "                c1 = _rdtsc()\n                e = ref.first[r]\n"),
+        ("                route_in_ref(x, slot)\n",
+         "                route_in_ref(x, slot)\n                ints[P + 1] += _rdtsc() - c1\n"),
         ("        code = advance_ref(x, bound)\n",
          "        c0 = _rdtsc()\n        code = advance_p(x.conf.cfg, x.state, x.kv, x.conf.tab, bound, pr)\n"
          "        c1 = _rdtsc()\n        ints[P + 2] += c1 - c0\n        ints[P + 6] += 1\n"),
