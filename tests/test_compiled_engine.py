@@ -69,6 +69,8 @@ def scenarios(draw):
                    "think_dist": draw(st.sampled_from(["fixed", "exponential"]))}
     else:
         arrival = {"process": draw(st.sampled_from(["poisson", "gamma"])), "rate": draw(st.floats(5.0, 150.0))}
+        if eng["scheduler"] == "vllm" and draw(st.booleans()):  # (open loops only: scenario.py)
+            eng["options"] = {**(eng.get("options") or {}), "async_output": True}
     stop = {"requests": draw(st.integers(5, 40))}
     if draw(st.booleans()):
         stop["duration_s"] = draw(st.floats(0.2, 3.0))

@@ -323,3 +323,71 @@ def test_drawn_closed_loop_fleets_fast_path_equals_single_stepping(raw):
     from servesim.testing import check_fast_path
 
     check_fast_path(raw)
+
+
+
+# priority classes with aging, preempted requests, a CPU tier and preload, closed loops and
+# sessions (drawn by scenarios(pressure=True), 2026-12-06): two class-1 requests preempted after
+# an older one went back to the *front* of their class queue, ahead of it; with every class aged
+# to 0 the heads compared across classes were then not the oldest, and two class-2 requests were
+# first admitted while the older class-1 request waited (priority_order). Since then a class queue
+# keeps arrival order on requeue (sched/queues.py requeue), as vLLM's priority heap does.
+REQUEUE_INVERSION = {'name': 'hypothesis',
+                         'seed': 2334227533,
+                         'stop': {'requests': 9},
+                         'hardware': {'gpu': 'a100-80g'},
+                         'model': 'llama-3-8b',
+                         'engine': {'scheduler': 'priority',
+                                    'enable_chunked_prefill': True,
+                                    'preemption': 'recompute',
+                                    'num_scheduler_steps': 1,
+                                    'max_num_batched_tokens': 77,
+                                    'options': {'aging_s': 0.005, 'preempt_lower': False},
+                                    'kv_allocator': 'paged',
+                                    'enable_prefix_caching': True,
+                                    'kv': {'preload': {'min_hits': 4, 'window_s': 60.0, 'max_share': 1.0}},
+                                    'block_size': 16,
+                                    'num_gpu_blocks_override': 6,
+                                    'max_num_seqs': 8,
+                                    'max_model_len': 96},
+                         'step_time': {'model': 'constant', 'seconds': 0.01},
+                         'workload': {'streams': [{'name': 's0',
+                                                   'arrival': {'process': 'closed',
+                                                               'clients': 3,
+                                                               'think_s': 0.0,
+                                                               'think_dist': 'fixed',
+                                                               'ramp_up_s': 0.01},
+                                                   'class': 'label0',
+                                                   'priority': 0,
+                                                   'prompt': {'dist': 'uniform', 'min': 1, 'max': 4},
+                                                   'output': {'dist': 'fixed', 'value': 46}},
+                                                  {'name': 's1',
+                                                   'arrival': {'process': 'closed',
+                                                               'clients': 10,
+                                                               'think_s': 0.0,
+                                                               'think_dist': 'fixed',
+                                                               'ramp_up_s': 0.01},
+                                                   'class': 'label1',
+                                                   'priority': 1,
+                                                   'prompt': {'dist': 'uniform', 'min': 1, 'max': 4},
+                                                   'output': {'dist': 'fixed', 'value': 46},
+                                                   'slo': {'ttft_p99': 0.05, 'e2e_p50': 5.0}},
+                                                  {'name': 's2',
+                                                   'arrival': {'process': 'poisson', 'rate': 1000.0},
+                                                   'class': 'label2',
+                                                   'priority': 2,
+                                                   'sessions': {'turns': {'dist': 'fixed', 'value': 1},
+                                                                'think_s': 0.0,
+                                                                'think_dist': 'fixed',
+                                                                'new_input': {'dist': 'fixed', 'value': 1},
+                                                                'output': {'dist': 'fixed', 'value': 1},
+                                                                'system_prompt_tokens': 0,
+                                                                'num_system_prompts': 1,
+                                                                'block_tokens': 8},
+                                                   'slo': {'ttft_p99': 0.05, 'e2e_p50': 5.0}}]},
+                         'kv_tiers': [{'kind': 'cpu', 'capacity_gib': 0.004}]}
+
+
+def test_a_preempted_request_keeps_its_place_by_arrival_in_its_class():
+    checked = check_run(REQUEUE_INVERSION, pairs=("fast_path",))
+    assert checked.stats.decisions > 0

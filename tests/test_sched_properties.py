@@ -60,8 +60,6 @@ def policies(draw) -> dict:
         if eng["preemption"] == "swap":
             opts["swap_space_gib"] = draw(st.sampled_from([0.0, 0.001, 4.0]))
         eng["num_scheduler_steps"] = draw(st.sampled_from([1, 1, 3]))
-    if name == "vllm" and draw(st.booleans()):  # vLLM 0.6's asynchronous output processing
-        opts["async_output"] = True
     eng["enable_chunked_prefill"] = chunked
     eng["max_num_batched_tokens"] = draw(st.integers(16, 96)) if chunked else 128
     eng["options"] = opts
@@ -71,6 +69,8 @@ def policies(draw) -> dict:
 @st.composite
 def scenarios(draw) -> dict:
     eng = draw(policies())
+    if eng["scheduler"] == "vllm" and draw(st.booleans()):  # vLLM 0.6's asynchronous output processing
+        eng["options"] = {**eng["options"], "async_output": True}  # (open loops below, as it needs)
     block = draw(st.sampled_from([1, 2, 4, 16]))
     blocks = draw(st.integers(8, 60))
     eng.update({"block_size": block, "num_gpu_blocks_override": max(blocks, math.ceil(MAX_MODEL_LEN / block)),

@@ -116,12 +116,46 @@ def enqueue(cfg, st, rid):
 
 @kernel(inline=True)
 def requeue(cfg, st, rid):
-    """A preempted request (or one whose KV landed from a lower tier) waits at the front: it is
-    older than everyone waiting. A static batch takes its member back first."""
+    """A preempted request (or one whose KV landed from a lower tier) goes back to its queue.
+    FIFO: at the front, as vLLM's FCFS puts preempted requests back (``waiting.extendleft``,
+    vllm/core/scheduler.py v0.6.x; V1 ``prepend_request``). SLA classes: in arrival order within
+    its class, as vLLM's priority queue keeps every waiting request (a heap by (priority,
+    arrival_time), vllm/v1/core/sched/request_queue.py PriorityRequestQueue) -- the front would put
+    a request preempted later ahead of an older one preempted before it, and with aging the heads
+    compared across classes would then not be the oldest (a priority inversion the checker's
+    priority_order invariant found). A static batch takes its member back first."""
     if cfg.batch_rule == B_STATIC:
         q_push_front(st, MEMBERS, rid)
+    elif cfg.queue == Q_CLASSES:
+        q_insert_by_arrival(st, queue_of(cfg, st, rid), rid)
     else:
         q_push_front(st, queue_of(cfg, st, rid), rid)
+
+
+@kernel(inline=True)
+def _ahead(st, a, b):
+    """``a`` waits ahead of ``b`` in a class queue: earlier arrival, then lower id."""
+    return st.arrival[a] < st.arrival[b] or (st.arrival[a] == st.arrival[b] and a < b)
+
+
+@kernel
+def q_insert_by_arrival(st, q, rid):
+    """Insert ``rid`` into queue ``q`` before the first request it waits ahead of: O(its place),
+    a few steps for a preempted request, which is older than nearly everyone waiting."""
+    if st.q_len[q] == 0 or _ahead(st, rid, st.q_head[q]):
+        q_push_front(st, q, rid)
+        return
+    prev = st.q_head[q]
+    nxt = st.q_next[prev]
+    while nxt >= 0 and not _ahead(st, rid, nxt):
+        prev = nxt
+        nxt = st.q_next[nxt]
+    st.s.q_work += work_left(st, rid)
+    st.q_next[rid] = nxt
+    st.q_next[prev] = rid
+    if nxt < 0:
+        st.q_tail[q] = rid
+    st.q_len[q] += 1
 
 
 @kernel(inline=True)

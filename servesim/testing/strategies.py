@@ -83,8 +83,6 @@ def policies(draw, names: Sequence[str] = POLICIES, *, budgets: Range = (1, 128)
         eng["enable_chunked_prefill"] = chunks
     if name == "vllm" and draw(st.booleans()):  # V0's order (prefill-first steps), chunked or not
         opts["mix"] = draw(st.sampled_from(["running_first", "prefill_first"]))
-    if name == "vllm" and draw(st.booleans()):  # vLLM 0.6's asynchronous output processing
-        opts["async_output"] = True
     if name == "priority":
         if draw(st.booleans()):
             opts["aging_s"] = draw(st.sampled_from([0.005, 0.02, 0.1, 0.5]))
@@ -392,8 +390,10 @@ def scenarios(draw, *, policies: Sequence[str] = POLICIES, allocators: Sequence[
         _press(draw, raw)
     if raw["stop"].get("warmup_requests") and _stream_clock(workload):
         del raw["stop"]["warmup_requests"]  # requests are numbered per stream: no first-N warm-up
-    if (eng.get("options") or {}).get("async_output") and _has_closed_loop(workload):
-        del eng["options"]["async_output"]  # (refused with a closed loop: scenario.py)
+    if eng.get("scheduler") == "vllm" and not _has_closed_loop(workload) and draw(st.booleans()):
+        # vLLM 0.6's asynchronous output processing (open loops only: scenario.py refuses it with a
+        # closed loop, whose clients send at the engine's finish)
+        eng["options"] = {**(eng.get("options") or {}), "async_output": True}
     return raw
 
 
