@@ -390,7 +390,8 @@ def scenarios(draw, *, policies: Sequence[str] = POLICIES, allocators: Sequence[
         _press(draw, raw)
     if raw["stop"].get("warmup_requests") and _stream_clock(workload):
         del raw["stop"]["warmup_requests"]  # requests are numbered per stream: no first-N warm-up
-    if eng.get("scheduler") == "vllm" and not _has_closed_loop(workload) and draw(st.booleans()):
+    eng = raw["engine"]  # (the pressure helper may have replaced it)
+    if eng.get("scheduler") == "vllm" and not _has_closed_loop(raw["workload"]) and draw(st.booleans()):
         # vLLM 0.6's asynchronous output processing (open loops only: scenario.py refuses it with a
         # closed loop, whose clients send at the engine's finish)
         eng["options"] = {**(eng.get("options") or {}), "async_output": True}
