@@ -260,27 +260,25 @@ def spans(recs: dict) -> dict[str, tuple[float, float]]:
     return out
 
 
+def _evaluated(recs: dict):
+    """(headline, its rows) for every headline whose runs are all in ``recs``."""
+    for h in HEADLINES:
+        try:
+            yield h, evaluate(h, recs)
+        except KeyError:
+            continue
+
+
 def setting_values(recs: dict) -> dict[str, dict[str, str]]:
     """headline id -> {assumption: the headline with that assumption's setting} for the claims
     table (a claim about one setting quotes its own value, not whichever moves most)."""
-    out: dict[str, dict[str, str]] = {}
-    for h in HEADLINES:
-        try:
-            rows = evaluate(h, recs)
-        except KeyError:
-            continue
-        out[h.id] = {r["assumption"]: fmt(r["headline"], h.unit) for r in rows[1:]}
-    return out
+    return {h.id: {r["assumption"]: fmt(r["headline"], h.unit) for r in rows[1:]} for h, rows in _evaluated(recs)}
 
 
 def summary_rows(recs: dict) -> dict[str, tuple[str, str]]:
     """headline id -> (range text, most-moving assumption) for the claims table."""
     out = {}
-    for h in HEADLINES:
-        try:
-            rows = evaluate(h, recs)
-        except KeyError:
-            continue
+    for h, rows in _evaluated(recs):
         vals = [r["headline"] for r in rows if r["headline"] is not None]
         m = most(rows)
         out[h.id] = ((f"{fmt(rows[0]['headline'], h.unit)} (range {fmt(min(vals), h.unit)} to "

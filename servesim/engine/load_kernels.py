@@ -193,17 +193,7 @@ def called_tokens(ref, r, e, x):
     tokens are a running count, ``st.s.q_work``, it walks only the running set the call touched.)"""
     st = x.state
     mark, pend, ints = ref.mark, ref.pend, ref.ints
-    run = st.s.inflight == INFLIGHT_RUN
-    lin = 0
-    if run:
-        k = st.s.run_k
-        lin = st.s.b_len
-        if st.s.b_steps > 1:
-            lin = -1
-        for i in range(st.s.b_len):
-            q = st.b_ids[i]
-            if np.int64(st.output[q]) - np.int64(st.num_output[q]) < k:
-                lin = -1
+    lin = run_slope(st)
     first = ref.first
     if lin < 0 or mark[TOK, r] == 1 or first[r + 1] - first[r] != 1:
         mark_replica_in(mark, pend, ints, r)
@@ -215,6 +205,24 @@ def called_tokens(ref, r, e, x):
         pend[TOK, ints[TOK]] = r
         ints[TOK] += 1
     _mark_in(mark, pend, ints, REQ, r)
+
+
+@kernel(inline=True)
+def run_slope(st):
+    """Tokens an engine's decode run under way takes off its outstanding work per step (its batch
+    size): 0 when no run is under way; -1 when the work cannot be stepped that way -- a multi-step
+    burst, or a request that finishes inside the run -- and must be read in full."""
+    if st.s.inflight != INFLIGHT_RUN:
+        return np.int64(0)
+    k = st.s.run_k
+    lin = np.int64(st.s.b_len)
+    if st.s.b_steps > 1:
+        lin = np.int64(-1)
+    for i in range(st.s.b_len):
+        q = st.b_ids[i]
+        if np.int64(st.output[q]) - np.int64(st.num_output[q]) < k:
+            lin = np.int64(-1)
+    return lin
 
 
 @kernel
@@ -279,15 +287,7 @@ def reread_tokens(ref, t):
             if full or ref.lin[e] < 0 or ref.ints[3]:
                 we = outstanding_work(x.conf.cfg, st, t)
                 if full:
-                    lin = 0
-                    if run:
-                        lin = st.s.b_len
-                        if st.s.b_steps > 1:
-                            lin = -1
-                        for i in range(st.s.b_len):
-                            q = st.b_ids[i]
-                            if np.int64(st.output[q]) - np.int64(st.num_output[q]) < k:
-                                lin = -1
+                    lin = run_slope(st)
                     ref.lin[e] = lin
                     ref.wbase[e] = we + done * lin if lin > 0 else we
             else:

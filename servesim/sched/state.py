@@ -55,13 +55,13 @@ V_NEWEST, V_LOWEST_CLASS, V_RETRACT = 0, 1, 2  # victim rule
 # Typed constants for kernel calls: a literal argument (``f(x, 1)``, ``f(x, False)``) makes numba
 # compile a specialization of ``f`` for that literal, on top of the int64/bool one.
 ONE, ZERO = np.int64(1), np.int64(0)
+YES, NO = np.bool_(True), np.bool_(False)
 
 # A request preempted this many times ends the run with E_LIVELOCK (engine/driver.py says why):
 # no configuration that makes progress comes near it (a preemption recomputes or swaps the whole
 # request), and the request table counts preemptions in int16.
 MAX_PREEMPTIONS = 10_000
-E_LIVELOCK = 9  # (engine/kernel.py numbers the other engine errors)
-YES, NO = np.bool_(True), np.bool_(False)
+E_LIVELOCK = 9  # (engine/kernel_checks.py numbers the other engine errors, 1-8)
 
 SCALARS = np.dtype([
     ("now", "f8"),          # the replica's clock: the current iteration boundary
@@ -162,7 +162,7 @@ class EngineCfg(NamedTuple):
     routed: bool = False  # a fleet's replica: arrivals come from a router (the routed inbox)
     report_ended: bool = False  # routed: list ended requests for the driver (closed loops)
     lag: bool = False  # vLLM 0.6's asynchronous output processing: an iteration's tokens reach the
-    #                    clients when the engine's next call returns (engine/kernel.py deliver_pending)
+    #                    clients when the engine's next call returns (engine/delivery.py deliver_pending)
 
 
 class ReplicaState(NamedTuple):
@@ -218,7 +218,7 @@ class ReplicaState(NamedTuple):
     itl_w: np.ndarray
     in_next: np.ndarray  # routed inbox / ended list links, per request (shared by a fleet)
     gid: np.ndarray  # per-replica request slots (engine/slots.py): each slot's request id; empty: none
-    p_ids: np.ndarray  # cfg.lag: the requests whose tokens of the last iteration await delivery (engine/kernel.py)
+    p_ids: np.ndarray  # cfg.lag: the requests whose tokens of the last iteration await delivery (engine/delivery.py)
 
 
 # ------------------------------------------------------------------------------ transitions
